@@ -1,0 +1,165 @@
+"""The one protocol every backend implements, and the value types it exchanges.
+
+A backend knows HTTP (or a cassette file) and nothing about the agent loop: it turns one
+``messages`` list plus tool schemas into one :class:`Reply`. Retries, timing of whole runs,
+classification and ledger writes live in :mod:`harness.loop`.
+
+Messages use the OpenAI chat shape throughout the harness::
+
+    {"role": "system" | "user" | "assistant" | "tool", "content": str | None,
+     "tool_calls": [{"id": str, "type": "function",
+                     "function": {"name": str, "arguments": str}}],   # assistant only
+     "tool_call_id": str, "name": str}                                 # tool only
+
+Backends that speak another wire format (Ollama's ``/api/chat``) translate at their edge.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Backend", "BackendIdentity", "GenerateOptions", "Reply"]
+
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_NUM_CTX = 4096
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Sampling and context options sent explicitly on every request.
+
+    Attributes:
+        temperature: sampling temperature, >= 0.
+        seed: sampling seed (integer), sent to servers that accept one.
+        max_tokens: cap on completion tokens per reply.
+        num_ctx: context length in tokens (Ollama ``options.num_ctx``; embedded ``n_ctx``).
+    """
+
+    temperature: float = 0.0
+    seed: int = 0
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    num_ctx: int = DEFAULT_NUM_CTX
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the options as a plain JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendIdentity:
+    """What served a reply, as far as the server tells.
+
+    Attributes:
+        backend: backend kind: ``ollama``, ``openai``, ``embedded`` or ``replay``.
+        model: the model name sent to the server (or the cassette path for replay).
+        base_url: the server's base URL, or ``None`` when there is no server.
+        server_version: server version string, or ``None`` when not exposed.
+        model_digest: content digest of the model weights (Ollama digest, GGUF SHA-256,
+            cassette SHA-256), or ``None`` when not exposed.
+    """
+
+    backend: str
+    model: str
+    base_url: str | None = None
+    server_version: str | None = None
+    model_digest: str | None = None
+
+
+@dataclass
+class Reply:
+    """One assistant reply, as the server gave it.
+
+    Attributes:
+        content: the message text, or ``None``.
+        tool_calls: the structured tool calls exactly as the server returned them
+            (list of dicts), or ``None`` when the server returned none.
+        finish_reason: ``stop``, ``length``, ``tool_calls``, ... as reported, or ``None``.
+        prompt_tokens: prompt token count reported by the server, or ``None``.
+        completion_tokens: completion token count reported by the server, or ``None``.
+        latency_ms: wall-clock time of the request in milliseconds.
+        raw: the server's raw JSON body (dict), stored verbatim in the ledger.
+        identity: what served the reply.
+    """
+
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float
+    raw: Any
+    identity: BackendIdentity
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def response_dict(self) -> dict[str, Any]:
+        """The reply in the cassette / ``harness classify`` shape.
+
+        Returns:
+            ``{"content", "tool_calls", "finish_reason", "usage": {"prompt_tokens",
+            "completion_tokens"}}``.
+        """
+        return {
+            "content": self.content,
+            "tool_calls": self.tool_calls,
+            "finish_reason": self.finish_reason,
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
+        }
+
+
+class Backend(abc.ABC):
+    """A model server (or a cassette) that answers chat requests.
+
+    Subclasses implement :meth:`generate`; the rest have working defaults. Use as a context
+    manager or call :meth:`close`.
+
+    Example::
+
+        with open_backend("replay:tests/cassettes/pass.jsonl") as backend:
+            backend.start_run()
+            reply = backend.generate(messages, tools, GenerateOptions(temperature=0.2))
+    """
+
+    #: the model spec string this backend was opened from, e.g. ``ollama:qwen2.5:7b``
+    spec: str = ""
+
+    @abc.abstractmethod
+    def generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> Reply:
+        """Send one chat request and return the assistant reply.
+
+        Args:
+            messages: the conversation so far, OpenAI chat shape (see module docstring).
+            tools: OpenAI-style tool definitions (``{"type": "function", "function": {...}}``)
+                for the API's ``tools`` field, or ``None`` to send none.
+            options: sampling and context options, always sent explicitly.
+
+        Returns:
+            The reply, with latency in ms and the raw body.
+
+        Raises:
+            BackendUnavailable, BackendTimeout, BackendResponseError, ModelNotFound,
+            CassetteExhausted: the server (not the model) failed.
+        """
+
+    def identity(self) -> BackendIdentity:
+        """Return what this backend talks to (queried lazily; may contact the server).
+
+        Raises:
+            BackendError: the server cannot be reached.
+        """
+        return BackendIdentity(backend=type(self).__name__, model=self.spec)
+
+    def start_run(self) -> None:
+        """Called before each run; the replay backend rewinds its cassette here."""
+
+    def close(self) -> None:
+        """Release connections and stop any server this backend started."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
