@@ -1,0 +1,211 @@
+"""Declarative done checks: a scenario's machine-checked definition of done.
+
+A check is a TOML table ``{type = "...", ...params}`` in a scenario's ``[[checks]]`` list.
+It is validated when the scenario loads (:func:`validate_check`) and evaluated after the
+loop ends (:func:`evaluate_checks`) on the sandbox folder, the fixture names, the files
+the tools wrote, the final answer and the number of tool calls made.
+
+Check types (see :data:`CHECK_TYPES` for the parameters of each):
+
+==============================  ===============================================================
+``file_exists``                 ``path`` exists in the sandbox
+``file_contains``               ``path`` contains ``text`` (case-insensitive) or matches ``regex``
+``file_names_all_fixtures``     ``path`` names every fixture file (by file name)
+``file_names_only_existing``    every file-like name in ``path`` (``stem.ext``, ext of 2-5
+                                letters/digits) is a file that exists in the sandbox
+``file_states_count``           ``path`` states the number ``count`` (digits or English word)
+``file_json_field``             ``path`` is valid JSON and the dotted ``field`` equals ``value``
+``file_csv_value``              ``path`` is valid CSV with a header; the row whose ``key_column``
+                                is ``key`` has ``column`` equal to ``value`` (case-insensitive)
+``final_answer_contains``       the last reply's content contains ``text`` (case-insensitive)
+``final_answer_not_contains``   ... does not contain ``text``
+``only_files_written``          every file written by a tool is in ``allowed``
+``no_tool_called``              the model made no tool call at all
+==============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
+
+#: check type -> (required parameters with their expected Python types, optional parameters)
+CHECK_TYPES: dict[str, tuple[dict[str, type | tuple[type, ...]], dict[str, type | tuple[type, ...]]]] = {
+    "file_exists": ({"path": str}, {}),
+    "file_contains": ({"path": str}, {"text": str, "regex": str}),
+    "file_names_all_fixtures": ({"path": str}, {}),
+    "file_names_only_existing": ({"path": str}, {}),
+    "file_states_count": ({"path": str, "count": int}, {}),
+    "file_json_field": ({"path": str, "field": str, "value": (str, int, float, bool)}, {}),
+    "file_csv_value": ({"path": str, "key_column": str, "key": str, "column": str, "value": str}, {}),
+    "final_answer_contains": ({"text": str}, {}),
+    "final_answer_not_contains": ({"text": str}, {}),
+    "only_files_written": ({"allowed": list}, {}),
+    "no_tool_called": ({}, {}),
+}
+
+_NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+_FILE_NAME = re.compile(r"(?<![\w/.-])([\w-]+(?:\.[\w-]+)*\.[A-Za-z0-9]{2,5})(?![\w])")
+_MAX_CHECK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything a check may look at, gathered after the loop ends.
+
+    Attributes:
+        sandbox: the run's sandbox folder.
+        fixtures: sandbox-relative fixture file names seeded before the run.
+        files_written: sandbox-relative paths written by tools.
+        final_answer: content of the last reply (or None).
+        tool_calls_made: number of tool calls the loop executed.
+    """
+
+    sandbox: Path
+    fixtures: Sequence[str]
+    files_written: Sequence[str]
+    final_answer: str | None
+    tool_calls_made: int
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict: ``check`` is the type, ``passed`` the verdict, ``detail`` why."""
+
+    check: str
+    passed: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict ``{"check", "passed", "detail"}``."""
+        return {"check": self.check, "passed": self.passed, "detail": self.detail}
+
+
+def validate_check(check: Any) -> str | None:
+    """Return a description of what is wrong with one check table, or None when it is valid."""
+    if not isinstance(check, Mapping):
+        return "each [[checks]] entry must be a table"
+    kind = check.get("type")
+    if kind not in CHECK_TYPES:
+        return f"check type {kind!r} is unknown; expected one of {', '.join(CHECK_TYPES)}"
+    required, optional = CHECK_TYPES[kind]
+    for key, expected in required.items():
+        if key not in check:
+            return f"check {kind!r} needs the parameter {key!r}"
+    for key, value in check.items():
+        if key == "type":
+            continue
+        expected = required.get(key) or optional.get(key)
+        if expected is None:
+            return f"check {kind!r} has an unknown parameter {key!r}"
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            return f"check {kind!r} parameter {key!r} has the wrong type ({type(value).__name__})"
+    if kind == "file_contains" and ("text" in check) == ("regex" in check):
+        return "check 'file_contains' needs exactly one of 'text' or 'regex'"
+    if "regex" in check:
+        try:
+            re.compile(check["regex"])
+        except re.error as exc:
+            return f"check 'file_contains' regex does not compile: {exc}"
+    return None
+
+
+def _read(ctx: CheckContext, rel: str) -> str | None:
+    path = (ctx.sandbox / rel).resolve()
+    if ctx.sandbox.resolve() not in path.parents or not path.is_file():
+        return None
+    with path.open("rb") as handle:
+        return handle.read(_MAX_CHECK_BYTES).decode("utf-8", errors="replace")
+
+
+def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
+    kind = check["type"]
+    if kind == "final_answer_contains":
+        ok = check["text"].lower() in (ctx.final_answer or "").lower()
+        return ok, f"final answer {'contains' if ok else 'does not contain'} {check['text']!r}"
+    if kind == "final_answer_not_contains":
+        ok = check["text"].lower() not in (ctx.final_answer or "").lower()
+        return ok, f"final answer {'does not contain' if ok else 'contains'} {check['text']!r}"
+    if kind == "only_files_written":
+        extra = [p for p in ctx.files_written if p not in check["allowed"]]
+        return not extra, f"unexpected files written: {extra}" if extra else "only allowed files were written"
+    if kind == "no_tool_called":
+        n = ctx.tool_calls_made
+        return n == 0, f"{n} tool call(s) made"
+    text = _read(ctx, check["path"])
+    if text is None:
+        return False, f"{check['path']} does not exist"
+    if kind == "file_exists":
+        return True, f"{check['path']} exists"
+    if kind == "file_contains":
+        if "regex" in check:
+            ok = re.search(check["regex"], text) is not None
+            return ok, f"{'matches' if ok else 'does not match'} /{check['regex']}/"
+        ok = check["text"].lower() in text.lower()
+        return ok, f"{'contains' if ok else 'does not contain'} {check['text']!r}"
+    if kind == "file_names_all_fixtures":
+        missing = [f for f in ctx.fixtures if Path(f).name.lower() not in text.lower()]
+        return not missing, f"does not name {missing}" if missing else "names every fixture file"
+    if kind == "file_names_only_existing":
+        existing = {p.name.lower() for p in ctx.sandbox.rglob("*") if p.is_file()}
+        named = {m.group(1) for m in _FILE_NAME.finditer(text)}
+        invented = sorted(n for n in named if Path(n).name.lower() not in existing)
+        return not invented, f"names files that do not exist: {invented}" if invented else "names only existing files"
+    if kind == "file_states_count":
+        count = check["count"]
+        patterns = [rf"(?<![\d.]){count}(?![\d]|\.\d)"]
+        if 0 <= count < len(_NUMBER_WORDS):
+            patterns.append(rf"\b{_NUMBER_WORDS[count]}\b")
+        ok = any(re.search(p, text, re.IGNORECASE) for p in patterns)
+        return ok, f"{'states' if ok else 'does not state'} the count {count}"
+    if kind == "file_json_field":
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            return False, f"{check['path']} is not valid JSON"
+        for part in check["field"].split("."):
+            if not isinstance(value, dict) or part not in value:
+                return False, f"field {check['field']!r} is missing"
+            value = value[part]
+        ok = value == check["value"]
+        return ok, f"{check['field']} = {json.dumps(value)[:80]}" + ("" if ok else f", expected {json.dumps(check['value'])}")
+    if kind == "file_csv_value":
+        try:
+            rows = list(csv.DictReader(io.StringIO(text)))
+        except csv.Error:
+            return False, f"{check['path']} is not valid CSV"
+        for row in rows:
+            if str(row.get(check["key_column"], "")).strip().lower() == check["key"].lower():
+                got = str(row.get(check["column"]) or "").strip()
+                ok = got.lower() == check["value"].lower()
+                return ok, f"{check['key']}: {check['column']} = {got!r}" + ("" if ok else f", expected {check['value']!r}")
+        return False, f"no row with {check['key_column']} = {check['key']!r}"
+    raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
+
+
+def evaluate_checks(checks: Sequence[Mapping[str, Any]], ctx: CheckContext) -> list[CheckResult]:
+    """Evaluate validated checks in order; never raises on anything the model produced.
+
+    Args:
+        checks: check tables, already accepted by :func:`validate_check`.
+        ctx: the sandbox and run facts.
+
+    Returns:
+        One :class:`CheckResult` per check, in order.
+    """
+    results = []
+    for check in checks:
+        try:
+            passed, detail = _evaluate(check, ctx)
+        except (OSError, UnicodeError, RecursionError) as exc:
+            passed, detail = False, f"could not evaluate: {exc}"
+        results.append(CheckResult(check["type"], passed, detail))
+    return results

@@ -1,0 +1,347 @@
+"""The agent loop: one run of one scenario on one backend, every turn written to the ledger.
+
+One run::
+
+    seed a fresh sandbox with the scenario's fixtures; append the run's start row
+    messages = [system, user]
+    loop:
+        circuit breaker: refuse the call if it would be turn turn_limit + 1, or if the tokens
+                         already spent exceed token_limit (checked before the call, never after)
+        reply = backend.generate(messages, tools if native mode)
+        classification = classify(reply, tools, history)       # labels + structured/recovered calls
+        calls = classification.calls(parser)                   # strict: structured only
+        append the assistant message; execute every call; answer each one (errors as "ERROR: ...")
+        append the turn to the ledger (one transaction)
+        stop when calls is empty
+    evaluate the done checks; append the run's end row with the outcome
+
+Outcomes: ``pass`` (the loop ended by itself and every check holds), ``task_failed``,
+``turn_limit``, ``token_limit``, ``infra_error`` (the server failed: never a model failure),
+``interrupted`` (Ctrl-C). In ``prompt`` tool mode the tool results go back as user messages
+wrapped in ``<tool_response>`` tags, since the model's template knows no tool role; in
+``native`` mode they are ``role: "tool"`` messages answering each call id.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
+from harness.checks import CheckContext, evaluate_checks
+from harness.classifier import Classification, ToolCall, classify
+from harness.errors import BackendError, BreakerTripped, TokenLimitExceeded, TurnLimitExceeded
+from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, canonical_json, utc_now
+from harness.scenarios import Scenario
+from harness.tools import Sandbox, ToolResult
+
+__all__ = ["IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "RunPlan", "RunSummary", "run_once"]
+
+OUTCOMES = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted")
+IDENTITY_VERSION = "1"
+
+
+class CircuitBreaker:
+    """Refuses a model call that would exceed the run's turn or token budget.
+
+    The check runs *before* each call: with ``turn_limit = 8`` the 8th call is allowed and
+    the 9th trips; with ``token_limit = 1000`` a run that has spent exactly 1000 tokens may
+    call again, one that has spent 1001 may not.
+
+    Args:
+        turn_limit: maximum model calls in a run (>= 1).
+        token_limit: maximum prompt + completion tokens spent before a call (>= 1).
+    """
+
+    def __init__(self, *, turn_limit: int, token_limit: int):
+        self.turn_limit = turn_limit
+        self.token_limit = token_limit
+
+    def before_call(self, *, turns_done: int, tokens_used: int) -> None:
+        """Check the next call against both limits.
+
+        Args:
+            turns_done: model calls already made in this run.
+            tokens_used: tokens (prompt + completion) already spent in this run.
+
+        Raises:
+            TurnLimitExceeded: the next call would be call ``turn_limit + 1``.
+            TokenLimitExceeded: ``tokens_used`` exceeds ``token_limit``.
+        """
+        if turns_done + 1 > self.turn_limit:
+            raise TurnLimitExceeded(
+                f"turn limit reached: call {turns_done + 1} refused (turn_limit = {self.turn_limit})",
+                limit=self.turn_limit,
+                observed=turns_done + 1,
+            )
+        if tokens_used > self.token_limit:
+            raise TokenLimitExceeded(
+                f"token limit reached: {tokens_used} tokens spent (token_limit = {self.token_limit})",
+                limit=self.token_limit,
+                observed=tokens_used,
+            )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One planned run: a scenario on a model with fixed options (a cell plus a repetition).
+
+    Attributes:
+        scenario: the loaded scenario.
+        model: model spec string.
+        temperature: sampling temperature.
+        seed: base seed; the seed sent is ``seed + repetition``.
+        tool_mode: ``native`` or ``prompt``.
+        parser: ``strict`` or ``lenient``.
+        repetition: repetition index, from 0.
+    """
+
+    scenario: Scenario
+    model: str
+    temperature: float
+    seed: int = 0
+    tool_mode: str = "native"
+    parser: str = "lenient"
+    repetition: int = 0
+
+    def options(self) -> GenerateOptions:
+        """The generation options sent on every request of this run."""
+        return GenerateOptions(
+            temperature=self.temperature,
+            seed=self.seed + self.repetition,
+            max_tokens=self.scenario.max_tokens,
+            num_ctx=self.scenario.num_ctx,
+        )
+
+    def identity(self, model_digest: str | None = None) -> str:
+        """Deterministic SHA-256 over everything that can change the model's output.
+
+        Covers the scenario file's content, tool schemas, rendered system prompt, model spec
+        and digest (when known), effective options, tool mode, parser policy, repetition and
+        :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it.
+        """
+        payload = {
+            "v": IDENTITY_VERSION,
+            "scenario": self.scenario.content_hash,
+            "tools": self.scenario.tool_schemas(),
+            "system": self.scenario.system_message(self.tool_mode),
+            "model": self.model,
+            "digest": model_digest,
+            "options": self.options().as_dict(),
+            "tool_mode": self.tool_mode,
+            "parser": self.parser,
+            "repetition": self.repetition,
+        }
+        return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+@dataclass
+class RunSummary:
+    """What one run came to (also in the ledger).
+
+    Attributes:
+        run_id: the run's id in the ledger.
+        plan: what was run.
+        outcome: one of :data:`OUTCOMES`.
+        turns: model calls made.
+        tokens: prompt + completion tokens spent.
+        failure_modes: every failure-mode label seen in the run, first-seen order.
+        checks: done-check results ``[{"check", "passed", "detail"}]``.
+        sandbox: the run's sandbox folder.
+        error: the infrastructure error or breach message, if any.
+    """
+
+    run_id: str
+    plan: RunPlan
+    outcome: str
+    turns: int
+    tokens: int
+    failure_modes: list[str]
+    checks: list[dict[str, Any]]
+    sandbox: Path
+    error: str | None = None
+    replies: list[Reply] = field(default_factory=list, repr=False)
+
+
+@functools.cache
+def _git_revision() -> tuple[str | None, bool | None]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None, None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip(), bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def _request_hash(messages: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(canonical_json(messages).encode()).hexdigest()
+
+
+def _assistant_message(reply: Reply, calls: list[ToolCall], ids: list[str], tool_mode: str) -> dict[str, Any]:
+    if tool_mode == "prompt" or not calls:
+        return {"role": "assistant", "content": reply.content or ""}
+    return {
+        "role": "assistant",
+        "content": reply.content or "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            for call, call_id in zip(calls, ids, strict=True)
+        ],
+    }
+
+
+def _result_message(result: ToolResult, call_id: str, tool_mode: str) -> dict[str, Any]:
+    if tool_mode == "prompt":
+        return {"role": "user", "content": f"<tool_response>\n{result.output}\n</tool_response>"}
+    return {"role": "tool", "tool_call_id": call_id, "name": result.name, "content": result.output}
+
+
+def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox) -> ToolResult:
+    for tool in scenario.tools:
+        if tool.name == call.name:
+            return tool.call(sandbox, call.arguments)
+    offered = ", ".join(t.name for t in scenario.tools) or "none"
+    return ToolResult(call.name, call.arguments, f"ERROR: unknown tool {call.name!r}; available tools: {offered}", error=True)
+
+
+def run_once(
+    plan: RunPlan,
+    backend: Backend,
+    ledger: Ledger,
+    *,
+    runs_dir: Path,
+    on_reply: Callable[[Reply], None] | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> RunSummary:
+    """Run one scenario once, recording every turn; never raises for model misbehaviour.
+
+    Args:
+        plan: what to run.
+        backend: an open backend for ``plan.model``.
+        ledger: where the run, its turns and its end go.
+        runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
+        on_reply: called with every reply (``harness run --record`` writes cassettes with it).
+        extra_config: extra facts stored in the run's ``config`` column.
+
+    Returns:
+        The run's summary.
+
+    Raises:
+        LedgerError: the ledger cannot be written.
+        KeyboardInterrupt: re-raised after the run's end row (``interrupted``) is written.
+    """
+    scenario = plan.scenario
+    run_id = uuid.uuid4().hex
+    sandbox = Sandbox(Path(runs_dir) / run_id)
+    sandbox.seed(scenario.fixtures)
+    options = plan.options()
+    tool_schemas = scenario.tool_schemas()
+    system = scenario.system_message(plan.tool_mode)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": scenario.task}]
+    backend.start_run()
+    outcome, error, breach = None, None, None
+    try:
+        ident = backend.identity()
+    except BackendError as exc:
+        ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
+        outcome, error = "infra_error", str(exc)
+    git_sha, git_dirty = _git_revision()
+    ledger.start_run(
+        RunStart(
+            run_id=run_id, identity=plan.identity(ident.model_digest), scenario=scenario.name,
+            scenario_path=str(scenario.path), scenario_hash=scenario.content_hash, model=plan.model,
+            backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
+            model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
+            max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
+            repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
+            harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox.root),
+            config={"system_prompt_sha256": hashlib.sha256(system.encode()).hexdigest(),
+                    "tools": [t.name for t in scenario.tools], **(extra_config or {})},
+        )
+    )  # fmt: skip
+    breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
+    turns = prompt_tokens = completion_tokens = calls_made = 0
+    labels_seen: list[str] = []
+    final_answer: str | None = None
+    replies: list[Reply] = []
+    try:
+        while outcome is None:
+            breaker.before_call(turns_done=turns, tokens_used=prompt_tokens + completion_tokens)
+            started = utc_now()
+            request_hash = _request_hash(messages)
+            reply = backend.generate(messages, tool_schemas if plan.tool_mode == "native" else None, options)
+            turns += 1
+            replies.append(reply)
+            if on_reply is not None:
+                on_reply(reply)
+            prompt_tokens += reply.prompt_tokens or 0
+            completion_tokens += reply.completion_tokens or 0
+            final_answer = reply.content
+            verdict: Classification = classify(reply.response_dict(), tools=tool_schemas, history=messages)
+            calls = verdict.calls(plan.parser)
+            ids = [call.id or f"call_{turns}_{i}" for i, call in enumerate(calls)]
+            messages.append(_assistant_message(reply, calls, ids, plan.tool_mode))
+            executed = []
+            for call, call_id in zip(calls, ids, strict=True):
+                result = _execute(call, scenario, sandbox)
+                calls_made += 1
+                messages.append(_result_message(result, call_id, plan.tool_mode))
+                executed.append({"id": call_id, "name": call.name, "arguments": call.arguments, "source": call.source,
+                                 "output": result.output, "error": result.error, "escape_attempt": result.escape_attempt})  # fmt: skip
+            labels_seen.extend(m for m in verdict.failure_modes if m not in labels_seen)
+            ledger.record_turn(
+                TurnRecord(
+                    run_id=run_id, turn=turns, request_hash=request_hash, raw_reply=reply.raw, content=reply.content,
+                    tool_calls=reply.tool_calls, recovered_calls=[_call_dict(c) for c in verdict.recovered_calls],
+                    executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
+                    classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
+                    prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                    latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(), details=verdict.details,
+                )
+            )  # fmt: skip
+            if not calls:
+                outcome = "ended"
+    except BreakerTripped as exc:
+        outcome, error = exc.outcome, str(exc)
+        breach = {"kind": exc.outcome, "limit": exc.limit, "observed": exc.observed}
+    except BackendError as exc:
+        outcome, error = "infra_error", str(exc)
+    except KeyboardInterrupt:
+        _end(ledger, run_id, "interrupted", turns, prompt_tokens, completion_tokens, None, "interrupted by the user", [], final_answer, sandbox)
+        raise
+    results = evaluate_checks(
+        scenario.checks,
+        CheckContext(sandbox.root, tuple(scenario.fixtures), tuple(sandbox.written), final_answer, calls_made),
+    )
+    checks = [r.as_dict() for r in results]
+    if outcome == "ended":
+        outcome = "pass" if all(r.passed for r in results) else "task_failed"
+    _end(ledger, run_id, outcome, turns, prompt_tokens, completion_tokens, breach, error, checks, final_answer, sandbox)
+    return RunSummary(run_id, plan, outcome, turns, prompt_tokens + completion_tokens, labels_seen, checks, sandbox.root, error, replies)
+
+
+def _call_dict(call: ToolCall) -> dict[str, Any]:
+    return {"name": call.name, "arguments": call.arguments, "source": call.source, "valid": call.valid}
+
+
+def _end(ledger: Ledger, run_id: str, outcome: str, turns: int, prompt_tokens: int, completion_tokens: int,
+         breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]], final_answer: str | None,
+         sandbox: Sandbox) -> None:  # fmt: skip
+    ledger.end_run(
+        RunEnd(
+            run_id=run_id, outcome=outcome, turns=turns, prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, breach=breach, error=error, checks=checks,
+            final_answer=final_answer, escape_attempts=list(sandbox.escape_attempts), files_written=list(sandbox.written),
+        )
+    )  # fmt: skip

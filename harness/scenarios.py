@@ -1,0 +1,295 @@
+"""Scenario files: one agent task, its tools, fixtures, limits, done checks and default matrix.
+
+A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
+
+    name = "list_and_report"                  # required, [A-Za-z0-9_.-]+
+    what_it_does = "..."                      # required: scope, stated to the model
+    what_it_does_not = "..."                  # required: out of scope, stated to the model
+    done_looks_like = "..."                   # required: one checkable sentence the checks implement
+    system_prompt = "..."                     # required
+    task = "..."                              # required: the user message
+    tools = ["list_files", "write_file"]      # required: built-in tool names (may be empty)
+    turn_limit = 8                            # optional, default 8
+    token_limit = 32000                       # optional, default 32000
+    max_tokens = 256                          # optional, completion cap per reply
+    num_ctx = 4096                            # optional, context length
+    api_key_env = "MY_KEY"                    # optional, env var for openai: backends
+
+    [fixtures]                                # optional: sandbox-relative path -> text
+    "hello.txt" = "Hello"
+
+    [[checks]]                                # required, at least one; see harness.checks
+    type = "file_exists"
+    path = "report.txt"
+
+    [matrix]                                  # optional default matrix
+    models = ["embedded:smollm2-135m"]
+    temperatures = [0.0, 0.7]
+    repeats = 2
+    seeds = [0]
+    tool_modes = ["prompt"]
+    parsers = ["lenient"]
+
+Any missing or wrong field raises :class:`~harness.errors.ScenarioError` naming the file, the
+field and what was expected; unknown fields are refused too, since they are usually typos.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.checks import validate_check
+from harness.errors import ScenarioError
+from harness.tools import BUILTIN_TOOLS, Tool
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_SCENARIO",
+    "PARSERS",
+    "TOOL_MODES",
+    "Matrix",
+    "Scenario",
+    "load_scenario",
+    "render_tools_prompt",
+]
+
+DEFAULT_SCENARIO = Path("scenarios") / "list_and_report.toml"
+DEFAULT_MODEL = "embedded:smollm2-135m"
+TOOL_MODES = ("native", "prompt")
+PARSERS = ("strict", "lenient")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A scenario's default matrix axes; CLI flags override any of them.
+
+    Attributes:
+        models: model spec strings.
+        temperatures: sampling temperatures.
+        repeats: repetitions per cell (>= 1).
+        seeds: base seeds (an axis); repetition ``r`` is sent seed ``base + r``, so repeats
+            are independent samples that are still reproducible.
+        tool_modes: ``native`` and/or ``prompt``.
+        parsers: ``strict`` and/or ``lenient``.
+    """
+
+    models: tuple[str, ...] = (DEFAULT_MODEL,)
+    temperatures: tuple[float, ...] = (0.0,)
+    repeats: int = 1
+    seeds: tuple[int, ...] = (0,)
+    tool_modes: tuple[str, ...] = ("native",)
+    parsers: tuple[str, ...] = ("lenient",)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A loaded, validated scenario file. See the module docstring for the fields."""
+
+    name: str
+    path: Path
+    content_hash: str
+    what_it_does: str
+    what_it_does_not: str
+    done_looks_like: str
+    system_prompt: str
+    task: str
+    tools: tuple[Tool, ...]
+    fixtures: Mapping[str, str]
+    checks: tuple[Mapping[str, Any], ...]
+    turn_limit: int = 8
+    token_limit: int = 32000
+    max_tokens: int = 256
+    num_ctx: int = 4096
+    api_key_env: str | None = None
+    matrix: Matrix = field(default_factory=Matrix)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style tool definitions for the tools offered."""
+        return [tool.schema() for tool in self.tools]
+
+    def system_message(self, tool_mode: str) -> str:
+        """The system prompt sent to the model: prompt, scope statement, and (prompt mode) tools.
+
+        Args:
+            tool_mode: ``native`` (tools go in the API field) or ``prompt`` (rendered here).
+        """
+        text = (
+            f"{self.system_prompt.strip()}\n\n"
+            f"Scope: {self.what_it_does.strip()}\n"
+            f"Out of scope: {self.what_it_does_not.strip()}"
+        )
+        if tool_mode == "prompt" and self.tools:
+            text += "\n\n" + render_tools_prompt(self.tool_schemas())
+        return text
+
+
+def render_tools_prompt(tool_schemas: list[dict[str, Any]]) -> str:
+    """Render tool schemas and the calling convention into system-prompt text (Hermes/Qwen style).
+
+    Used in ``prompt`` tool mode for models whose chat template renders no tools.
+    """
+    lines = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in tool_schemas)
+    return (
+        "# Tools\n\n"
+        "You may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{lines}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n"
+        '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n\n'
+        "Function results come back inside <tool_response></tool_response> tags. "
+        "When the task is done, answer without a tool call."
+    )
+
+
+class _Fields:
+    """Typed access to a TOML table that raises ScenarioError naming file and field."""
+
+    def __init__(self, path: Path, data: Mapping[str, Any], prefix: str = ""):
+        self.path, self.data, self.prefix = path, data, prefix
+
+    def fail(self, key: str, expected: str, got: Any = None, *, missing: bool = False) -> ScenarioError:
+        where = f"{self.path}: field '{self.prefix}{key}'"
+        if missing:
+            return ScenarioError(f"{where} is missing; expected {expected}.")
+        return ScenarioError(f"{where} must be {expected}, got {json.dumps(got, default=str)[:60]}.")
+
+    def text(self, key: str, default: str | None = None, *, required: bool = True) -> str:
+        if key not in self.data:
+            if required and default is None:
+                raise self.fail(key, "a non-empty string", missing=True)
+            return default or ""
+        value = self.data[key]
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.fail(key, "a non-empty string", value)
+        return value
+
+    def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"an integer >= {minimum}", value)
+        return value
+
+    def string_list(self, key: str, default: tuple[str, ...], *, allowed: tuple[str, ...] | None = None, nonempty: bool = True) -> tuple[str, ...]:
+        value = self.data.get(key, list(default))
+        what = "a list of strings" + (f" from {list(allowed)}" if allowed else "") + (" (not empty)" if nonempty else "")
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or (nonempty and not value):
+            raise self.fail(key, what, value)
+        if allowed and any(v not in allowed for v in value):
+            raise self.fail(key, what, value)
+        return tuple(value)
+
+    def number_list(self, key: str, default: tuple[float, ...], *, integers: bool = False) -> tuple[Any, ...]:
+        value = self.data.get(key, list(default))
+        kinds = (int,) if integers else (int, float)
+        what = "a non-empty list of " + ("integers" if integers else "numbers >= 0")
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value)
+            or (not integers and any(v < 0 or v != v for v in value))
+        ):
+            raise self.fail(key, what, value)
+        return tuple(value if integers else (float(v) for v in value))
+
+
+_TOP_LEVEL = {
+    "name", "what_it_does", "what_it_does_not", "done_looks_like", "system_prompt", "task", "tools",
+    "fixtures", "checks", "turn_limit", "token_limit", "max_tokens", "num_ctx", "api_key_env", "matrix", "description",
+}  # fmt: skip
+_MATRIX = {"models", "temperatures", "repeats", "seeds", "tool_modes", "parsers"}
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and validate one scenario file.
+
+    Args:
+        path: the TOML file.
+
+    Returns:
+        The validated :class:`Scenario`; ``content_hash`` is the SHA-256 of the file's bytes.
+
+    Raises:
+        ScenarioError: the file is missing, unreadable, not TOML, or a field is missing or wrong.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ScenarioError(f"{path}: no such scenario file; `harness scenarios list` shows the shipped ones.") from exc
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the scenario file ({exc.strerror or exc}).") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: not a valid TOML file ({exc}).") from exc
+    unknown = sorted(set(data) - _TOP_LEVEL)
+    if unknown:
+        raise ScenarioError(f"{path}: unknown field '{unknown[0]}'; expected only {', '.join(sorted(_TOP_LEVEL))}.")
+    f = _Fields(path, data)
+    name = f.text("name")
+    if not _NAME.match(name):
+        raise f.fail("name", "letters, digits, '_', '.' or '-' only", name)
+    tool_names = f.string_list("tools", (), nonempty=False) if "tools" in data else None
+    if tool_names is None:
+        raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", missing=True)
+    for tool_name in tool_names:
+        if tool_name not in BUILTIN_TOOLS:
+            raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", tool_name)
+    fixtures = data.get("fixtures", {})
+    if not isinstance(fixtures, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fixtures.items()):
+        raise f.fail("fixtures", "a table of file path = text", fixtures)
+    for rel in fixtures:
+        parts = Path(rel).parts
+        if not rel or Path(rel).is_absolute() or ".." in parts or "\x00" in rel:
+            raise f.fail("fixtures", "sandbox-relative paths without '..'", rel)
+    checks = data.get("checks")
+    if not isinstance(checks, list) or not checks:
+        raise f.fail("checks", "a non-empty list of [[checks]] tables", checks, missing="checks" not in data)
+    for index, check in enumerate(checks):
+        problem = validate_check(check)
+        if problem:
+            raise ScenarioError(f"{path}: field 'checks[{index}]': {problem}.")
+    matrix_data = data.get("matrix", {})
+    if not isinstance(matrix_data, dict):
+        raise f.fail("matrix", "a table", matrix_data)
+    unknown = sorted(set(matrix_data) - _MATRIX)
+    if unknown:
+        raise ScenarioError(f"{path}: unknown field 'matrix.{unknown[0]}'; expected only {', '.join(sorted(_MATRIX))}.")
+    m = _Fields(path, matrix_data, "matrix.")
+    matrix = Matrix(
+        models=m.string_list("models", Matrix.models),
+        temperatures=m.number_list("temperatures", Matrix.temperatures),
+        repeats=m.integer("repeats", Matrix.repeats),
+        seeds=m.number_list("seeds", Matrix.seeds, integers=True),
+        tool_modes=m.string_list("tool_modes", Matrix.tool_modes, allowed=TOOL_MODES),
+        parsers=m.string_list("parsers", Matrix.parsers, allowed=PARSERS),
+    )
+    api_key_env = f.text("api_key_env", required=False) or None
+    return Scenario(
+        name=name,
+        path=path,
+        content_hash=hashlib.sha256(raw).hexdigest(),
+        what_it_does=f.text("what_it_does"),
+        what_it_does_not=f.text("what_it_does_not"),
+        done_looks_like=f.text("done_looks_like"),
+        system_prompt=f.text("system_prompt"),
+        task=f.text("task"),
+        tools=tuple(BUILTIN_TOOLS[n] for n in tool_names),
+        fixtures=dict(fixtures),
+        checks=tuple(checks),
+        turn_limit=f.integer("turn_limit", 8),
+        token_limit=f.integer("token_limit", 32000),
+        max_tokens=f.integer("max_tokens", 256),
+        num_ctx=f.integer("num_ctx", 4096, minimum=256),
+        api_key_env=api_key_env,
+        matrix=matrix,
+    )

@@ -1,0 +1,246 @@
+"""Built-in tools and the per-run sandbox they are confined to.
+
+Every tool is an ordinary Python function taking a :class:`Sandbox` first and the model's
+arguments as keywords, paired with a JSON Schema in a :class:`Tool`. Tools signal refusal or
+failure by raising :class:`~harness.errors.ToolError`; the loop sends that back to the model
+as ``ERROR: <message>``.
+
+Confinement (nothing the model sends may touch anything outside its run's sandbox):
+
+* a path is resolved with ``os.path.realpath`` against the sandbox root, which follows
+  symlinks, and must stay inside the root; ``..`` escapes, absolute paths and symlinks
+  pointing out are refused with ``ToolError(escape_attempt=True)`` before any I/O;
+* the final path component is opened with ``O_NOFOLLOW`` so a symlink swapped in after the
+  check is not followed either;
+* writes above :data:`MAX_WRITE_BYTES` (1 MiB) and reads above :data:`MAX_READ_BYTES` are
+  refused; NUL bytes in a path are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ToolError
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "MAX_READ_BYTES",
+    "MAX_WRITE_BYTES",
+    "Sandbox",
+    "Tool",
+    "ToolResult",
+    "get_tools",
+]
+
+MAX_WRITE_BYTES = 1024 * 1024
+MAX_READ_BYTES = 1024 * 1024
+
+
+class Sandbox:
+    """A folder that one run's tools are confined to.
+
+    Args:
+        root: the sandbox folder; created if missing.
+
+    Attributes:
+        root: the resolved absolute sandbox path.
+        escape_attempts: paths refused for pointing outside, in order.
+        written: sandbox-relative paths written by tools, in order (duplicates kept once).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]):
+        Path(root).mkdir(parents=True, exist_ok=True)
+        self.root = Path(os.path.realpath(root))
+        self.escape_attempts: list[str] = []
+        self.written: list[str] = []
+
+    def seed(self, files: Mapping[str, str]) -> None:
+        """Write fixture files (sandbox-relative path -> text) before the run starts.
+
+        Raises:
+            ToolError: a fixture path points outside the sandbox.
+        """
+        for rel, text in files.items():
+            target = self.resolve(rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+
+    def resolve(self, path: Any) -> Path:
+        """Resolve a model-given path to an absolute path inside the sandbox.
+
+        Args:
+            path: the path argument as the model sent it (any type).
+
+        Returns:
+            The absolute, symlink-free path inside :attr:`root`.
+
+        Raises:
+            ToolError: not a non-empty string, contains NUL, or resolves outside the sandbox
+                (``escape_attempt=True``; the attempt is appended to :attr:`escape_attempts`).
+        """
+        if not isinstance(path, str) or not path.strip():
+            raise ToolError(f"path must be a non-empty string, got {json.dumps(path)[:80]}")
+        if "\x00" in path:
+            raise ToolError("path must not contain NUL bytes")
+        candidate = Path(os.path.realpath(self.root / path))
+        if candidate != self.root and self.root not in candidate.parents:
+            self.escape_attempts.append(path)
+            raise ToolError(f"path {path!r} is outside the working directory; use paths relative to it", escape_attempt=True)
+        return candidate
+
+    def relative(self, path: Path) -> str:
+        """Return ``path`` relative to the sandbox root, with ``/`` separators."""
+        return path.relative_to(self.root).as_posix() or "."
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one tool call, as sent back to the model and stored in the ledger.
+
+    Attributes:
+        name: tool name as called.
+        arguments: arguments as parsed.
+        output: the text sent to the model (``ERROR: ...`` on error).
+        error: True when the tool refused or failed (including unknown tools).
+        escape_attempt: True when a path pointed outside the sandbox.
+    """
+
+    name: str
+    arguments: Any
+    output: str
+    error: bool = False
+    escape_attempt: bool = False
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool offered to the model: a Python function plus its JSON Schema.
+
+    Attributes:
+        name: the tool name the model calls.
+        description: one sentence for the model.
+        parameters: JSON Schema (object) of the keyword arguments.
+        function: ``function(sandbox, **arguments) -> str``; raises ToolError to refuse.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., str] = field(compare=False)
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style tool definition ``{"type": "function", "function": {...}}``."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def call(self, sandbox: Sandbox, arguments: Any) -> ToolResult:
+        """Execute the tool; never raises.
+
+        Args:
+            sandbox: the run's sandbox.
+            arguments: the model's arguments (expected dict; anything else is a tool error).
+
+        Returns:
+            The result; errors become ``ERROR: <message>`` with ``error=True``.
+        """
+        try:
+            if not isinstance(arguments, dict):
+                raise ToolError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+            allowed = set(self.parameters.get("properties", {}))
+            unexpected = sorted(set(arguments) - allowed)
+            if unexpected:
+                raise ToolError(f"unexpected argument(s) {', '.join(unexpected)}; {self.name} takes {', '.join(sorted(allowed)) or 'none'}")
+            missing = [k for k in self.parameters.get("required", []) if k not in arguments]
+            if missing:
+                raise ToolError(f"missing required argument(s) {', '.join(missing)}")
+            output = self.function(sandbox, **arguments)
+        except ToolError as exc:
+            return ToolResult(self.name, arguments, f"ERROR: {exc}", error=True, escape_attempt=exc.escape_attempt)
+        except Exception as exc:  # a tool bug must not crash the loop; it is data
+            return ToolResult(self.name, arguments, f"ERROR: {type(exc).__name__}: {exc}", error=True)
+        return ToolResult(self.name, arguments, output)
+
+
+def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
+    target = sandbox.resolve(path)
+    if not target.is_dir():
+        raise ToolError(f"{path!r} is not a directory")
+    return json.dumps(sorted(entry.name for entry in target.iterdir()))
+
+
+def _read_file(sandbox: Sandbox, path: Any) -> str:
+    target = sandbox.resolve(path)
+    if not target.is_file():
+        raise ToolError(f"no such file: {path!r}")
+    if target.stat().st_size > MAX_READ_BYTES:
+        raise ToolError(f"{path!r} is larger than {MAX_READ_BYTES} bytes")
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(MAX_READ_BYTES).decode("utf-8", errors="replace")
+
+
+def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
+    if not isinstance(content, str):
+        raise ToolError(f"content must be a string, got {type(content).__name__}")
+    data = content.encode("utf-8")
+    if len(data) > MAX_WRITE_BYTES:
+        raise ToolError(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES} bytes (1 MiB)")
+    target = sandbox.resolve(path)
+    if target == sandbox.root or target.is_dir():
+        raise ToolError(f"{path!r} is a directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sandbox.resolve(sandbox.relative(target.parent))  # re-check after mkdir: no symlinked parent
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    rel = sandbox.relative(target)
+    if rel not in sandbox.written:
+        sandbox.written.append(rel)
+    return f"wrote {len(data)} bytes to {rel}"
+
+
+_PATH = {"type": "string", "description": "Path relative to the working directory."}
+
+BUILTIN_TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            "list_files",
+            "List the names of the files in a directory of the working directory, as a JSON array.",
+            {"type": "object", "properties": {"path": {**_PATH, "default": "."}}, "required": []},
+            _list_files,
+        ),
+        Tool(
+            "read_file",
+            "Read a text file from the working directory.",
+            {"type": "object", "properties": {"path": _PATH}, "required": ["path"]},
+            _read_file,
+        ),
+        Tool(
+            "write_file",
+            "Write text to a file in the working directory, replacing it if it exists.",
+            {
+                "type": "object",
+                "properties": {"path": _PATH, "content": {"type": "string", "description": "The full text to write."}},
+                "required": ["path", "content"],
+            },
+            _write_file,
+        ),
+    )
+}
+
+
+def get_tools(names: list[str]) -> list[Tool]:
+    """Look up built-in tools by name, in the given order.
+
+    Raises:
+        KeyError: a name is not a built-in tool (the scenario loader turns this into a ScenarioError).
+    """
+    return [BUILTIN_TOOLS[name] for name in names]

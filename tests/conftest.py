@@ -1,0 +1,50 @@
+"""Shared fixtures: every test gets its own ledger and results folder; nothing touches the user's data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CASSETTES = Path(__file__).resolve().parent / "cassettes"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cwd(tmp_path, monkeypatch):
+    """Run each test in its own folder so default paths (results/, reports/) land in tmp."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+@pytest.fixture
+def ledger_path(tmp_path) -> Path:
+    return tmp_path / "results" / "ledger.sqlite"
+
+
+def write_cassette(path: Path, replies: list[dict]) -> Path:
+    """Write replies (cassette line dicts) to a JSONL cassette and return its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in replies), encoding="utf-8")
+    return path
+
+
+def call_line(name: str, arguments: dict | str, *, content: str | None = None, tokens: tuple[int, int] = (50, 10)) -> dict:
+    """A cassette line holding one structured tool call."""
+    return {
+        "content": content,
+        "tool_calls": [{"function": {"name": name, "arguments": arguments}}],
+        "finish_reason": "tool_calls",
+        "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]},
+    }
+
+
+def text_line(content: str | None, *, finish_reason: str = "stop", tokens: tuple[int, int] = (50, 10)) -> dict:
+    """A cassette line holding only text."""
+    return {
+        "content": content,
+        "tool_calls": None,
+        "finish_reason": finish_reason,
+        "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]},
+    }

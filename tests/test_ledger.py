@@ -1,0 +1,181 @@
+"""The ledger: append-only enforced by SQLite, hash-chained, verifiable, migrated on open."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from harness.errors import LedgerError
+from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, record_fields
+
+
+def run_start(run_id: str = "r1", **overrides) -> RunStart:
+    values = dict(
+        run_id=run_id, identity="id-" + run_id, scenario="s", scenario_path="s.toml", scenario_hash="h", model="replay:x",
+        backend="replay", base_url=None, server_version=None, model_digest="sha256:abc", temperature=0.7, seed=1,
+        max_tokens=64, num_ctx=2048, tool_mode="native", parser="lenient", repetition=0, turn_limit=8,
+        token_limit=1000, harness_version="0.1.0", git_sha=None, git_dirty=None, sandbox="/tmp/x",
+    )  # fmt: skip
+    values.update(overrides)
+    return RunStart(**values)
+
+
+def turn(run_id: str = "r1", n: int = 1, **overrides) -> TurnRecord:
+    values = dict(
+        run_id=run_id, turn=n, request_hash="rh", raw_reply={"choices": [{"message": {"content": "hé"}}]}, content="hé",
+        tool_calls=None, recovered_calls=[], executed_calls=[], failure_modes=["narration_without_call"],
+        recovered_by=None, classifier_version="1", finish_reason="stop", prompt_tokens=12, completion_tokens=3,
+        latency_ms=12.5, started_at="2026-11-30T00:00:00.000+00:00", ended_at="2026-11-30T00:00:01.000+00:00",
+    )  # fmt: skip
+    values.update(overrides)
+    return TurnRecord(**values)
+
+
+def run_end(run_id: str = "r1", outcome: str = "task_failed") -> RunEnd:
+    return RunEnd(
+        run_id=run_id, outcome=outcome, turns=2, prompt_tokens=24, completion_tokens=6, breach=None, error=None,
+        checks=[{"check": "file_exists", "passed": False, "detail": "report.txt does not exist"}], final_answer="hé",
+        escape_attempts=[], files_written=[],
+    )  # fmt: skip
+
+
+@pytest.fixture
+def filled(ledger_path):
+    with Ledger(ledger_path) as ledger:
+        ledger.start_run(run_start())
+        ledger.record_turn(turn(n=1))
+        ledger.record_turn(turn(n=2, content="second"))
+        ledger.end_run(run_end())
+    return ledger_path
+
+
+def test_blank_ledger_gets_the_whole_schema(ledger_path):
+    with Ledger(ledger_path) as ledger:
+        assert ledger.applied_migrations() == ["m001_initial"]
+        assert ledger.migrate() == []  # second open: nothing pending
+        cols = {r["name"] for r in ledger.query("PRAGMA table_info(turns)")}
+        assert set(record_fields(TurnRecord)) <= cols
+        assert ledger.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+        assert ledger.verify().ok
+
+
+def test_rows_round_trip(filled):
+    with Ledger(filled, readonly=True) as ledger:
+        [run] = ledger.runs()
+        assert (run["run_id"], run["outcome"], run["temperature"], run["turns"]) == ("r1", "task_failed", 0.7, 2)
+        turns = ledger.turns("r1")
+        assert [t["turn"] for t in turns] == [1, 2]
+        assert turns[0]["raw_reply"] == '{"choices":[{"message":{"content":"hé"}}]}'
+        assert turns[0]["started_at"].endswith("+00:00")
+        rows = list(ledger.export_rows())
+        assert rows[1]["failure_modes"] == ["narration_without_call"] and rows[1]["outcome"] == "task_failed"
+
+
+@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "_migrations"])
+def test_update_and_delete_are_rejected(filled, table):
+    db = sqlite3.connect(filled)
+    if table == "labels":
+        with Ledger(filled) as ledger:
+            ledger.record_labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={})
+    column = "name" if table == "_migrations" else "run_id"
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        db.execute(f"UPDATE {table} SET {column} = 'x'")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        db.execute(f"DELETE FROM {table}")
+    db.close()
+    with Ledger(filled) as ledger:
+        assert ledger.verify().ok
+
+
+def _tamper(path, sql):
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER turns_no_update")
+    db.execute("DROP TRIGGER turns_no_delete")
+    db.execute(sql)
+    db.execute("CREATE TRIGGER turns_no_update BEFORE UPDATE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
+    db.execute("CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
+    db.commit()
+    db.close()
+
+
+def test_verify_names_an_edited_row(filled):
+    _tamper(filled, "UPDATE turns SET content = 'forged' WHERE turn = 1")
+    with Ledger(filled) as ledger:
+        result = ledger.verify()
+    assert not result.ok
+    assert result.problem == "turns row seq=1 (run r1, turn 1): row_hash does not match its content (the row was edited)"
+
+
+def test_verify_names_the_row_after_a_deleted_one(filled):
+    _tamper(filled, "DELETE FROM turns WHERE turn = 1")
+    with Ledger(filled) as ledger:
+        result = ledger.verify()
+    assert not result.ok and result.problem.startswith("turns row seq=2 (run r1, turn 2): prev_hash does not match")
+
+
+def test_verify_notices_dropped_triggers(filled):
+    db = sqlite3.connect(filled)
+    db.execute("DROP TRIGGER runs_no_delete")
+    db.commit()
+    db.close()
+    with Ledger(filled, readonly=True) as ledger:
+        assert ledger.verify().problem == "the append-only trigger runs_no_delete is missing"
+
+
+def test_a_run_ends_once(filled):
+    with Ledger(filled) as ledger, pytest.raises(LedgerError, match="UNIQUE"):
+        ledger.end_run(run_end())
+
+
+def test_newest_labels_win(filled):
+    with Ledger(filled) as ledger:
+        ledger.record_labels(run_id="r1", turn=2, classifier_version="9", failure_modes=["empty_response"],
+                             recovered_calls=[], recovered_by=None, details={})  # fmt: skip
+        turns = ledger.turns("r1")
+        assert [t["labels"] for t in turns] == ['["narration_without_call"]', '["empty_response"]']
+        assert [r["failure_modes"] for r in ledger.export_rows()] == [["narration_without_call"], ["empty_response"]]
+        assert ledger.verify().ok
+
+
+def test_not_a_database(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(LedgerError, match="is not a readable SQLite ledger"):
+        Ledger(bad)
+    assert bad.read_bytes() == b"this is not sqlite at all" * 100  # nothing overwritten
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path):
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(LedgerError, match="not a harness ledger"):
+        Ledger(other)
+
+
+def test_missing_ledger_readonly(tmp_path):
+    with pytest.raises(LedgerError, match="no ledger at"):
+        Ledger(tmp_path / "none.sqlite", readonly=True)
+
+
+def test_concurrent_writers_keep_the_chain(ledger_path):
+    ledger = Ledger(ledger_path)
+    for i in range(16):
+        ledger.start_run(run_start(f"r{i}"))
+
+    def write(i: int) -> None:
+        other = Ledger(ledger_path)  # a connection per thread, like separate processes
+        for n in range(1, 21):
+            other.record_turn(turn(f"r{i}", n))
+        other.close()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ledger.query("SELECT COUNT(*) AS n FROM turns")[0]["n"] == 320
+    result = ledger.verify()
+    assert result.ok and result.rows == 336
+    ledger.close()

@@ -1,0 +1,93 @@
+"""The sandbox: tools touch nothing outside the run's folder, whatever the model sends."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from harness.tools import BUILTIN_TOOLS, MAX_WRITE_BYTES, Sandbox
+
+
+@pytest.fixture
+def box(tmp_path):
+    sandbox = Sandbox(tmp_path / "box")
+    sandbox.seed({"hello.txt": "Hello\n", "sub/inner.txt": "inner"})
+    return sandbox
+
+
+def call(box, name, **arguments):
+    return BUILTIN_TOOLS[name].call(box, arguments)
+
+
+def test_list_read_write_inside_sandbox(box):
+    assert json.loads(call(box, "list_files").output) == ["hello.txt", "sub"]
+    assert json.loads(call(box, "list_files", path="sub").output) == ["inner.txt"]
+    assert call(box, "read_file", path="hello.txt").output == "Hello\n"
+    result = call(box, "write_file", path="out/report.txt", content="3 files")
+    assert not result.error and result.output == "wrote 7 bytes to out/report.txt"
+    assert (box.root / "out" / "report.txt").read_text() == "3 files"
+    assert box.written == ["out/report.txt"]
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "sub/../../x", "~/x/../../../etc/passwd"])
+def test_escapes_are_refused_and_recorded(box, tmp_path, path):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    write = call(box, "write_file", path=path, content="pwned")
+    read = call(box, "read_file", path=path)
+    assert write.error and write.escape_attempt and write.output.startswith("ERROR: path ")
+    assert read.error and read.escape_attempt
+    assert box.escape_attempts == [path, path]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not (tmp_path / "x").exists()
+
+
+def test_tilde_is_a_plain_folder_name(box):
+    result = call(box, "write_file", path="~/notes.txt", content="x")
+    assert not result.error and (box.root / "~" / "notes.txt").read_text() == "x"
+
+
+def test_symlink_pointing_out_is_refused(box, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    os.symlink(outside, box.root / "link")
+    os.symlink(outside / "secret.txt", box.root / "secret_link.txt")
+    assert call(box, "read_file", path="link/secret.txt").escape_attempt
+    assert call(box, "read_file", path="secret_link.txt").escape_attempt
+    result = call(box, "write_file", path="link/new.txt", content="x")
+    assert result.escape_attempt and not (outside / "new.txt").exists()
+    result = call(box, "write_file", path="secret_link.txt", content="overwritten")
+    assert result.escape_attempt and (outside / "secret.txt").read_text() == "secret"
+    assert call(box, "list_files", path="link").escape_attempt
+
+
+def test_write_size_cap(box):
+    ok = call(box, "write_file", path="big.txt", content="x" * MAX_WRITE_BYTES)
+    assert not ok.error
+    too_big = call(box, "write_file", path="bigger.txt", content="x" * (MAX_WRITE_BYTES + 1))
+    assert too_big.error and "1 MiB" in too_big.output and not (box.root / "bigger.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "message"),
+    [
+        ("read_file", {}, "ERROR: missing required argument(s) path"),
+        ("read_file", {"path": "nope.txt"}, "ERROR: no such file: 'nope.txt'"),
+        ("read_file", {"path": 3}, "ERROR: path must be a non-empty string, got 3"),
+        ("write_file", {"path": "a.txt", "content": ["x"]}, "ERROR: content must be a string, got list"),
+        ("write_file", {"path": "a.txt", "content": "x", "mode": "w"}, "ERROR: unexpected argument(s) mode; write_file takes content, path"),
+        ("list_files", {"path": "hello.txt"}, "ERROR: 'hello.txt' is not a directory"),
+        ("write_file", {"path": "sub", "content": "x"}, "ERROR: 'sub' is a directory"),
+        ("read_file", {"path": "a\x00b"}, "ERROR: path must not contain NUL bytes"),
+    ],
+)
+def test_tool_errors_are_messages_not_exceptions(box, name, arguments, message):
+    result = BUILTIN_TOOLS[name].call(box, arguments)
+    assert result.error and result.output == message
+
+
+def test_non_dict_arguments(box):
+    result = BUILTIN_TOOLS["list_files"].call(box, ["."])
+    assert result.output == "ERROR: arguments must be a JSON object, got list"
