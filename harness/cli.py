@@ -8,10 +8,16 @@ Errors are turned into one sentence and an exit code in one place, :func:`main`:
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from harness.errors import HarnessError, UsageError
+from tabulate import tabulate
+
+from harness.errors import HarnessError, ScenarioError, UsageError
 
 __all__ = ["build_parser", "main"]
 
@@ -24,7 +30,208 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_run(sub)
+    _add_ledger(sub)
+    _add_export(sub)
+    _add_scenarios(sub)
     return parser
+
+
+def _ledger_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ledger", type=Path, default=None, help="ledger file (default: results/ledger.sqlite)")
+
+
+def _ledger_path(args: argparse.Namespace) -> Path:
+    from harness.ledger import DEFAULT_LEDGER_PATH
+
+    return args.ledger or DEFAULT_LEDGER_PATH
+
+
+def _default_scenario() -> Path:
+    from harness.scenarios import DEFAULT_SCENARIO
+
+    if DEFAULT_SCENARIO.exists():
+        return DEFAULT_SCENARIO
+    return Path(__file__).resolve().parent.parent / DEFAULT_SCENARIO
+
+
+# -- harness run -------------------------------------------------------------------------------------
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run scenarios over a matrix of models and options", description=(
+        "Run scenario files over a matrix of models, temperatures, seeds, tool modes and parser policies, "
+        "recording every turn in the ledger. With no arguments: scenarios/list_and_report.toml on "
+        "embedded:smollm2-135m with the scenario's default matrix."))  # fmt: skip
+    p.add_argument("scenarios", nargs="*", type=Path, metavar="SCENARIO", help="scenario TOML files")
+    p.add_argument("--model", action="append", metavar="SPEC", help="model spec (repeatable): ollama:M[@URL], openai:M@URL, embedded:NAME|PATH, replay:FILE")
+    p.add_argument("--temperature", action="append", type=float, metavar="T", help="temperature (repeatable)")
+    p.add_argument("--seed", action="append", type=int, metavar="N", help="base seed (repeatable); repetition r sends seed N + r")
+    p.add_argument("--repeats", type=int, metavar="N", help="repetitions per cell")
+    p.add_argument("--tool-mode", action="append", choices=["native", "prompt"], help="how tools reach the model (repeatable)")
+    p.add_argument("--parser", action="append", choices=["strict", "lenient"], help="parser policy (repeatable)")
+    _ledger_option(p)
+    p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
+    p.add_argument("--dry-run", action="store_true", help="print the planned runs and exit")
+    p.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+    from harness.runner import MatrixOverrides, expand_matrix, format_run_line, run_matrix, summary_rows
+    from harness.scenarios import load_scenario
+
+    if args.repeats is not None and args.repeats < 1:
+        raise UsageError("--repeats must be at least 1.")
+    if any(t < 0 for t in args.temperature or []):
+        raise UsageError("--temperature must be 0 or more.")
+    scenarios = [load_scenario(path) for path in (args.scenarios or [_default_scenario()])]
+    overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
+    plans = expand_matrix(scenarios, overrides)
+    if args.dry_run:
+        for i, plan in enumerate(plans, 1):
+            print(f"[{i}/{len(plans)}] {plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
+                  f"{plan.tool_mode}/{plan.parser} rep={plan.repetition}")  # fmt: skip
+        print(f"{len(plans)} runs planned.")
+        return 0
+    ledger_path = _ledger_path(args)
+    started = time.perf_counter()
+    with Ledger(ledger_path) as ledger:
+        print(f"Running {len(plans)} runs; ledger: {ledger_path}", flush=True)
+        last = [time.perf_counter()]
+
+        def on_run(index, total, summary):
+            now = time.perf_counter()
+            print(format_run_line(index, total, summary, now - last[0]), flush=True)
+            last[0] = now
+
+        result = run_matrix(plans, ledger, runs_dir=ledger_path.parent / "runs", record_dir=args.record, on_run=on_run)
+    rows = summary_rows(result.summaries)
+    if rows:
+        table = [{**r, "pass_rate": "n/a" if r["pass_rate"] is None else f"{r['pass_rate']:.0%}"} for r in rows]
+        for row in table:
+            for key in ("turn_limit", "token_limit", "interrupted"):
+                if not any(r[key] for r in rows):
+                    row.pop(key)
+        print()
+        print(tabulate(table, headers="keys", tablefmt="github"))
+    print(f"\n{len(result.summaries)} runs in {time.perf_counter() - started:.1f} s; ledger: {ledger_path}")
+    for model, reason, count in result.skipped:
+        print(f"harness: skipped {count} runs of {model}: {reason}", file=sys.stderr)
+    infra = sum(s.outcome == "infra_error" for s in result.summaries)
+    if infra:
+        print(f"harness: {infra} runs ended as infra_error (server failures, not model failures); re-run to retry them.", file=sys.stderr)
+    return 1 if result.skipped or infra else 0
+
+
+# -- harness ledger ... ------------------------------------------------------------------------------
+def _add_ledger(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ledger", help="inspect and check the ledger")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    v = verbs.add_parser("verify", help="recompute the hash chains; exit 1 naming the first bad row")
+    _ledger_option(v)
+    v.set_defaults(func=_cmd_ledger_verify)
+    m = verbs.add_parser("migrate", help="create or upgrade the ledger schema")
+    _ledger_option(m)
+    m.set_defaults(func=_cmd_ledger_migrate)
+
+
+def _cmd_ledger_verify(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+
+    path = _ledger_path(args)
+    with Ledger(path, readonly=True) as ledger:
+        result = ledger.verify()
+    if result.ok:
+        print(f"{path}: OK, {result.rows} rows verified.")
+        return 0
+    print(f"harness: {path}: verification FAILED at {result.problem}.", file=sys.stderr)
+    return 1
+
+
+def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+
+    path = _ledger_path(args)
+    with Ledger(path) as ledger:
+        print(f"{path}: schema up to date ({', '.join(ledger.applied_migrations())}).")
+    return 0
+
+
+# -- harness export ----------------------------------------------------------------------------------
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write one record per turn as JSONL or CSV")
+    _ledger_option(p)
+    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    p.add_argument("--out", type=Path, help="output file (default: standard output)")
+    p.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from harness.ledger import EXPORT_COLUMNS, Ledger
+
+    with Ledger(_ledger_path(args), readonly=True) as ledger:
+        rows = ledger.export_rows()
+        out = args.out.open("w", encoding="utf-8", newline="") if args.out else sys.stdout
+        try:
+            if args.format == "jsonl":
+                for row in rows:
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            else:
+                writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, extrasaction="ignore")
+                writer.writeheader()
+                for row in rows:
+                    writer.writerow({**row, "failure_modes": ";".join(row["failure_modes"])})
+        finally:
+            if args.out:
+                out.close()
+    return 0
+
+
+# -- harness scenarios ... ---------------------------------------------------------------------------
+def _add_scenarios(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("scenarios", help="list and validate scenario files")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    ls = verbs.add_parser("list", help="list the scenarios in a folder")
+    ls.add_argument("folder", nargs="?", type=Path, default=None, help="folder (default: scenarios/)")
+    ls.set_defaults(func=_cmd_scenarios_list)
+    ck = verbs.add_parser("check", help="validate scenario files without running anything")
+    ck.add_argument("files", nargs="*", type=Path, help="scenario files (default: every file in scenarios/)")
+    ck.set_defaults(func=_cmd_scenarios_check)
+
+
+def _scenario_files(folder: Path | None) -> list[Path]:
+    folder = folder or _default_scenario().parent
+    files = sorted(folder.glob("*.toml"))
+    if not files:
+        raise ScenarioError(f"{folder}: no scenario files (*.toml) found.")
+    return files
+
+
+def _cmd_scenarios_list(args: argparse.Namespace) -> int:
+    from harness.scenarios import load_scenario
+
+    rows = []
+    for path in _scenario_files(args.folder):
+        s = load_scenario(path)
+        rows.append({"scenario": s.name, "tools": ", ".join(t.name for t in s.tools), "turn_limit": s.turn_limit,
+                     "done looks like": s.done_looks_like, "file": str(path)})  # fmt: skip
+    print(tabulate(rows, headers="keys", tablefmt="github"))
+    return 0
+
+
+def _cmd_scenarios_check(args: argparse.Namespace) -> int:
+    from harness.scenarios import load_scenario
+
+    failures = 0
+    for path in args.files or _scenario_files(None):
+        try:
+            scenario = load_scenario(path)
+            print(f"{path}: OK ({scenario.name}, {len(scenario.checks)} checks)")
+        except ScenarioError as exc:
+            failures += 1
+            print(f"harness: {exc}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
