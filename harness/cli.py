@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger(sub)
     _add_export(sub)
     _add_scenarios(sub)
+    _add_models(sub)
     return parser
 
 
@@ -232,6 +233,39 @@ def _cmd_scenarios_check(args: argparse.Namespace) -> int:
             failures += 1
             print(f"harness: {exc}", file=sys.stderr)
     return 1 if failures else 0
+
+
+# -- harness models ... -----------------------------------------------------------------------------
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    """Register ``harness models pull NAME`` and ``harness models list``."""
+    models_parser = sub.add_parser("models", help="manage the embedded backend's model cache")
+    models_sub = models_parser.add_subparsers(dest="models_command", metavar="ACTION")
+    models_sub.required = True
+    pull = models_sub.add_parser("pull", help="download and verify a known model; print its path")
+    pull.add_argument("name", metavar="NAME", help="a known model name, e.g. smollm2-135m")
+    pull.set_defaults(func=_cmd_models_pull)
+    listing = models_sub.add_parser("list", help="list known models, cached or not")
+    listing.set_defaults(func=_cmd_models_list)
+
+
+def _cmd_models_pull(args: argparse.Namespace) -> int:
+    from harness import models
+
+    print(models.pull(args.name))
+    return 0
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from harness import models
+
+    rows = [
+        [m.info.name, f"{m.info.size / 1e6:.1f} MB", "yes" if m.cached else "no", m.info.license, m.path]
+        for m in models.list_models()
+    ]
+    print(tabulate(rows, headers=["name", "size", "cached", "license", "path"]))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

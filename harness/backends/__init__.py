@@ -1,5 +1,146 @@
-"""Backends: one protocol (:class:`Backend`), one implementation per server kind."""
+"""Backends: one protocol (:class:`Backend`), one implementation per server kind.
+
+Open a backend from a model spec string with :func:`open_backend`::
+
+    ollama:MODEL[@URL]            Ollama's native API; URL defaults to $OLLAMA_HOST or
+                                  http://localhost:11434 (MODEL may contain ':')
+    openai:MODEL@BASE_URL         any OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
+    embedded:NAME_OR_GGUF_PATH    llama.cpp started in-process (known name or .gguf file)
+    replay:CASSETTE.jsonl         replies read from a cassette file
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
+from harness.backends.embedded import EmbeddedBackend
+from harness.backends.ollama import DEFAULT_OLLAMA_URL, OllamaBackend
+from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend
+from harness.backends.replay import CassetteRecorder, ReplayBackend, write_cassette_line
+from harness.errors import UsageError
 
-__all__ = ["Backend", "BackendIdentity", "GenerateOptions", "Reply"]
+__all__ = [
+    "Backend",
+    "BackendIdentity",
+    "CassetteRecorder",
+    "EmbeddedBackend",
+    "GenerateOptions",
+    "OllamaBackend",
+    "OpenAICompatBackend",
+    "ReplayBackend",
+    "Reply",
+    "SPEC_FORMS",
+    "open_backend",
+    "parse_model_spec",
+    "write_cassette_line",
+]
+
+#: the accepted model spec forms, quoted in usage errors
+SPEC_FORMS = "ollama:MODEL[@URL], openai:MODEL@BASE_URL, embedded:NAME_OR_GGUF_PATH or replay:CASSETTE.jsonl"
+
+_KINDS = ("ollama", "openai", "embedded", "replay")
+_OLLAMA_PORT = 11434
+
+
+def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
+    """Split a model spec into its kind, model and URL.
+
+    Only the first ``:`` separates the kind (Ollama names contain ``:``); for ``ollama`` and
+    ``openai`` the URL follows the first ``@``. A URL without a scheme gets ``http://``.
+
+    Args:
+        spec: e.g. ``ollama:qwen2.5-coder:1.5b@http://h:1``.
+
+    Returns:
+        ``(kind, model, url_or_None)``; ``model`` is the name, ``.gguf`` path or cassette path.
+
+    Raises:
+        UsageError: unknown kind, empty model, or a missing or malformed URL.
+    """
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind not in _KINDS or not rest:
+        raise _bad_spec(spec)
+    if kind in ("embedded", "replay"):
+        return kind, rest, None
+    model, at, url = rest.partition("@")
+    if not model or (at and not url) or (kind == "openai" and not at):
+        raise _bad_spec(spec)
+    return kind, model, _normalize_url(url, spec) if at else None
+
+
+def open_backend(
+    spec: str,
+    *,
+    api_key_env: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    parallel: int = 1,
+    num_ctx: int = 4096,
+) -> Backend:
+    """Open the backend a model spec names (no request is sent yet).
+
+    Args:
+        spec: a model spec (see the module docstring).
+        api_key_env: name of the environment variable holding the API key (``openai`` and
+            ``ollama``); without it ``openai`` uses ``$OPENAI_API_KEY`` when set.
+        timeout_s: seconds to wait for one reply.
+        parallel: concurrent requests the embedded server must serve (its slot count).
+        num_ctx: context tokens per slot for the embedded server (Ollama takes
+            ``GenerateOptions.num_ctx`` per request instead).
+
+    Returns:
+        The backend, with ``spec`` set to the given string; use it as a context manager.
+
+    Raises:
+        UsageError: malformed spec, a missing ``api_key_env`` variable, a bad ``.gguf`` path
+            or cassette.
+        ModelCacheError: an embedded model could not be fetched.
+    """
+    kind, model, url = parse_model_spec(spec)
+    backend: Backend
+    if kind == "ollama":
+        base = url or _normalize_url(os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, "OLLAMA_HOST")
+        backend = OllamaBackend(model, base, api_key=_api_key(api_key_env, fallback=None), timeout_s=timeout_s)
+    elif kind == "openai":
+        assert url is not None
+        backend = OpenAICompatBackend(
+            model, url, api_key=_api_key(api_key_env, fallback="OPENAI_API_KEY"), timeout_s=timeout_s
+        )
+    elif kind == "embedded":
+        backend = EmbeddedBackend(model, parallel=parallel, num_ctx=num_ctx, timeout_s=timeout_s)
+    else:
+        backend = ReplayBackend(model)
+    backend.spec = spec
+    return backend
+
+
+def _bad_spec(spec: str) -> UsageError:
+    return UsageError(f"Model spec {spec!r} is not valid; use {SPEC_FORMS}.")
+
+
+def _normalize_url(url: str, where: str) -> str:
+    """Add ``http://`` to a bare ``host[:port]`` (and Ollama's port to a bare ``$OLLAMA_HOST``)."""
+    had_scheme = "://" in url
+    full = url if had_scheme else f"http://{url}"
+    parts = urlsplit(full)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        if where == "OLLAMA_HOST":
+            raise UsageError(f"OLLAMA_HOST={url!r} is not a valid host or URL; set it like localhost:11434.")
+        raise _bad_spec(where)
+    if where == "OLLAMA_HOST" and not had_scheme and port is None:
+        full = f"{full.rstrip('/')}:{_OLLAMA_PORT}"
+    return full.rstrip("/")
+
+
+def _api_key(env_name: str | None, *, fallback: str | None) -> str | None:
+    if env_name:
+        value = os.environ.get(env_name)
+        if not value:
+            raise UsageError(f"Environment variable {env_name} (named by --api-key-env) is not set; export it first.")
+        return value
+    return os.environ.get(fallback) if fallback else None

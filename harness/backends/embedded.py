@@ -1,0 +1,200 @@
+"""Embedded backend: llama.cpp's server, started in this process with ``xllamacpp``.
+
+Design: the embedded server is the same llama.cpp HTTP server one would run by hand, bound
+to 127.0.0.1 on a free port; requests go to it over real HTTP through an
+:class:`OpenAICompatBackend`. So the embedded path exercises exactly the client code used
+against external servers, and its replies carry the same ``raw`` bodies.
+
+* The model is a path to a ``.gguf`` file or a known name from :mod:`harness.models`
+  (fetched into the cache on first use).
+* The server starts lazily on the first :meth:`EmbeddedBackend.generate` (or an explicit
+  :meth:`EmbeddedBackend.start`), under a lock so parallel workers start it once.
+* ``n_ctx = num_ctx * parallel``: llama.cpp splits the context between its slots, so each of
+  the ``parallel`` concurrent requests gets ``num_ctx`` tokens.
+* :meth:`EmbeddedBackend.close` drops the last reference to the ``xllamacpp.Server``, which
+  stops it and frees the port.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import threading
+from pathlib import Path
+from typing import Any
+
+from harness import models
+from harness.backends.base import DEFAULT_NUM_CTX, Backend, BackendIdentity, GenerateOptions, Reply
+from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend
+from harness.errors import BackendUnavailable, ModelCacheError, UsageError
+
+__all__ = ["EmbeddedBackend", "resolve_model"]
+
+
+def resolve_model(name_or_path: str, *, fetch: bool = True) -> tuple[Path, str | None]:
+    """Find the GGUF file for an ``embedded:`` spec.
+
+    Args:
+        name_or_path: a path to an existing ``.gguf`` file, or a known model name.
+        fetch: download a known model that is not cached yet.
+
+    Returns:
+        ``(path, sha256)``: the file, and its verified SHA-256 (hex) for known models or
+        ``None`` for a plain path (hashed later, on demand).
+
+    Raises:
+        UsageError: neither an existing ``.gguf`` file nor a known model name.
+        ModelCacheError: a known model could not be fetched or verified.
+    """
+    if name_or_path in models.KNOWN_MODELS:
+        return models.model_path(name_or_path, fetch=fetch), models.KNOWN_MODELS[name_or_path].sha256
+    path = Path(name_or_path).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        return path, None
+    known = ", ".join(sorted(models.KNOWN_MODELS))
+    raise UsageError(
+        f"embedded:{name_or_path} is neither an existing .gguf file nor a known model ({known})."
+    )
+
+
+class EmbeddedBackend(Backend):
+    """llama.cpp's server running inside this process, spoken to over HTTP on 127.0.0.1.
+
+    Example::
+
+        with EmbeddedBackend("smollm2-135m") as backend:
+            reply = backend.generate([{"role": "user", "content": "hi"}], None,
+                                     GenerateOptions(max_tokens=16))
+
+    Args:
+        name_or_path: a known model name (``smollm2-135m``) or a path to a ``.gguf`` file.
+        parallel: number of concurrent requests (llama.cpp slots).
+        num_ctx: context length per slot, in tokens.
+        timeout_s: seconds to wait for one reply.
+
+    Raises:
+        UsageError: the model is neither a ``.gguf`` file nor a known name.
+        ModelCacheError: a known model could not be fetched or verified.
+    """
+
+    kind = "embedded"
+
+    def __init__(
+        self,
+        name_or_path: str,
+        *,
+        parallel: int = 1,
+        num_ctx: int = DEFAULT_NUM_CTX,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if parallel < 1 or num_ctx < 1:
+            raise UsageError(f"parallel ({parallel}) and num_ctx ({num_ctx}) must both be at least 1.")
+        self.name = name_or_path
+        self.parallel = parallel
+        self.num_ctx = num_ctx
+        self.timeout_s = timeout_s
+        self.spec = f"embedded:{name_or_path}"
+        self.model_file, self._sha256 = resolve_model(name_or_path)
+        self._server: Any = None
+        self._client: OpenAICompatBackend | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str | None:
+        """The running server's OpenAI API root (``http://127.0.0.1:PORT/v1``), or ``None``."""
+        return self._client.base_url if self._client is not None else None
+
+    def start(self) -> str:
+        """Start the server if it is not running.
+
+        Returns:
+            The OpenAI API root, e.g. ``http://127.0.0.1:45039/v1``.
+
+        Raises:
+            BackendUnavailable: llama.cpp could not load the model or start the server.
+        """
+        with self._lock:
+            if self._client is None:
+                self._server, address = self._start_server()
+                self._client = OpenAICompatBackend(self.name, f"{address.rstrip('/')}/v1", timeout_s=self.timeout_s)
+            return self._client.base_url
+
+    def generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> Reply:
+        """Start the server if needed, then send one chat request to it.
+
+        ``options.num_ctx`` is not sent: the context per slot is fixed at start (``num_ctx``).
+
+        Returns:
+            The reply as :meth:`OpenAICompatBackend.generate` returns it, with this backend's
+            identity.
+
+        Raises:
+            BackendUnavailable: the server could not start or stopped answering.
+            BackendTimeout, BackendResponseError: as for :class:`OpenAICompatBackend`.
+        """
+        self.start()
+        assert self._client is not None
+        reply = self._client.generate(messages, tools, options)
+        reply.identity = self.identity()
+        return reply
+
+    def identity(self) -> BackendIdentity:
+        """``embedded``, the model name, ``sha256:<gguf sha256>`` and ``xllamacpp <version>``.
+
+        Hashes a plain ``.gguf`` path once (seconds for GB files); never starts the server.
+
+        Raises:
+            ModelCacheError: the GGUF file cannot be read.
+        """
+        if self._sha256 is None:
+            try:
+                self._sha256 = models.file_sha256(self.model_file)
+            except OSError as exc:
+                raise ModelCacheError(f"Cannot read {self.model_file} to hash it ({exc}); check the file.") from exc
+        return BackendIdentity(
+            backend=self.kind,
+            model=self.name,
+            base_url=self.base_url,
+            server_version=f"xllamacpp {_xllamacpp_version()}",
+            model_digest=f"sha256:{self._sha256}",
+        )
+
+    def close(self) -> None:
+        """Stop the server (if started) and close the HTTP client; safe to call twice."""
+        with self._lock:
+            client, self._client = self._client, None
+            server, self._server = self._server, None
+        if client is not None:
+            client.close()
+        if server is not None:
+            del server  # the last reference: xllamacpp stops the server when it is freed
+            gc.collect()
+
+    def _start_server(self) -> tuple[Any, str]:
+        import xllamacpp  # heavy native import: only when a server is really needed
+
+        params = xllamacpp.CommonParams()
+        params.model.path = str(self.model_file)
+        params.port = 0
+        params.n_ctx = self.num_ctx * self.parallel
+        params.n_parallel = self.parallel
+        params.use_jinja = True
+        params.verbosity = -1
+        try:
+            server = xllamacpp.Server(params)
+            address = server.listening_address
+        except Exception as exc:  # xllamacpp raises plain RuntimeError/ValueError
+            raise BackendUnavailable(
+                f"The embedded llama.cpp server could not start with {self.model_file} ({exc}); "
+                f"check that the file is a valid GGUF model."
+            ) from exc
+        return server, address
+
+
+def _xllamacpp_version() -> str:
+    try:
+        return importlib.metadata.version("xllamacpp")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,228 @@
+"""Backend for Ollama's native ``POST /api/chat``.
+
+Why native and not Ollama's OpenAI-compatible endpoint: only the native API takes
+``options.num_ctx``, and Ollama's default context silently truncates long agent
+conversations. Every request therefore sends ``temperature``, ``seed``, ``num_ctx`` and
+``num_predict`` explicitly.
+
+Design: :class:`OllamaBackend` subclasses :class:`OpenAICompatBackend` and overrides only the
+wire format and the error wording; connection handling and error translation are shared.
+Messages arrive in the OpenAI shape and are translated at this edge (:func:`to_ollama_messages`):
+assistant tool-call ``arguments`` become JSON objects, and tool results carry ``tool_name``.
+Replies keep ``message.tool_calls`` exactly as Ollama returned them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from harness.backends.base import BackendIdentity, GenerateOptions, Reply
+from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, _int_or_none, _snippet
+from harness.errors import BackendResponseError, ModelNotFound
+
+__all__ = ["DEFAULT_OLLAMA_URL", "OllamaBackend", "to_ollama_messages"]
+
+#: where Ollama listens when ``OLLAMA_HOST`` is not set
+DEFAULT_OLLAMA_URL = "http://localhost:11434"
+
+
+class OllamaBackend(OpenAICompatBackend):
+    """A model served by Ollama, spoken to over its native ``/api/chat``.
+
+    Example::
+
+        with OllamaBackend("qwen2.5-coder:1.5b") as backend:
+            reply = backend.generate(messages, tools, GenerateOptions(num_ctx=8192))
+
+    Args:
+        model: Ollama model name, e.g. ``qwen2.5-coder:1.5b``.
+        base_url: Ollama's root URL (no ``/api``), default ``http://localhost:11434``.
+        api_key: sent as a Bearer token when given (for Ollama behind an auth proxy).
+        timeout_s: seconds to wait for one reply.
+        client: an ``httpx.Client`` to use instead of a private one.
+    """
+
+    kind = "ollama"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str = DEFAULT_OLLAMA_URL,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        client: httpx.Client | None = None,
+    ) -> None:
+        super().__init__(model, base_url, api_key=api_key, timeout_s=timeout_s, client=client)
+
+    def generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> Reply:
+        """Send one ``/api/chat`` request (``stream: false``) and return the reply.
+
+        Args:
+            messages: the conversation, OpenAI chat shape (translated here).
+            tools: OpenAI tool definitions; omitted when ``None`` or empty.
+            options: sent as ``options: {temperature, seed, num_ctx, num_predict}``.
+
+        Returns:
+            The reply: ``message.content``, ``message.tool_calls`` as returned,
+            ``done_reason`` as ``finish_reason``, ``prompt_eval_count`` / ``eval_count`` as
+            prompt / completion tokens, latency in ms, the whole body as ``raw``.
+
+        Raises:
+            BackendUnavailable: Ollama is not running at the URL, or dropped the connection.
+            BackendTimeout: no complete answer within ``timeout_s``.
+            ModelNotFound: the model is not pulled.
+            BackendResponseError: another HTTP error, or a body that is not the expected JSON.
+        """
+        return super().generate(messages, tools, options)
+
+    def identity(self) -> BackendIdentity:
+        """Return Ollama's version and the model's digest (``sha256:<hex>``).
+
+        Queries ``GET /api/version`` and ``POST /api/show``, falling back to ``GET /api/tags``
+        for the digest. Missing fields are ``None``; the result is cached.
+
+        Raises:
+            BackendUnavailable: Ollama is not running at the URL.
+            BackendTimeout: Ollama did not answer the metadata request in time.
+        """
+        if self._identity is None:
+            version = self._get_json("GET", "/api/version").get("version")
+            self._identity = BackendIdentity(
+                backend=self.kind,
+                model=self.model,
+                base_url=self.base_url,
+                server_version=version if isinstance(version, str) else None,
+                model_digest=self._model_digest(),
+            )
+        return self._identity
+
+    # -- wire format ----------------------------------------------------------------------
+
+    def _chat_url(self) -> str:
+        return f"{self.base_url}/api/chat"
+
+    def _build_payload(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_ollama_messages(messages),
+            "stream": False,
+            "options": {
+                "temperature": options.temperature,
+                "seed": options.seed,
+                "num_ctx": options.num_ctx,
+                "num_predict": options.max_tokens,
+            },
+        }
+        if tools:
+            payload["tools"] = tools
+        return payload
+
+    def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
+        message = body.get("message")
+        if not isinstance(message, dict):
+            raise BackendResponseError(
+                f"Ollama at {self.base_url} answered without a 'message' object ({_snippet(body)}); "
+                f"check that the URL points at Ollama itself, not its /v1 API.",
+                status_code=None,
+            )
+        return Reply(
+            content=message.get("content"),
+            tool_calls=message.get("tool_calls"),
+            finish_reason=body.get("done_reason"),
+            prompt_tokens=_int_or_none(body.get("prompt_eval_count")),
+            completion_tokens=_int_or_none(body.get("eval_count")),
+            latency_ms=latency_ms,
+            raw=body,
+            identity=self._reply_identity(),
+        )
+
+    def _unreachable_message(self) -> str:
+        return f"Ollama is not running at {self.base_url}; start it with `ollama serve` or set OLLAMA_HOST."
+
+    def _model_not_found_message(self, detail: str) -> str:
+        return f"Ollama has no model '{self.model}'; run `ollama pull {self.model}` first."
+
+    # -- metadata -------------------------------------------------------------------------
+
+    def _get_json(self, method: str, path: str, json_body: Any = None) -> dict[str, Any]:
+        """A metadata request; ``{}`` when Ollama answers with an error status or odd body."""
+        response = self._request(method, f"{self.base_url}{path}", json_body=json_body, timeout_s=self.timeout_s)
+        if response.status_code >= 400:
+            return {}
+        try:
+            data = response.json()
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _model_digest(self) -> str | None:
+        shown = self._get_json("POST", "/api/show", {"model": self.model})
+        digest = shown.get("digest")
+        if not isinstance(digest, str):
+            digest = None
+            wanted = {self.model, self.model if ":" in self.model else f"{self.model}:latest"}
+            models = self._get_json("GET", "/api/tags").get("models")
+            for entry in models if isinstance(models, list) else []:
+                if isinstance(entry, dict) and (entry.get("name") in wanted or entry.get("model") in wanted):
+                    digest = entry.get("digest") if isinstance(entry.get("digest"), str) else None
+                    break
+        if not digest:
+            return None
+        return digest if digest.startswith("sha256:") else f"sha256:{digest}"
+
+
+def to_ollama_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Translate OpenAI-shape chat messages into Ollama's ``/api/chat`` shape.
+
+    * ``content: None`` becomes ``""``.
+    * Assistant ``tool_calls[].function.arguments`` become objects: a JSON string is parsed;
+      a string that is not a JSON object becomes ``{}`` (the model's broken call is kept in
+      the ledger from its original reply, not here).
+    * Tool messages keep ``content`` and get ``tool_name``: the message's ``name``, else the
+      name of the assistant tool call whose ``id`` equals its ``tool_call_id``.
+
+    Args:
+        messages: OpenAI chat messages (not modified).
+
+    Returns:
+        New message dicts in Ollama's shape, same order and length.
+    """
+    call_names: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        item: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
+        if role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function") or {}
+                if call.get("id") and function.get("name"):
+                    call_names[call["id"]] = function["name"]
+                calls.append({"function": {"name": function.get("name"), "arguments": _arguments_object(function.get("arguments"))}})
+            item["tool_calls"] = calls
+        elif role == "tool":
+            name = message.get("name") or call_names.get(message.get("tool_call_id") or "")
+            if name:
+                item["tool_name"] = name
+        out.append(item)
+    return out
+
+
+def _arguments_object(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return {}

@@ -1,0 +1,343 @@
+"""Backend for any server speaking the OpenAI ``/chat/completions`` API.
+
+Design:
+
+* One ``httpx.Client`` per backend, so connections are reused and the timeout is set once.
+* Every ``httpx`` error is translated at this boundary into the :mod:`harness.errors` tree,
+  keeping the original as ``__cause__``: connection problems become
+  :class:`~harness.errors.BackendUnavailable`, timeouts :class:`~harness.errors.BackendTimeout`,
+  HTTP error statuses and bodies that are not the expected JSON
+  :class:`~harness.errors.BackendResponseError`, and a 404 that names a missing model
+  :class:`~harness.errors.ModelNotFound`.
+* Replies are reported exactly as the server gave them: ``tool_calls`` is not repaired or
+  normalised, and ``raw`` holds the whole parsed body.
+* :class:`~harness.backends.ollama.OllamaBackend` subclasses this class and overrides only
+  the wire format (URL, request payload, reply parsing) and its error wording.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+
+from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
+from harness.errors import (
+    BackendResponseError,
+    BackendTimeout,
+    BackendUnavailable,
+    ModelNotFound,
+)
+
+__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "parse_retry_after"]
+
+#: default seconds to wait for one chat reply (small CPU models can be slow)
+DEFAULT_TIMEOUT_S = 300.0
+#: seconds to wait for best-effort metadata requests (``/props``, ``/api/version``)
+_METADATA_TIMEOUT_S = 5.0
+#: characters of an unexpected body quoted in error messages
+_SNIPPET_CHARS = 200
+
+
+class OpenAICompatBackend(Backend):
+    """A server with an OpenAI-compatible chat API (llama.cpp server, vLLM, LM Studio, ...).
+
+    Example::
+
+        with OpenAICompatBackend("qwen2.5-coder", "http://127.0.0.1:8080/v1") as backend:
+            reply = backend.generate([{"role": "user", "content": "hi"}], None, GenerateOptions())
+
+    Args:
+        model: model name sent in the request's ``model`` field.
+        base_url: API root including the version path, e.g. ``http://127.0.0.1:8080/v1``.
+        api_key: sent as ``Authorization: Bearer <key>`` when given.
+        timeout_s: seconds to wait for one reply (connect, write and read each).
+        client: an ``httpx.Client`` to use instead of a private one; it is not closed by
+            :meth:`close`.
+    """
+
+    #: backend kind recorded in :class:`BackendIdentity`
+    kind = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.spec = f"{self.kind}:{model}@{self.base_url}"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout_s))
+        self._server_version: str | None = None
+        self._identity: BackendIdentity | None = None
+
+    # -- the Backend protocol -------------------------------------------------------------
+
+    def generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> Reply:
+        """Send one chat request (``stream: false``) and return the assistant reply.
+
+        Args:
+            messages: the conversation, OpenAI chat shape.
+            tools: OpenAI tool definitions; omitted from the request when ``None`` or empty.
+            options: ``temperature``, ``seed`` and ``max_tokens`` are always sent.
+
+        Returns:
+            The reply; ``latency_ms`` is the wall-clock time of the HTTP request in ms,
+            ``raw`` the whole parsed JSON body.
+
+        Raises:
+            BackendUnavailable: the server cannot be reached or dropped the connection.
+            BackendTimeout: no complete answer within ``timeout_s``.
+            ModelNotFound: HTTP 404 whose body says the model does not exist.
+            BackendResponseError: any other HTTP status >= 400, or a body that is not the
+                expected JSON.
+        """
+        payload = self._build_payload(messages, tools, options)
+        start = time.perf_counter()
+        response = self._request("POST", self._chat_url(), json_body=payload)
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        self._raise_for_status(response)
+        body = self._json_body(response)
+        return self._parse_reply(body, latency_ms)
+
+    def identity(self) -> BackendIdentity:
+        """Return the model name, base URL and, when the server tells, its version.
+
+        The version comes from a reply's ``system_fingerprint`` or, failing that, from
+        ``build_info`` of llama.cpp's ``GET /props``. Best effort: never raises; unknown
+        fields are ``None``. ``model_digest`` is always ``None`` (the API does not expose it).
+        """
+        if self._identity is None:
+            if self._server_version is None:
+                self._server_version = self._fetch_build_info()
+            self._identity = BackendIdentity(
+                backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version
+            )
+        return self._identity
+
+    def close(self) -> None:
+        """Close the HTTP client (unless it was passed in)."""
+        if self._owns_client:
+            self._client.close()
+
+    # -- wire format (overridden by OllamaBackend) ----------------------------------------
+
+    def _chat_url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def _build_payload(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": options.temperature,
+            "seed": options.seed,
+            "max_tokens": options.max_tokens,
+            "stream": False,
+        }
+        if tools:
+            payload["tools"] = tools
+        return payload
+
+    def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise BackendResponseError(
+                f"The server at {self.base_url} answered without a 'choices' list "
+                f"({_snippet(body)}); check that the URL points at an OpenAI-compatible API.",
+                status_code=None,
+            )
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise BackendResponseError(
+                f"The server at {self.base_url} answered with a choice that has no 'message' "
+                f"({_snippet(choice)}); check that the URL points at an OpenAI-compatible API.",
+                status_code=None,
+            )
+        fingerprint = body.get("system_fingerprint")
+        if isinstance(fingerprint, str) and fingerprint and self._server_version is None:
+            self._server_version = fingerprint
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return Reply(
+            content=message.get("content"),
+            tool_calls=message.get("tool_calls"),
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+            latency_ms=latency_ms,
+            raw=body,
+            identity=self._reply_identity(),
+        )
+
+    def _unreachable_message(self) -> str:
+        return (
+            f"The server at {self.base_url} is not reachable; start it, or check the URL "
+            f"in the model spec (it usually ends in /v1)."
+        )
+
+    def _model_not_found_message(self, detail: str) -> str:
+        return (
+            f"The server at {self.base_url} has no model '{self.model}' ({detail}); "
+            f"check the model name in the spec against GET {self.base_url}/models."
+        )
+
+    # -- shared helpers -------------------------------------------------------------------
+
+    def _reply_identity(self) -> BackendIdentity:
+        """The identity to stamp on a reply, without contacting the server."""
+        if self._identity is not None:
+            return self._identity
+        return BackendIdentity(
+            backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version
+        )
+
+    def _request(
+        self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None
+    ) -> httpx.Response:
+        """Send one request, translating every ``httpx`` error into a :class:`BackendError`."""
+        timeout = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
+        try:
+            return self._client.request(method, url, json=json_body, headers=self._headers, timeout=timeout)
+        except httpx.TimeoutException as exc:
+            seconds = timeout_s if timeout_s is not None else self.timeout_s
+            raise BackendTimeout(
+                f"The server at {self.base_url} did not answer within {seconds:g} s; "
+                f"raise the timeout or use a smaller model or prompt."
+            ) from exc
+        except httpx.ConnectError as exc:
+            raise BackendUnavailable(self._unreachable_message()) from exc
+        except httpx.TransportError as exc:
+            raise BackendUnavailable(
+                f"The server at {self.base_url} broke the connection before answering completely "
+                f"({type(exc).__name__}: {exc}); check that it is still running and try again."
+            ) from exc
+        except httpx.RequestError as exc:  # DecodingError, TooManyRedirects
+            raise BackendResponseError(
+                f"The server at {self.base_url} sent a response that could not be read "
+                f"({type(exc).__name__}: {exc}); check the URL and the server's log.",
+                status_code=None,
+            ) from exc
+
+    def _raise_for_status(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        detail = _error_detail(response)
+        if status == 404 and _is_model_not_found(detail):
+            raise ModelNotFound(self._model_not_found_message(detail))
+        if status == 429:
+            hint = "the server is rate limiting; wait and retry"
+        elif status >= 500:
+            hint = "the server failed; check its log"
+        else:
+            hint = "check the model name and options"
+        raise BackendResponseError(
+            f"The server at {self.base_url} answered HTTP {status} ({detail}); {hint}.",
+            status_code=status,
+            retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
+        )
+
+    def _json_body(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            body = response.json()
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise BackendResponseError(
+                f"The server at {self.base_url} answered with a body that is not JSON "
+                f"({response.text[:_SNIPPET_CHARS]!r}); check that the URL points at the right API.",
+                status_code=None,
+            ) from exc
+        if not isinstance(body, dict):
+            raise BackendResponseError(
+                f"The server at {self.base_url} answered with JSON that is not an object "
+                f"({_snippet(body)}); check that the URL points at the right API.",
+                status_code=None,
+            )
+        return body
+
+    def _fetch_build_info(self) -> str | None:
+        """``build_info`` from llama.cpp's ``GET /props`` next to the API root, or ``None``."""
+        url = f"{_parent_url(self.base_url)}/props"
+        try:
+            response = self._client.get(url, headers=self._headers, timeout=min(self.timeout_s, _METADATA_TIMEOUT_S))
+            data = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        value = data.get("build_info") if isinstance(data, dict) else None
+        return value if isinstance(value, str) and value else None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Parse a ``Retry-After`` header into seconds.
+
+    Args:
+        value: the header value: delay seconds (``"2"``) or an HTTP date, or ``None``.
+
+    Returns:
+        Seconds to wait (>= 0), or ``None`` when absent or unparseable.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    text = response.text.strip()
+    return text[:_SNIPPET_CHARS] if text else response.reason_phrase or "no body"
+
+
+def _is_model_not_found(detail: str) -> bool:
+    text = detail.lower()
+    return "model" in text and ("not found" in text or "does not exist" in text or "model_not_found" in text)
+
+
+def _parent_url(base_url: str) -> str:
+    """``http://h:1/v1`` -> ``http://h:1``; a URL without a path is returned unchanged."""
+    url = httpx.URL(base_url)
+    path = url.path.rstrip("/")
+    parent = path.rsplit("/", 1)[0] if path else ""
+    return str(url.copy_with(path=parent or "/")).rstrip("/")
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _snippet(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= _SNIPPET_CHARS else text[:_SNIPPET_CHARS] + "..."

@@ -1,0 +1,199 @@
+"""Replay backend: answers from a cassette file instead of a model server.
+
+A cassette is JSONL, one reply per line, in the shape of :meth:`Reply.response_dict`::
+
+    {"content": str | null,
+     "tool_calls": [{"function": {"name": str, "arguments": object | str}}] | null,
+     "finish_reason": str,
+     "usage": {"prompt_tokens": int, "completion_tokens": int}}
+
+Extra keys are allowed and ignored; a missing ``usage`` gives ``None`` token counts. Blank
+lines are skipped. The whole file is loaded and validated when the backend is opened, so a
+broken cassette fails before any run starts. Every run (:meth:`ReplayBackend.start_run`)
+restarts at the first reply; the messages sent are ignored.
+
+:class:`CassetteRecorder` writes replies from any backend in exactly this shape, so a
+recorded cassette replays the same replies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
+from harness.errors import CassetteExhausted, UsageError
+
+__all__ = ["CassetteRecorder", "ReplayBackend", "load_cassette", "write_cassette_line"]
+
+
+class ReplayBackend(Backend):
+    """Replays the replies of a JSONL cassette in order.
+
+    Example::
+
+        with ReplayBackend("tests/cassettes/pass.jsonl") as backend:
+            backend.start_run()
+            first = backend.generate(messages, tools, GenerateOptions())
+
+    Args:
+        path: the cassette file.
+
+    Raises:
+        UsageError: the file is missing or unreadable, or a line is not a valid reply object.
+    """
+
+    kind = "replay"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.spec = f"replay:{path}"
+        self.replies = load_cassette(self.path)
+        self._digest = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def start_run(self) -> None:
+        """Rewind to the first reply."""
+        with self._lock:
+            self._next = 0
+
+    def generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
+    ) -> Reply:
+        """Return the next reply of the cassette (the arguments are ignored).
+
+        Returns:
+            The reply; ``raw`` is the line's JSON object, ``latency_ms`` the (tiny) time taken.
+
+        Raises:
+            CassetteExhausted: every reply of the cassette was already returned in this run.
+        """
+        start = time.perf_counter()
+        with self._lock:
+            index = self._next
+            if index >= len(self.replies):
+                raise CassetteExhausted(f"cassette exhausted: {self.path} has {len(self.replies)} replies")
+            self._next += 1
+        line = self.replies[index]
+        usage = line.get("usage") or {}
+        return Reply(
+            content=line.get("content"),
+            tool_calls=line.get("tool_calls"),
+            finish_reason=line.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            latency_ms=(time.perf_counter() - start) * 1000.0,
+            raw=line,
+            identity=self.identity(),
+        )
+
+    def identity(self) -> BackendIdentity:
+        """``replay`` backend, the cassette path as model, its SHA-256 as ``model_digest``."""
+        return BackendIdentity(backend=self.kind, model=str(self.path), model_digest=f"sha256:{self._digest}")
+
+
+def load_cassette(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read and validate a cassette.
+
+    Args:
+        path: the JSONL cassette.
+
+    Returns:
+        One dict per non-blank line, in file order.
+
+    Raises:
+        UsageError: the file cannot be read, or a line (named by number) is not a JSON object
+            with the reply fields of the expected types.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read cassette {path} ({exc}); check the replay: path.") from exc
+    replies = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise UsageError(f"Cassette {path} line {number} is not a JSON object; each line must be one reply.")
+        problem = _shape_problem(obj)
+        if problem:
+            raise UsageError(f"Cassette {path} line {number}: {problem}.")
+        replies.append(obj)
+    return replies
+
+
+def write_cassette_line(fh: IO[str], reply: Reply) -> None:
+    """Append one reply to an open cassette file as one JSON line.
+
+    Args:
+        fh: a text file opened for writing.
+        reply: the reply to record; written as :meth:`Reply.response_dict`.
+    """
+    fh.write(json.dumps(reply.response_dict(), ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+class CassetteRecorder:
+    """Writes replies to a cassette file, one line each, flushed after every reply.
+
+    Example::
+
+        with CassetteRecorder(run_dir / "cassette.jsonl") as recorder:
+            recorder.record(backend.generate(messages, tools, options))
+
+    Args:
+        path: the cassette to create (overwritten if it exists); parent folders are created.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("w", encoding="utf-8")
+        self.count = 0
+
+    def record(self, reply: Reply) -> None:
+        """Append ``reply`` to the cassette."""
+        write_cassette_line(self._fh, reply)
+        self._fh.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+    def __enter__(self) -> CassetteRecorder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _shape_problem(obj: dict[str, Any]) -> str | None:
+    """Describe the first field of a cassette line with a wrong type, or ``None``."""
+    if obj.get("content") is not None and not isinstance(obj["content"], str):
+        return "'content' must be a string or null"
+    calls = obj.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+            return "'tool_calls' must be a list of objects or null"
+    if obj.get("finish_reason") is not None and not isinstance(obj["finish_reason"], str):
+        return "'finish_reason' must be a string or null"
+    usage = obj.get("usage")
+    if usage is not None:
+        if not isinstance(usage, dict):
+            return "'usage' must be an object"
+        for key in ("prompt_tokens", "completion_tokens"):
+            value = usage.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                return f"'usage.{key}' must be an integer"
+    return None

@@ -1,0 +1,131 @@
+"""A real HTTP server on 127.0.0.1 for backend tests: scripted routes, recorded requests.
+
+Each route maps ``(METHOD, path)`` to a responder ``fn(handler, body) -> None`` that writes the
+response itself, so tests can send any status, header or broken body over a real socket.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["FakeServer", "Recorded", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "slow_json_reply"]
+
+Responder = Callable[[BaseHTTPRequestHandler, Any], None]
+
+
+@dataclass
+class Recorded:
+    """One request the fake server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeServer:
+    """ThreadingHTTPServer on an ephemeral port, serving scripted routes; a context manager."""
+
+    def __init__(self, routes: dict[tuple[str, str], Responder] | None = None) -> None:
+        self.routes: dict[tuple[str, str], Responder] = dict(routes or {})
+        self.requests: list[Recorded] = []
+        self.release = threading.Event()  # set on stop, so slow responders return early
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(length) if length else b""
+                body = json.loads(data) if data else None
+                fake.requests.append(Recorded(self.command, self.path, dict(self.headers), body))
+                responder = fake.routes.get((self.command, self.path))
+                if responder is None:
+                    json_reply(404, {"error": "404 page not found"})(self, body)
+                else:
+                    responder(self, body)
+
+            do_GET = do_POST = _serve
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def posts(self, path: str) -> list[Any]:
+        """JSON bodies of the POST requests received on ``path``."""
+        return [r.body for r in self.requests if r.method == "POST" and r.path == path]
+
+    def __enter__(self) -> FakeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def raw_reply(status: int, data: bytes, *, content_type: str = "application/json", headers: dict[str, str] | None = None) -> Responder:
+    def respond(handler: BaseHTTPRequestHandler, body: Any) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    return respond
+
+
+def json_reply(status: int, obj: Any, *, headers: dict[str, str] | None = None) -> Responder:
+    return raw_reply(status, json.dumps(obj).encode(), headers=headers)
+
+
+def drop_mid_body(partial: bytes = b'{"choices": [') -> Responder:
+    """Promise a long body, send a few bytes, then close the connection."""
+
+    def respond(handler: BaseHTTPRequestHandler, body: Any) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        handler.wfile.write(partial)
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+    return respond
+
+
+def slow_json_reply(seconds: float, obj: Any, release: threading.Event) -> Responder:
+    def respond(handler: BaseHTTPRequestHandler, body: Any) -> None:
+        release.wait(seconds)
+        try:
+            json_reply(200, obj)(handler, body)
+        except OSError:
+            pass  # the client gave up
+
+    return respond
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,184 @@
+"""OpenAICompatBackend against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from harness.backends import GenerateOptions, OpenAICompatBackend
+from harness.backends.openai_compat import parse_retry_after
+from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ModelNotFound
+from tests.backend_fakes import FakeServer, closed_port, drop_mid_body, json_reply, raw_reply, slow_json_reply
+
+CHAT = "/v1/chat/completions"
+MESSAGES = [{"role": "user", "content": "list the files"}]
+TOOLS = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
+TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}]
+TOOL_BODY = {
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}}],
+    "usage": {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49},
+    "system_fingerprint": "b4567-abc",
+}
+TEXT_BODY = {
+    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "done"}}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+}
+OPTIONS = GenerateOptions(temperature=0.3, seed=7, max_tokens=64, num_ctx=2048)
+
+
+def _backend(server: FakeServer, **kwargs) -> OpenAICompatBackend:
+    return OpenAICompatBackend("m1", f"{server.url}/v1", **kwargs)
+
+
+def test_tool_call_reply_and_exact_request_body():
+    with FakeServer({("POST", CHAT): json_reply(200, TOOL_BODY)}) as server, _backend(server, api_key="sk-test") as backend:
+        reply = backend.generate(MESSAGES, TOOLS, OPTIONS)
+    assert server.posts(CHAT) == [
+        {"model": "m1", "messages": MESSAGES, "temperature": 0.3, "seed": 7, "max_tokens": 64, "stream": False, "tools": TOOLS}
+    ]
+    assert server.requests[0].headers["Authorization"] == "Bearer sk-test"
+    assert reply.tool_calls == TOOL_CALLS
+    assert reply.content is None
+    assert (reply.finish_reason, reply.prompt_tokens, reply.completion_tokens) == ("tool_calls", 42, 7)
+    assert reply.raw == TOOL_BODY
+    assert 0 < reply.latency_ms < 5000
+    assert reply.identity.server_version == "b4567-abc"
+    assert reply.identity.backend == "openai"
+
+
+def test_content_only_reply_omits_tools_and_auth():
+    with FakeServer({("POST", CHAT): json_reply(200, TEXT_BODY)}) as server, _backend(server) as backend:
+        reply = backend.generate(MESSAGES, None, OPTIONS)
+        backend.generate(MESSAGES, [], OPTIONS)
+    bodies = server.posts(CHAT)
+    assert all("tools" not in body for body in bodies)
+    assert "Authorization" not in server.requests[0].headers
+    assert (reply.content, reply.tool_calls, reply.finish_reason) == ("done", None, "stop")
+    assert (reply.prompt_tokens, reply.completion_tokens) == (10, 2)
+
+
+def test_missing_usage_gives_none_tokens():
+    body = {"choices": [{"finish_reason": "stop", "message": {"content": "x"}}]}
+    with FakeServer({("POST", CHAT): json_reply(200, body)}) as server, _backend(server) as backend:
+        reply = backend.generate(MESSAGES, None, OPTIONS)
+    assert (reply.prompt_tokens, reply.completion_tokens) == (None, None)
+
+
+def test_http_500_is_retryable_response_error():
+    with FakeServer({("POST", CHAT): json_reply(500, {"error": {"message": "kv cache full"}})}) as server:
+        with _backend(server) as backend, pytest.raises(BackendResponseError) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    err = info.value
+    assert (err.status_code, err.retry_after_s, err.retryable) == (500, None, True)
+    assert str(err) == f"The server at {server.url}/v1 answered HTTP 500 (kv cache full); the server failed; check its log."
+
+
+def test_http_429_parses_retry_after():
+    responder = json_reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "2"})
+    with FakeServer({("POST", CHAT): responder}) as server, _backend(server) as backend:
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert (info.value.status_code, info.value.retry_after_s, info.value.retryable) == (429, 2.0, True)
+    assert "rate limiting" in str(info.value)
+
+
+def test_http_400_is_not_retryable():
+    with FakeServer({("POST", CHAT): raw_reply(400, b"bad request", content_type="text/plain")}) as server:
+        with _backend(server) as backend, pytest.raises(BackendResponseError) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert (info.value.status_code, info.value.retryable) == (400, False)
+    assert "(bad request)" in str(info.value)
+
+
+def test_404_model_not_found():
+    body = {"error": {"message": "The model `m1` does not exist", "code": "model_not_found"}}
+    with FakeServer({("POST", CHAT): json_reply(404, body)}) as server, _backend(server) as backend:
+        with pytest.raises(ModelNotFound) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert str(info.value).startswith(f"The server at {server.url}/v1 has no model 'm1'")
+    assert info.value.retryable is False
+
+
+def test_404_without_model_message_is_response_error():
+    with FakeServer() as server, _backend(server) as backend:  # no route: "404 page not found"
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert info.value.status_code == 404
+    assert not isinstance(info.value, ModelNotFound)
+
+
+def test_body_that_is_not_json():
+    with FakeServer({("POST", CHAT): raw_reply(200, b"<html>hello</html>", content_type="text/html")}) as server:
+        with _backend(server) as backend, pytest.raises(BackendResponseError) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert info.value.status_code is None
+    assert "not JSON ('<html>hello</html>')" in str(info.value)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("body", [{"object": "error"}, {"choices": []}, {"choices": [{"message": "x"}]}, [1, 2]])
+def test_json_without_choices(body):
+    with FakeServer({("POST", CHAT): json_reply(200, body)}) as server, _backend(server) as backend:
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert info.value.status_code is None
+
+
+def test_connection_dropped_mid_response():
+    with FakeServer({("POST", CHAT): drop_mid_body()}) as server, _backend(server) as backend:
+        with pytest.raises(BackendUnavailable) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert isinstance(info.value.__cause__, httpx.RemoteProtocolError)
+    assert "broke the connection" in str(info.value)
+
+
+def test_slow_response_times_out():
+    with FakeServer() as server:
+        server.routes[("POST", CHAT)] = slow_json_reply(5, TEXT_BODY, server.release)
+        with _backend(server, timeout_s=0.2) as backend, pytest.raises(BackendTimeout) as info:
+            backend.generate(MESSAGES, None, OPTIONS)
+    assert str(info.value) == f"The server at {server.url}/v1 did not answer within 0.2 s; raise the timeout or use a smaller model or prompt."
+    assert isinstance(info.value.__cause__, httpx.TimeoutException)
+
+
+def test_connection_refused():
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    with OpenAICompatBackend("m1", url) as backend, pytest.raises(BackendUnavailable) as info:
+        backend.generate(MESSAGES, None, OPTIONS)
+    assert str(info.value) == (
+        f"The server at {url} is not reachable; start it, or check the URL in the model spec (it usually ends in /v1)."
+    )
+    assert isinstance(info.value.__cause__, httpx.ConnectError)
+
+
+def test_identity_from_props_build_info():
+    with FakeServer({("GET", "/props"): json_reply(200, {"build_info": "b5000-deadbeef"})}) as server:
+        with _backend(server) as backend:
+            identity = backend.identity()
+    assert (identity.backend, identity.model, identity.base_url) == ("openai", "m1", f"{server.url}/v1")
+    assert (identity.server_version, identity.model_digest) == ("b5000-deadbeef", None)
+
+
+def test_identity_without_props_is_best_effort():
+    with FakeServer() as server, _backend(server) as backend:
+        assert backend.identity().server_version is None
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    with OpenAICompatBackend("m1", url) as backend:
+        assert backend.identity().server_version is None
+
+
+def test_caller_client_is_not_closed():
+    client = httpx.Client()
+    with FakeServer({("POST", CHAT): json_reply(200, TEXT_BODY)}) as server:
+        with OpenAICompatBackend("m1", f"{server.url}/v1", client=client) as backend:
+            assert backend.generate(MESSAGES, None, OPTIONS).content == "done"
+    assert not client.is_closed
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, None), ("2", 2.0), ("0.5", 0.5), ("-3", 0.0), ("soon", None), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0)],
+)
+def test_parse_retry_after(value, expected):
+    assert parse_retry_after(value) == expected
