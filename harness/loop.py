@@ -223,6 +223,7 @@ def run_once(
     runs_dir: Path,
     on_reply: Callable[[Reply], None] | None = None,
     extra_config: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> RunSummary:
     """Run one scenario once, recording every turn; never raises for model misbehaviour.
 
@@ -233,6 +234,7 @@ def run_once(
         runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
         on_reply: called with every reply (``harness run --record`` writes cassettes with it).
         extra_config: extra facts stored in the run's ``config`` column.
+        run_id: the id to record the run under (default: a new uuid4 hex).
 
     Returns:
         The run's summary.
@@ -242,7 +244,7 @@ def run_once(
         KeyboardInterrupt: re-raised after the run's end row (``interrupted``) is written.
     """
     scenario = plan.scenario
-    run_id = uuid.uuid4().hex
+    run_id = run_id or uuid.uuid4().hex
     sandbox = Sandbox(Path(runs_dir) / run_id)
     sandbox.seed(scenario.fixtures)
     options = plan.options()

@@ -8,7 +8,7 @@ opened (and an embedded server started) once.
 
 from __future__ import annotations
 
-import json
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.backends import open_backend, parse_model_spec
 from harness.backends.base import Backend
+from harness.backends.replay import CassetteRecorder
 from harness.errors import BackendError, BackendUnavailable, ModelNotFound
 from harness.ledger import Ledger
 from harness.loop import RunPlan, RunSummary, run_once
@@ -128,10 +129,12 @@ def run_matrix(
             except BackendError:
                 pass  # may be transient: each run meets it again and records it as infra_error
             for plan in model_plans:
-                recorder = _Recorder(record_dir) if record_dir else None
-                summary = run_once(plan, backend, ledger, runs_dir=runs_dir, on_reply=recorder)
-                if recorder:
-                    recorder.save(summary.run_id)
+                run_id = uuid.uuid4().hex
+                if record_dir is None:
+                    summary = run_once(plan, backend, ledger, runs_dir=runs_dir, run_id=run_id)
+                else:
+                    with CassetteRecorder(Path(record_dir) / f"{run_id}.jsonl") as recorder:
+                        summary = run_once(plan, backend, ledger, runs_dir=runs_dir, run_id=run_id, on_reply=recorder.record)
                 summaries.append(summary)
                 done += 1
                 if on_run:
@@ -139,25 +142,6 @@ def run_matrix(
         finally:
             backend.close()
     return MatrixResult(summaries, skipped)
-
-
-class _Recorder:
-    """Collects replies of one run and writes them as a replay cassette."""
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.lines: list[str] = []
-
-    def __call__(self, reply: Any) -> None:
-        self.lines.append(json.dumps(reply.response_dict(), ensure_ascii=False))
-
-    def save(self, run_id: str) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{run_id}.jsonl"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in self.lines), encoding="utf-8")
-        tmp.replace(path)
-        return path
 
 
 def format_run_line(index: int, total: int, summary: RunSummary, elapsed_s: float | None = None) -> str:
