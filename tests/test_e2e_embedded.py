@@ -1,0 +1,61 @@
+"""End to end on the real embedded model (SmolLM2-135M via xllamacpp): the README's first command, short."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from harness.ledger import Ledger
+from harness.loop import OUTCOMES
+
+pytestmark = pytest.mark.slow
+
+
+def harness(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, timeout=900,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+
+
+def test_harness_run_on_the_embedded_model_records_every_turn(tmp_path):
+    ledger = tmp_path / "ledger.sqlite"
+    done = harness("run", str(REPO / "scenarios" / "list_and_report.toml"), "--repeats", "1", "--temperature", "0",
+                   "--ledger", str(ledger), "--record", str(tmp_path / "cassettes"), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "[1/1] list_and_report embedded:smollm2-135m T=0 seed=0 prompt/lenient rep=0 -> " in done.stdout
+    assert "| list_and_report | embedded:smollm2-135m |" in done.stdout
+    with Ledger(ledger, readonly=True) as db:
+        [run] = db.runs()
+        turns = db.turns(run["run_id"])
+        assert db.verify().ok
+    assert run["outcome"] in OUTCOMES and run["outcome"] != "infra_error"
+    assert run["backend"] == "embedded" and run["model_digest"].startswith("sha256:b179c952")
+    assert run["server_version"] and run["tool_mode"] == "prompt"
+    assert len(turns) == run["turns"] >= 1
+    for turn in turns:
+        raw = json.loads(turn["raw_reply"])
+        assert raw["choices"][0]["message"]["role"] == "assistant"
+        assert turn["prompt_tokens"] > 0 and turn["completion_tokens"] >= 0 and turn["latency_ms"] > 0
+    [cassette] = (tmp_path / "cassettes").glob("*.jsonl")
+    assert len(cassette.read_text().splitlines()) == len(turns)
+
+    # the recorded cassette replays the same replies and is scored the same way
+    replayed_ledger = tmp_path / "replayed.sqlite"
+    done = harness("run", str(REPO / "scenarios" / "list_and_report.toml"), "--repeats", "1", "--temperature", "0",
+                   "--model", f"replay:{cassette}", "--ledger", str(replayed_ledger), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Ledger(replayed_ledger, readonly=True) as db:
+        [replayed] = db.runs()
+        replayed_turns = db.turns(replayed["run_id"])
+    assert replayed["outcome"] == run["outcome"]
+    assert [t["content"] for t in replayed_turns] == [t["content"] for t in turns]
+    assert [t["failure_modes"] for t in replayed_turns] == [t["failure_modes"] for t in turns]
+
+    exported = harness("export", "--ledger", str(ledger), "--format", "csv", cwd=tmp_path)
+    assert exported.returncode == 0
+    header = exported.stdout.splitlines()[0]
+    assert header.startswith("run_id,scenario,model,temperature,tool_mode,parser,repetition,turn,failure_modes")
+    assert len(exported.stdout.splitlines()) == 1 + len(turns)
