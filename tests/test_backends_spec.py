@@ -22,6 +22,9 @@ from harness.errors import UsageError
         ("ollama:qwen2.5-coder:1.5b@http://h:1", ("ollama", "qwen2.5-coder:1.5b", "http://h:1")),
         ("ollama:qwen2.5-coder:1.5b", ("ollama", "qwen2.5-coder:1.5b", None)),
         ("ollama:llama3@gpu-box:11434", ("ollama", "llama3", "http://gpu-box:11434")),
+        ("ollama:llama3@gpu-box", ("ollama", "llama3", "http://gpu-box:11434")),
+        ("ollama:llama3@http://gpu-box", ("ollama", "llama3", "http://gpu-box")),
+        ("openai:m@gpu-box/v1", ("openai", "m", "http://gpu-box/v1")),
         ("openai:gpt-x@http://127.0.0.1:8080/v1/", ("openai", "gpt-x", "http://127.0.0.1:8080/v1")),
         ("openai:org/model:q4@https://api.example/v1", ("openai", "org/model:q4", "https://api.example/v1")),
         ("embedded:smollm2-135m", ("embedded", "smollm2-135m", None)),
@@ -88,6 +91,12 @@ def test_open_replay_and_embedded_path(tmp_path):
         assert (backend.parallel, backend.num_ctx, backend.base_url) == (2, 1024, None)  # lazy: not started
 
 
+def test_bad_ollama_host(monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", "ftp://x:1")
+    with pytest.raises(UsageError, match="OLLAMA_HOST='ftp://x:1' is not a valid host or URL"):
+        open_backend("ollama:m")
+
+
 def test_embedded_unknown_name(tmp_path):
     with pytest.raises(UsageError, match=r"embedded:nope is neither an existing \.gguf file nor a known model"):
         open_backend("embedded:nope")
@@ -97,3 +106,11 @@ def test_all_is_sorted_and_complete():
     assert backends.__all__ == sorted(backends.__all__)
     for name in backends.__all__:
         assert hasattr(backends, name)
+
+
+@pytest.mark.parametrize("module_name", ["base", "openai_compat", "ollama", "embedded", "replay"])
+def test_every_module_exports_what_it_lists(module_name):
+    import importlib
+
+    module = importlib.import_module(f"harness.backends.{module_name}")
+    assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
