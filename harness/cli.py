@@ -71,56 +71,107 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parser", action="append", choices=["strict", "lenient"], help="parser policy (repeatable)")
     _ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
-    p.add_argument("--dry-run", action="store_true", help="print the planned runs and exit")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
+    p.add_argument("--max-attempts", type=int, default=4, metavar="N", help="attempts per model call on server errors (default 4)")
+    p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
+    p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
+    p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
     p.set_defaults(func=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.ledger import Ledger
-    from harness.runner import MatrixOverrides, expand_matrix, format_run_line, run_matrix, summary_rows
+    from harness.loop import RetryPolicy
+    from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix
     from harness.scenarios import load_scenario
 
     if args.repeats is not None and args.repeats < 1:
         raise UsageError("--repeats must be at least 1.")
+    if args.jobs < 1 or args.max_attempts < 1:
+        raise UsageError("--jobs and --max-attempts must be at least 1.")
     if any(t < 0 for t in args.temperature or []):
         raise UsageError("--temperature must be 0 or more.")
     scenarios = [load_scenario(path) for path in (args.scenarios or [_default_scenario()])]
     overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
     plans = expand_matrix(scenarios, overrides)
-    if args.dry_run:
-        for i, plan in enumerate(plans, 1):
-            print(f"[{i}/{len(plans)}] {plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
-                  f"{plan.tool_mode}/{plan.parser} rep={plan.repetition}")  # fmt: skip
-        print(f"{len(plans)} runs planned.")
-        return 0
     ledger_path = _ledger_path(args)
-    started = time.perf_counter()
     with Ledger(ledger_path) as ledger:
-        print(f"Running {len(plans)} runs; ledger: {ledger_path}", flush=True)
-        last = [time.perf_counter()]
+        if args.dry_run:
+            planned = plan_matrix(plans, ledger)
+            for i, item in enumerate(planned.planned, 1):
+                print(f"[{i}/{len(plans)}] {_plan_label(item.plan)}{' (done)' if item.done else ''}")
+            for model, reason, count in planned.skipped:
+                print(f"harness: {count} runs of {model} cannot be planned: {reason}", file=sys.stderr)
+            print(f"{len(plans)} runs planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run.")
+            return 0
+        started = time.perf_counter()
+        progress = _Progress(len(plans))
+        try:
+            result = run_matrix(plans, ledger, runs_dir=ledger_path.parent / "runs", record_dir=args.record,
+                                on_run=progress.update, jobs=args.jobs, use_cache=args.cache,
+                                retry=RetryPolicy(max_attempts=args.max_attempts), resume=not args.no_resume)  # fmt: skip
+        finally:
+            progress.close()
+    _print_run_summary(result, time.perf_counter() - started, ledger_path)
+    return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
 
-        def on_run(index, total, summary):
-            now = time.perf_counter()
-            print(format_run_line(index, total, summary, now - last[0]), flush=True)
-            last[0] = now
 
-        result = run_matrix(plans, ledger, runs_dir=ledger_path.parent / "runs", record_dir=args.record, on_run=on_run)
+def _plan_label(plan) -> str:
+    return (f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
+            f"{plan.tool_mode}/{plan.parser} rep={plan.repetition}")  # fmt: skip
+
+
+class _Progress:
+    """A tqdm bar on a terminal; a plain line per run otherwise (CI logs)."""
+
+    def __init__(self, total: int):
+        from tqdm import tqdm
+
+        self.total, self.done = total, 0
+        self.counts = {"pass": 0, "fail": 0, "infra": 0}
+        self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
+
+    def update(self, summary) -> None:
+        from harness.runner import format_run_line
+
+        self.done += 1
+        kind = {"pass": "pass", "infra_error": "infra", "interrupted": "infra"}.get(summary.outcome, "fail")
+        self.counts[kind] += 1
+        line = format_run_line(self.done, self.total, summary)
+        if self.bar is None:
+            print(line, flush=True)
+        else:
+            self.bar.write(line)
+            self.bar.set_postfix(self.counts, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _print_run_summary(result, elapsed_s: float, ledger_path: Path) -> None:
+    from harness.runner import summary_rows
+
+    for warning in result.warnings:
+        print(f"harness: warning: {warning}", file=sys.stderr)
     rows = summary_rows(result.summaries)
     if rows:
         table = [{**r, "pass_rate": "n/a" if r["pass_rate"] is None else f"{r['pass_rate']:.0%}"} for r in rows]
-        for row in table:
-            for key in ("turn_limit", "token_limit", "interrupted"):
-                if not any(r[key] for r in rows):
+        for key in ("turn_limit", "token_limit", "interrupted"):
+            if not any(r[key] for r in rows):
+                for row in table:
                     row.pop(key)
         print()
         print(tabulate(table, headers="keys", tablefmt="github"))
-    print(f"\n{len(result.summaries)} runs in {time.perf_counter() - started:.1f} s; ledger: {ledger_path}")
+    done_note = f" ({result.already_done} already in the ledger, skipped)" if result.already_done else ""
+    print(f"\n{len(result.summaries)} runs in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
     for model, reason, count in result.skipped:
         print(f"harness: skipped {count} runs of {model}: {reason}", file=sys.stderr)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:
-        print(f"harness: {infra} runs ended as infra_error (server failures, not model failures); re-run to retry them.", file=sys.stderr)
-    return 1 if result.skipped or infra else 0
+        print(f"harness: {infra} runs could not be done (infra_error: server failures, not model failures, "
+              "excluded from pass rates); run the same command again to retry them.", file=sys.stderr)  # fmt: skip
 
 
 # -- harness ledger ... ------------------------------------------------------------------------------

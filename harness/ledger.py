@@ -24,6 +24,7 @@ Tables (all columns of JSON type hold canonical JSON text)::
     turns      one row per model call: request hash, raw reply, calls, labels, tokens, timing
     run_ends   one row when a run ends: outcome, totals, breach, checks, final answer
     labels     re-classifications appended by ``harness rescore`` (newest wins in reports)
+    attempts   one row per failed model-call attempt (infrastructure errors and their retries)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ __all__ = [
 
 DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
 GENESIS_HASH = "0" * 64
-CHAINED_TABLES = ("runs", "turns", "run_ends", "labels")
+CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attempts")
 EXPORT_COLUMNS = (
     "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn",
     "failure_modes", "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome",
@@ -270,8 +271,20 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX turns_run ON turns(run_id)")
     db.execute("CREATE INDEX labels_run_turn ON labels(run_id, turn)")
     db.execute("CREATE INDEX runs_identity ON runs(identity)")
-    for table in CHAINED_TABLES + ("_migrations",):
+    for table in ("runs", "turns", "run_ends", "labels", "_migrations"):
         _append_only_triggers(db, table)
+
+
+@_migration
+def m003_attempts(db: sqlite3.Connection) -> None:
+    """Record failed model-call attempts; index request hashes for the opt-in reply cache."""
+    db.execute(f"""CREATE TABLE attempts (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, turn INTEGER NOT NULL, attempt INTEGER NOT NULL,
+        error_type TEXT NOT NULL, error TEXT NOT NULL, status_code INTEGER, retry_in_ms REAL, at TEXT NOT NULL,
+        {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX attempts_run ON attempts(run_id)")
+    db.execute("CREATE INDEX turns_request ON turns(request_hash)")
+    _append_only_triggers(db, "attempts")
 
 
 def _json_columns(record: Any) -> dict[str, Any]:
@@ -337,6 +350,7 @@ class Ledger:
         elif not tables:
             raise LedgerError(f"{self.path} is empty, not a harness ledger; run `harness run` first.")
         self._columns = {t: [r[1] for r in self._db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
+        self._columns = {t: cols for t, cols in self._columns.items() if cols}  # older read-only ledgers
 
     # -- schema ---------------------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -415,6 +429,14 @@ class Ledger:
             "recovered_by": recovered_by, "details": canonical_json(details), "labelled_at": utc_now(),
         })  # fmt: skip
 
+    def record_attempt(self, *, run_id: str, turn: int, attempt: int, error_type: str, error: str,
+                       status_code: int | None, retry_in_ms: float | None) -> None:  # fmt: skip
+        """Append one failed model-call attempt (``turn`` is the turn it was for, from 1)."""
+        self._append("attempts", {
+            "run_id": run_id, "turn": turn, "attempt": attempt, "error_type": error_type, "error": error,
+            "status_code": status_code, "retry_in_ms": retry_in_ms, "at": utc_now(),
+        })  # fmt: skip
+
     # -- reads ----------------------------------------------------------------------------------------
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         """Run a read-only SQL query and return rows as dicts."""
@@ -443,6 +465,28 @@ class Ledger:
             params,
         )
 
+    def finished_identities(self) -> dict[str, int]:
+        """Run identities with a finished outcome that counts (not ``infra_error``/``interrupted``).
+
+        Returns:
+            identity -> number of such runs (more than 1 would mean a duplicate).
+        """
+        rows = self.query(
+            "SELECT r.identity, COUNT(*) AS n FROM runs r JOIN run_ends e USING (run_id)"
+            " WHERE e.outcome NOT IN ('infra_error', 'interrupted') GROUP BY r.identity"
+        )
+        return {row["identity"]: row["n"] for row in rows}
+
+    def cached_turn(self, identity: str, request_hash: str) -> dict[str, Any] | None:
+        """The newest recorded turn of a run with this identity that answered this exact request."""
+        rows = self.query(
+            "SELECT t.raw_reply, t.content, t.tool_calls, t.finish_reason, t.prompt_tokens, t.completion_tokens,"
+            " t.latency_ms FROM turns t JOIN runs r USING (run_id) WHERE t.request_hash = ? AND r.identity = ?"
+            " ORDER BY t.seq DESC LIMIT 1",
+            (request_hash, identity),
+        )
+        return rows[0] if rows else None
+
     def export_rows(self) -> Iterator[dict[str, Any]]:
         """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn)."""
         rows = self.query(
@@ -468,7 +512,7 @@ class Ledger:
         with self._lock:
             triggers = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
             checked = 0
-            for table in CHAINED_TABLES:
+            for table in self._columns:
                 columns = self._columns[table]
                 hashed_cols = [c for c in columns if c not in ("seq", "prev_hash", "row_hash")]
                 prev = GENESIS_HASH

@@ -25,6 +25,9 @@ wrapped in ``<tool_response>`` tags, since the model's template knows no tool ro
 from __future__ import annotations
 
 import functools
+import random
+import threading
+import time
 import hashlib
 import json
 import subprocess
@@ -43,10 +46,43 @@ from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, canonical_json,
 from harness.scenarios import Scenario
 from harness.tools import Sandbox, ToolResult
 
-__all__ = ["IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "RunPlan", "RunSummary", "run_once"]
+__all__ = ["DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "RetryPolicy", "RunPlan", "RunSummary", "run_once"]
 
 OUTCOMES = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted")
 IDENTITY_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How infrastructure errors are retried: exponential backoff with jitter, honouring ``Retry-After``.
+
+    Attempt ``a`` (from 1) that fails with a retryable :class:`~harness.errors.BackendError` waits
+    ``Retry-After`` seconds when the server sent one (capped at ``max_delay_s``), else a uniformly
+    jittered ``[0.5, 1] x min(max_delay_s, base_delay_s x 2^(a-1))`` seconds ("equal jitter"),
+    then tries again, up to ``max_attempts`` attempts in all.
+
+    Attributes:
+        max_attempts: attempts per model call, >= 1 (1 means no retry).
+        base_delay_s: first backoff, seconds.
+        max_delay_s: cap on any single wait, seconds.
+    """
+
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+
+    def delay_s(self, attempt: int, retry_after_s: float | None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (from 1)."""
+        if retry_after_s is not None:
+            return max(0.0, min(self.max_delay_s, retry_after_s))
+        return min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class _Interrupted(Exception):
+    """The runner asked the run to stop (Ctrl-C in the main thread)."""
 
 
 class CircuitBreaker:
@@ -157,6 +193,7 @@ class RunSummary:
         checks: done-check results ``[{"check", "passed", "detail"}]``.
         sandbox: the run's sandbox folder.
         error: the infrastructure error or breach message, if any.
+        elapsed_s: wall-clock duration of the run, seconds.
     """
 
     run_id: str
@@ -168,6 +205,7 @@ class RunSummary:
     checks: list[dict[str, Any]]
     sandbox: Path
     error: str | None = None
+    elapsed_s: float | None = None
     replies: list[Reply] = field(default_factory=list, repr=False)
 
 
@@ -224,6 +262,9 @@ def run_once(
     on_reply: Callable[[Reply], None] | None = None,
     extra_config: dict[str, Any] | None = None,
     run_id: str | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    stop: threading.Event | None = None,
+    use_cache: bool = False,
 ) -> RunSummary:
     """Run one scenario once, recording every turn; never raises for model misbehaviour.
 
@@ -235,6 +276,10 @@ def run_once(
         on_reply: called with every reply (``harness run --record`` writes cassettes with it).
         extra_config: extra facts stored in the run's ``config`` column.
         run_id: the id to record the run under (default: a new uuid4 hex).
+        retry: how infrastructure errors are retried; every failed attempt is recorded.
+        stop: when set, the run ends as ``interrupted`` before its next model call.
+        use_cache: reuse the reply recorded for the same run identity and the same request
+            messages (the identity includes the repetition, so repeats stay independent).
 
     Returns:
         The run's summary.
@@ -244,6 +289,7 @@ def run_once(
         KeyboardInterrupt: re-raised after the run's end row (``interrupted``) is written.
     """
     scenario = plan.scenario
+    clock = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex
     sandbox = Sandbox(Path(runs_dir) / run_id)
     sandbox.seed(scenario.fixtures)
@@ -252,6 +298,7 @@ def run_once(
     system = scenario.system_message(plan.tool_mode)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": scenario.task}]
     backend.start_run()
+    stop = stop or threading.Event()
     outcome, error, breach = None, None, None
     try:
         ident = backend.identity()
@@ -259,9 +306,10 @@ def run_once(
         ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
         outcome, error = "infra_error", str(exc)
     git_sha, git_dirty = _git_revision()
+    identity = plan.identity(ident.model_digest)
     ledger.start_run(
         RunStart(
-            run_id=run_id, identity=plan.identity(ident.model_digest), scenario=scenario.name,
+            run_id=run_id, identity=identity, scenario=scenario.name,
             scenario_path=str(scenario.path), scenario_hash=scenario.content_hash, model=plan.model,
             backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
             model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
@@ -279,10 +327,15 @@ def run_once(
     replies: list[Reply] = []
     try:
         while outcome is None:
+            if stop.is_set():
+                raise _Interrupted
             breaker.before_call(turns_done=turns, tokens_used=prompt_tokens + completion_tokens)
             started = utc_now()
             request_hash = _request_hash(messages)
-            reply = backend.generate(messages, tool_schemas if plan.tool_mode == "native" else None, options)
+            reply = _cached_reply(ledger, identity, request_hash, backend) if use_cache else None
+            if reply is None:
+                reply = _generate(backend, messages, tool_schemas if plan.tool_mode == "native" else None, options,
+                                  retry=retry, stop=stop, ledger=ledger, run_id=run_id, turn=turns + 1)  # fmt: skip
             turns += 1
             replies.append(reply)
             if on_reply is not None:
@@ -309,7 +362,8 @@ def run_once(
                     executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
                     classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
                     prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                    latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(), details=verdict.details,
+                    latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
+                    details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
                 )
             )  # fmt: skip
             if not calls:
@@ -319,6 +373,8 @@ def run_once(
         breach = {"kind": exc.outcome, "limit": exc.limit, "observed": exc.observed}
     except BackendError as exc:
         outcome, error = "infra_error", str(exc)
+    except _Interrupted:
+        outcome, error = "interrupted", "interrupted by the user"
     except KeyboardInterrupt:
         _end(ledger, run_id, "interrupted", turns, prompt_tokens, completion_tokens, None, "interrupted by the user", [], final_answer, sandbox)
         raise
@@ -330,7 +386,45 @@ def run_once(
     if outcome == "ended":
         outcome = "pass" if all(r.passed for r in results) else "task_failed"
     _end(ledger, run_id, outcome, turns, prompt_tokens, completion_tokens, breach, error, checks, final_answer, sandbox)
-    return RunSummary(run_id, plan, outcome, turns, prompt_tokens + completion_tokens, labels_seen, checks, sandbox.root, error, replies)
+    return RunSummary(run_id, plan, outcome, turns, prompt_tokens + completion_tokens, labels_seen, checks, sandbox.root,
+                      error, time.perf_counter() - clock, replies)  # fmt: skip
+
+
+def _generate(backend: Backend, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              options: GenerateOptions, *, retry: RetryPolicy, stop: threading.Event, ledger: Ledger,
+              run_id: str, turn: int) -> Reply:  # fmt: skip
+    """Call the backend, retrying retryable infrastructure errors; record every failed attempt."""
+    for attempt in range(1, retry.max_attempts + 1):
+        try:
+            return backend.generate(messages, tools, options)
+        except BackendError as exc:
+            last = attempt == retry.max_attempts or not exc.retryable
+            delay = None if last else retry.delay_s(attempt, getattr(exc, "retry_after_s", None))
+            ledger.record_attempt(run_id=run_id, turn=turn, attempt=attempt, error_type=type(exc).__name__, error=str(exc),
+                                  status_code=getattr(exc, "status_code", None),
+                                  retry_in_ms=None if delay is None else delay * 1000)  # fmt: skip
+            if last:
+                raise
+            if stop.wait(delay):
+                raise _Interrupted from exc
+    raise AssertionError("unreachable: max_attempts >= 1")
+
+
+def _cached_reply(ledger: Ledger, identity: str, request_hash: str, backend: Backend) -> Reply | None:
+    row = ledger.cached_turn(identity, request_hash)
+    if row is None:
+        return None
+    return Reply(
+        content=row["content"],
+        tool_calls=None if row["tool_calls"] is None else json.loads(row["tool_calls"]),
+        finish_reason=row["finish_reason"],
+        prompt_tokens=row["prompt_tokens"],
+        completion_tokens=row["completion_tokens"],
+        latency_ms=0.0,
+        raw=None if row["raw_reply"] is None else json.loads(row["raw_reply"]),
+        identity=backend.identity(),
+        extra={"cache_hit": True},
+    )
 
 
 def _call_dict(call: ToolCall) -> dict[str, Any]:

@@ -9,8 +9,11 @@ opened (and an embedded server started) once.
 from __future__ import annotations
 
 import uuid
+import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,10 @@ from harness.backends.base import Backend
 from harness.backends.replay import CassetteRecorder
 from harness.errors import BackendError, BackendUnavailable, ModelNotFound
 from harness.ledger import Ledger
-from harness.loop import RunPlan, RunSummary, run_once
+from harness.loop import DEFAULT_RETRY, RetryPolicy, RunPlan, RunSummary, run_once
 from harness.scenarios import Scenario
 
-__all__ = ["MatrixOverrides", "MatrixResult", "expand_matrix", "run_matrix"]
+__all__ = ["MatrixOverrides", "MatrixResult", "PlannedRun", "expand_matrix", "format_run_line", "plan_matrix", "run_matrix", "summary_rows"]
 
 
 @dataclass(frozen=True)
@@ -71,17 +74,93 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
 
 
 @dataclass
+class PlannedRun:
+    """A plan with its identity resolved against the model server.
+
+    Attributes:
+        plan: what to run.
+        identity: :meth:`RunPlan.identity` with the model digest the server reported.
+        done: the ledger already holds a finished, non-infrastructure run with this identity.
+    """
+
+    plan: RunPlan
+    identity: str
+    done: bool
+
+
+@dataclass
 class MatrixResult:
     """What a matrix came to.
 
     Attributes:
-        summaries: one per finished run, in execution order.
-        skipped: ``(model, reason, planned runs)`` for models whose server could not be used at all; their
-            runs were not started (nothing was recorded for them; re-run once fixed).
+        planned: every planned run with its identity.
+        summaries: one per run executed now, in completion order.
+        skipped: ``(model, reason, runs)`` for models whose server could not be used at all;
+            those runs were not started (nothing was recorded; re-run once fixed).
+        already_done: planned runs skipped because the ledger already had them.
+        warnings: sentences for the user (e.g. Ollama parallelism).
+        interrupted: True when Ctrl-C stopped the matrix.
     """
 
-    summaries: list[RunSummary]
-    skipped: list[tuple[str, str, int]]
+    planned: list[PlannedRun] = field(default_factory=list)
+    summaries: list[RunSummary] = field(default_factory=list)
+    skipped: list[tuple[str, str, int]] = field(default_factory=list)
+    already_done: int = 0
+    warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+@dataclass
+class _Endpoint:
+    backend: Backend
+    plans: list[PlannedRun]
+    parallel: int
+
+
+def _open_endpoints(
+    plans: Sequence[RunPlan], ledger: Ledger, *, jobs: int, backend_factory: Callable[..., Backend], result: MatrixResult
+) -> dict[str, _Endpoint]:
+    """Open one backend per model, preflight it, and resolve every plan's identity."""
+    finished = ledger.finished_identities()
+    by_model: dict[str, list[RunPlan]] = {}
+    for plan in plans:
+        by_model.setdefault(plan.model, []).append(plan)
+    endpoints: dict[str, _Endpoint] = {}
+    for model, model_plans in by_model.items():
+        api_key_env = next((p.scenario.api_key_env for p in model_plans if p.scenario.api_key_env), None)
+        num_ctx = max(p.scenario.num_ctx for p in model_plans)
+        backend = backend_factory(model, api_key_env=api_key_env, num_ctx=num_ctx, parallel=jobs)
+        try:
+            digest = backend.identity().model_digest  # preflight: a dead server is one message, not N runs
+        except (BackendUnavailable, ModelNotFound) as exc:
+            result.skipped.append((model, str(exc), len(model_plans)))
+            backend.close()
+            continue
+        except BackendError:
+            digest = None  # may be transient: each run meets it again and records it as infra_error
+        parallel = jobs
+        if parse_model_spec(model)[0] == "ollama" and jobs > 1:
+            parallel = min(jobs, int(os.environ.get("OLLAMA_NUM_PARALLEL", "1") or 1))
+            result.warnings.append(
+                f"--jobs {jobs} for {model}: an Ollama server answers OLLAMA_NUM_PARALLEL requests at once "
+                "(default 1) and queues the rest; set it on the server to match."
+            )
+        planned = []
+        for plan in model_plans:
+            identity = plan.identity(digest)
+            planned.append(PlannedRun(plan, identity, identity in finished))
+        result.planned.extend(planned)
+        endpoints[model] = _Endpoint(backend, planned, parallel)
+    return endpoints
+
+
+def plan_matrix(plans: Sequence[RunPlan], ledger: Ledger, *, backend_factory: Callable[..., Backend] = open_backend) -> MatrixResult:
+    """Resolve identities and what is already done, without running anything (``--dry-run``)."""
+    result = MatrixResult()
+    for endpoint in _open_endpoints(plans, ledger, jobs=1, backend_factory=backend_factory, result=result).values():
+        endpoint.backend.close()
+    result.already_done = sum(p.done for p in result.planned)
+    return result
 
 
 def run_matrix(
@@ -90,65 +169,101 @@ def run_matrix(
     *,
     runs_dir: Path,
     record_dir: Path | None = None,
-    on_run: Callable[[int, int, RunSummary], None] | None = None,
+    on_run: Callable[[RunSummary], None] | None = None,
     backend_factory: Callable[..., Backend] = open_backend,
+    jobs: int = 1,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    use_cache: bool = False,
+    resume: bool = True,
+    stop: threading.Event | None = None,
 ) -> MatrixResult:
-    """Run every plan, one model at a time, appending everything to the ledger.
+    """Run every plan not already in the ledger, up to ``jobs`` at once per model endpoint.
+
+    Each model gets one backend (an embedded server is started with ``jobs`` slots); runs of
+    different models proceed side by side, each endpoint with its own limit. Re-running the
+    same matrix skips every run whose identity already has a finished outcome other than
+    ``infra_error``/``interrupted`` (those are retried), so a matrix killed halfway completes
+    exactly the planned set.
 
     Args:
         plans: from :func:`expand_matrix`.
-        ledger: an open, writable ledger.
+        ledger: an open, writable ledger (thread-safe).
         runs_dir: parent folder for run sandboxes.
         record_dir: when set, one cassette per run is written there as ``<run_id>.jsonl``.
-        on_run: progress callback ``(index from 1, total, summary)``.
-        backend_factory: opens a backend from a spec (tests can pass their own).
+        on_run: called (from one thread at a time) with each finished run's summary.
+        backend_factory: opens a backend from a spec; called as ``factory(spec, api_key_env=,
+            num_ctx=, parallel=)``.
+        jobs: concurrent runs per endpoint, >= 1.
+        retry: retry policy for infrastructure errors.
+        use_cache: reuse recorded replies for identical requests of the same run identity.
+        resume: skip runs already finished in the ledger.
+        stop: set it to stop; runs in flight end as ``interrupted`` before their next call.
 
     Returns:
-        The summaries and the models skipped because their server was unusable.
+        The planned set, the summaries of runs executed now, and what was skipped.
 
     Raises:
         LedgerError: the ledger cannot be written.
-        KeyboardInterrupt: after the run in flight is recorded as ``interrupted``.
+        KeyboardInterrupt: after runs in flight were recorded as ``interrupted``.
     """
-    by_model: dict[str, list[RunPlan]] = {}
-    for plan in plans:
-        by_model.setdefault(plan.model, []).append(plan)
-    summaries: list[RunSummary] = []
-    skipped: list[tuple[str, str, int]] = []
-    done = 0
-    for model, model_plans in by_model.items():
-        api_key_env = next((p.scenario.api_key_env for p in model_plans if p.scenario.api_key_env), None)
-        num_ctx = max(p.scenario.num_ctx for p in model_plans)
-        backend = backend_factory(model, api_key_env=api_key_env, num_ctx=num_ctx)
-        try:
-            try:
-                backend.identity()  # preflight: a server that is down or lacks the model is one message, not N runs
-            except (BackendUnavailable, ModelNotFound) as exc:
-                skipped.append((model, str(exc), len(model_plans)))
+    result = MatrixResult()
+    stop = stop or threading.Event()
+    endpoints = _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result)
+    lock = threading.Lock()
+
+    def execute(planned: PlannedRun, endpoint: _Endpoint) -> None:
+        if stop.is_set():
+            return
+        handle = endpoint.backend.for_run()
+        run_id = uuid.uuid4().hex
+        config = {"jobs": jobs, "endpoint_parallel": endpoint.parallel}
+        kwargs = dict(runs_dir=runs_dir, run_id=run_id, retry=retry, stop=stop, use_cache=use_cache, extra_config=config)
+        if record_dir is None:
+            summary = run_once(planned.plan, handle, ledger, **kwargs)
+        else:
+            with CassetteRecorder(Path(record_dir) / f"{run_id}.jsonl") as recorder:
+                summary = run_once(planned.plan, handle, ledger, on_reply=recorder.record, **kwargs)
+        with lock:
+            result.summaries.append(summary)
+            if on_run:
+                on_run(summary)
+
+    executors = []
+    futures = []
+    try:
+        for endpoint in endpoints.values():
+            todo = [p for p in endpoint.plans if not (resume and p.done)]
+            result.already_done += len(endpoint.plans) - len(todo)
+            if not todo:
                 continue
-            except BackendError:
-                pass  # may be transient: each run meets it again and records it as infra_error
-            for plan in model_plans:
-                run_id = uuid.uuid4().hex
-                if record_dir is None:
-                    summary = run_once(plan, backend, ledger, runs_dir=runs_dir, run_id=run_id)
-                else:
-                    with CassetteRecorder(Path(record_dir) / f"{run_id}.jsonl") as recorder:
-                        summary = run_once(plan, backend, ledger, runs_dir=runs_dir, run_id=run_id, on_reply=recorder.record)
-                summaries.append(summary)
-                done += 1
-                if on_run:
-                    on_run(done, len(plans), summary)
-        finally:
-            backend.close()
-    return MatrixResult(summaries, skipped)
+            pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="run")
+            executors.append(pool)
+            futures.extend(pool.submit(execute, p, endpoint) for p in todo)
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                future.result()  # re-raise LedgerError or a harness bug from a worker
+    except KeyboardInterrupt:
+        stop.set()
+        result.interrupted = True
+        raise
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        for pool in executors:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for endpoint in endpoints.values():
+            endpoint.backend.close()
+    return result
 
 
-def format_run_line(index: int, total: int, summary: RunSummary, elapsed_s: float | None = None) -> str:
+def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed``."""
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
-    timing = f", {elapsed_s:.1f} s" if elapsed_s is not None else ""
+    timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
     extra = f" ({summary.error})" if summary.outcome == "infra_error" and summary.error else ""
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "

@@ -53,7 +53,7 @@ def filled(ledger_path):
 
 def test_blank_ledger_gets_the_whole_schema(ledger_path):
     with Ledger(ledger_path) as ledger:
-        assert ledger.applied_migrations() == ["m001_initial"]
+        assert ledger.applied_migrations() == ["m001_initial", "m003_attempts"]
         assert ledger.migrate() == []  # second open: nothing pending
         cols = {r["name"] for r in ledger.query("PRAGMA table_info(turns)")}
         assert set(record_fields(TurnRecord)) <= cols
@@ -73,12 +73,12 @@ def test_rows_round_trip(filled):
         assert rows[1]["failure_modes"] == ["narration_without_call"] and rows[1]["outcome"] == "task_failed"
 
 
-@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "_migrations"])
+@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "attempts", "_migrations"])
 def test_update_and_delete_are_rejected(filled, table):
     db = sqlite3.connect(filled)
-    if table == "labels":
-        with Ledger(filled) as ledger:
-            ledger.record_labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={})
+    with Ledger(filled) as ledger:
+        ledger.record_labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={})
+        ledger.record_attempt(run_id="r1", turn=1, attempt=1, error_type="BackendTimeout", error="slow", status_code=None, retry_in_ms=500.0)
     column = "name" if table == "_migrations" else "run_id"
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         db.execute(f"UPDATE {table} SET {column} = 'x'")

@@ -14,7 +14,7 @@ from conftest import REPO, call_line, text_line, write_cassette
 from harness.backends import open_backend
 from harness.errors import TokenLimitExceeded, TurnLimitExceeded
 from harness.ledger import Ledger
-from harness.loop import CircuitBreaker, RunPlan, run_once
+from harness.loop import CircuitBreaker, RetryPolicy, RunPlan, run_once
 from harness.scenarios import load_scenario
 
 REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
@@ -187,11 +187,15 @@ def test_http_500_mid_run_is_infra_error(tmp_path, scenario):
     try:
         plan = RunPlan(scenario, f"openai:m@http://127.0.0.1:{server.server_port}/v1", 0.0)
         with Ledger(tmp_path / "ledger.sqlite") as ledger, open_backend(plan.model) as backend:
-            summary = run_once(plan, backend, ledger, runs_dir=tmp_path / "runs")
+            summary = run_once(plan, backend, ledger, runs_dir=tmp_path / "runs", retry=RetryPolicy(max_attempts=3, base_delay_s=0.01))
             assert summary.outcome == "infra_error" and summary.turns == 1
             assert "500" in summary.error
             [row] = ledger.runs()
             assert row["outcome"] == "infra_error" and row["turns"] == 1
+            attempts = ledger.query("SELECT turn, attempt, error_type, status_code, retry_in_ms FROM attempts ORDER BY seq")
+            assert [(a["turn"], a["attempt"], a["error_type"], a["status_code"]) for a in attempts] == [
+                (2, 1, "BackendResponseError", 500), (2, 2, "BackendResponseError", 500), (2, 3, "BackendResponseError", 500)]
+            assert 5 <= attempts[0]["retry_in_ms"] <= 10 and 10 <= attempts[1]["retry_in_ms"] <= 20 and attempts[2]["retry_in_ms"] is None
     finally:
         server.shutdown()
         server.server_close()

@@ -155,6 +155,15 @@ class Backend(abc.ABC):
     def start_run(self) -> None:
         """Called before each run; the replay backend rewinds its cassette here."""
 
+    def for_run(self) -> Backend:
+        """Return a handle for one run that may proceed concurrently with other runs.
+
+        Stateless HTTP backends share one (thread-safe) client and return ``self``; backends
+        with per-run state (replay's cassette cursor) return a fresh handle sharing the rest.
+        Closing the handle must not close the shared backend.
+        """
+        return self
+
     def close(self) -> None:
         """Release connections and stop any server this backend started."""
 

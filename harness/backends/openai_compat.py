@@ -116,8 +116,12 @@ class OpenAICompatBackend(Backend):
         """Return the model name, base URL and, when the server tells, its version.
 
         The version comes from a reply's ``system_fingerprint`` or, failing that, from
-        ``build_info`` of llama.cpp's ``GET /props``. Best effort: never raises; unknown
-        fields are ``None``. ``model_digest`` is always ``None`` (the API does not expose it).
+        ``build_info`` of llama.cpp's ``GET /props``. Best effort: unknown fields are ``None``.
+        ``model_digest`` is always ``None`` (the API does not expose it).
+
+        Raises:
+            BackendUnavailable: nothing listens at the base URL (connection refused), so the
+                runner can skip this model with one message instead of failing every run.
         """
         if self._identity is None:
             if self._server_version is None:
@@ -274,6 +278,8 @@ class OpenAICompatBackend(Backend):
         try:
             response = self._client.get(url, headers=self._headers, timeout=min(self.timeout_s, _METADATA_TIMEOUT_S))
             data = response.json() if response.status_code == 200 else None
+        except httpx.ConnectError as exc:
+            raise BackendUnavailable(self._unreachable_message()) from exc
         except (httpx.HTTPError, ValueError):
             return None
         value = data.get("build_info") if isinstance(data, dict) else None

@@ -18,6 +18,7 @@ recorded cassette replays the same replies.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -62,6 +63,13 @@ class ReplayBackend(Backend):
         """Rewind to the first reply."""
         with self._lock:
             self._next = 0
+
+    def for_run(self) -> ReplayBackend:
+        """A handle with its own cursor (at line 1) over the same loaded replies, for concurrent runs."""
+        handle = copy.copy(self)
+        handle._next = 0
+        handle._lock = threading.Lock()
+        return handle
 
     def generate(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions

@@ -1,0 +1,162 @@
+"""Matrix execution at scale: concurrency, resume after SIGKILL, Ctrl-C, retries of flaky servers, cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, call_line, text_line, write_cassette
+
+from harness.backends import open_backend
+from tests.backend_fakes import closed_port
+from harness.fake_server import FakeAgentServer
+from harness.ledger import Ledger
+from harness.loop import RetryPolicy
+from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix, summary_rows
+from harness.scenarios import load_scenario
+
+SCENARIO = REPO / "scenarios" / "list_and_report.toml"
+REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
+IDEAL = [call_line("list_files", {"path": "."}), call_line("write_file", {"path": "report.txt", "content": REPORT}), text_line("Done.")]
+FAST_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.01)
+
+
+def plans_for(model: str, *, repeats: int, temperatures=(0.0,), tool_mode="native"):
+    return expand_matrix([load_scenario(SCENARIO)], MatrixOverrides([model], list(temperatures), repeats, None, [tool_mode], None))
+
+
+def test_expand_matrix_order_and_overrides():
+    scenario = load_scenario(SCENARIO)
+    plans = expand_matrix([scenario], MatrixOverrides(["replay:a.jsonl", "replay:b.jsonl"], [0.0, 1.0], 2, [7], None, ["strict", "lenient"]))
+    assert len(plans) == 2 * 2 * 2 * 2
+    first = plans[0]
+    assert (first.model, first.tool_mode, first.parser, first.temperature, first.seed, first.repetition) == ("replay:a.jsonl", "prompt", "strict", 0.0, 7, 0)
+    assert plans[1].repetition == 1 and plans[1].options().seed == 8
+    assert len({p.identity("d") for p in plans}) == len(plans)  # every planned run has its own identity
+    assert plans[0].identity("d") == dataclasses.replace(plans[0]).identity("d")  # deterministic
+    assert plans[0].identity("d") != plans[0].identity("other-digest")
+
+
+def test_concurrent_replay_runs_are_independent(tmp_path):
+    cassette = write_cassette(tmp_path / "ideal.jsonl", IDEAL)
+    plans = plans_for(f"replay:{cassette}", repeats=8)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4)
+        assert [s.outcome for s in result.summaries] == ["pass"] * 8
+        assert len({s.run_id for s in result.summaries}) == 8
+        assert ledger.verify().ok
+        again = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4)
+        assert again.summaries == [] and again.already_done == 8
+        assert all(run["config"] and json.loads(run["config"])["jobs"] == 4 for run in ledger.runs())
+
+
+def test_flaky_server_retries_and_infra_errors_stay_out_of_failure_rates(tmp_path):
+    faults = {1: "drop", 2: "500", 3: "429", 4: "slow", **{n: "500" for n in range(8, 13)}}
+    with FakeAgentServer(slots=4, faults=faults.get, slow_s=3) as server:
+        plans = plans_for(f"openai:ideal@{server.base_url}", repeats=3)
+        factory = functools.partial(open_backend, timeout_s=0.5)
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", backend_factory=factory, retry=FAST_RETRY)
+            attempts = ledger.query("SELECT run_id, turn, attempt, error_type, status_code, retry_in_ms FROM attempts ORDER BY seq")
+            assert ledger.verify().ok
+    assert [s.outcome for s in result.summaries] == ["pass", "infra_error", "pass"]
+    first, second = result.summaries[0].run_id, result.summaries[1].run_id
+    assert [(a["attempt"], a["error_type"], a["status_code"]) for a in attempts if a["run_id"] == first] == [
+        (1, "BackendUnavailable", None), (2, "BackendResponseError", 500), (3, "BackendResponseError", 429), (4, "BackendTimeout", None)]
+    assert [a["retry_in_ms"] for a in attempts if a["run_id"] == first][2] == 1000.0  # Retry-After: 1 honoured
+    assert [a["attempt"] for a in attempts if a["run_id"] == second] == [1, 2, 3, 4, 5]
+    [row] = summary_rows(result.summaries)
+    assert (row["runs"], row["pass"], row["infra_error"], row["pass_rate"]) == (3, 2, 1, 1.0)
+
+
+def test_dead_server_skips_its_runs_with_one_message(tmp_path):
+    plans = plans_for(f"openai:m@http://127.0.0.1:{closed_port()}/v1", repeats=3)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs")
+        assert ledger.runs() == []
+    [(model, reason, count)] = result.skipped
+    assert count == 3 and "not reachable" in reason
+
+
+def test_cache_reuses_recorded_replies_of_the_same_identity(tmp_path):
+    with FakeAgentServer(faults=lambda n: "500" if n >= 2 else None) as broken:
+        port_url = broken.base_url
+        plans = plans_for(f"openai:ideal@{port_url}", repeats=1)
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            first = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", retry=RetryPolicy(max_attempts=1))
+    assert first.summaries[0].outcome == "infra_error"
+    # same URL again (same identity), now healthy: turn 1 comes from the cache
+    host_port = port_url.removeprefix("http://127.0.0.1:").removesuffix("/v1")
+    with FakeAgentServer() as healthy:
+        healthy_spec = f"openai:ideal@{healthy.base_url}"
+        plans = [dataclasses.replace(p, model=healthy_spec) for p in plans]
+        with Ledger(tmp_path / "l2.sqlite") as ledger:
+            run_matrix(plans, ledger, runs_dir=tmp_path / "runs")
+            second = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", use_cache=True, resume=False)
+            turns = ledger.turns(second.summaries[0].run_id)
+        assert healthy.requests == 3  # the second run was served entirely from the cache
+    assert host_port and second.summaries[0].outcome == "pass"
+    assert all(json.loads(t["details"]).get("cache_hit") for t in turns)
+
+
+def _harness(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, **kwargs)  # fmt: skip
+
+
+def _finished_runs(ledger_path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True)
+        try:
+            return db.execute("SELECT COUNT(*) FROM run_ends").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _wait_for_runs(ledger_path, n: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _finished_runs(ledger_path) < n:
+        assert time.monotonic() < deadline, "the matrix did not progress"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=0.05, slots=2) as server:
+        args = [str(SCENARIO), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native", "--repeats", "10",
+                "--temperature", "0", "--temperature", "0.5", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+        proc = _harness("run", *args)
+        _wait_for_runs(ledger_path, 4)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        if sig == signal.SIGINT:
+            assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+        with Ledger(ledger_path, readonly=True) as ledger:
+            runs = ledger.runs()
+            assert ledger.verify().ok
+        assert 4 <= len([r for r in runs if r["outcome"] in ("pass",)]) < 20
+        if sig == signal.SIGINT:  # every run that started has an end row
+            assert all(r["outcome"] is not None for r in runs)
+        again = _harness("run", *args)
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        dry = _harness("run", "--dry-run", *args)
+        out, err = dry.communicate(timeout=60)
+        with Ledger(ledger_path) as ledger:
+            finished = ledger.finished_identities()
+            assert ledger.verify().ok
+            plans = plan_matrix(plans_for(f"openai:ideal@{server.base_url}", repeats=10, temperatures=(0.0, 0.5)), ledger)
+    assert out.strip().endswith("20 runs planned, 20 already done, 0 to run.")
+    assert set(finished) == {p.identity for p in plans.planned} and len(finished) == 20
+    assert set(finished.values()) == {1}  # no identity finished twice
