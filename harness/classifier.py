@@ -120,6 +120,7 @@ import jsonschema
 
 __all__ = [
     "CLASSIFIER_VERSION",
+    "Classification",
     "FAILURE_MODES",
     "MAX_CANDIDATES",
     "MAX_DEPTH",
@@ -131,7 +132,6 @@ __all__ = [
     "MAX_SCAN_CHARS",
     "PARSER_POLICIES",
     "RECOVERY_STEPS",
-    "Classification",
     "ToolCall",
     "classify",
     "classify_document",
