@@ -447,6 +447,13 @@ def test_prose_mentions_are_not_calls():
         assert result.failure_modes == [], (text, result.failure_modes)
 
 
+def test_unknown_pythonic_name_only_as_the_whole_payload():
+    result = run("lst_files(path='.')")
+    assert result.failure_modes == ["foreign_call_syntax", "unknown_tool"]
+    sample = run("Run it like this:\n```python\nmain(debug=True)\nprint('done')\n```")
+    assert sample.recovered_calls == [] and sample.failure_modes == []
+
+
 def test_code_inside_a_json_string_is_not_pseudo_code():
     content = '{"name": "write_file", "arguments": {"path": "a.py", "content": "print(\\"a\\" + os.path.join(x))"}}'
     assert modes(content) == ["raw_json_in_content"]
