@@ -50,7 +50,8 @@ Call object shapes accepted: ``{"name", "arguments"}`` (standard); nonstandard:
 ``{"name", "parameters"|"args"|"params"|"input"}``, ``{"tool"|"tool_name"|"function"|
 "function_name", "params"|"parameters"|"arguments"|...}``, ``{"action", "action_input"}``,
 ``{"function": {"name", "arguments"}}`` (also with ``"type": "function"``), ``{"tool_calls":
-[...]}``, and the short form ``{"<offered tool>": {...args}}``. A ``{"name": ...}`` object with
+[...]}``, the short form ``{"<offered tool>": {...args}}``, and ReAct text ``Action: name`` /
+``Action Input: {...}`` (the action/action_input shape written as lines). A ``{"name": ...}`` object with
 no argument key counts only when the name is an offered tool (``{"name": "Alice"}`` is data).
 
 Caps (all work is bounded; nothing recurses on input structure)
@@ -674,6 +675,9 @@ def _line_bounds(text: str, start: int, end: int) -> bool:
     return not text[ls:start].strip() and not text[end:le].strip()
 
 
+_REACT = re.compile(r"Action\s*:\s*([A-Za-z_][\w.-]*)\s*\n\s*Action\s+Input\s*:\s*$", re.I)
+
+
 def _json_candidates(text: str, tool_names: frozenset[str]) -> list[_Cand]:
     """Whole document, one-per-line and brace-scan candidates (with literal/repair fallbacks)."""
     cands: list[_Cand] = []
@@ -714,6 +718,10 @@ def _json_candidates(text: str, tool_names: frozenset[str]) -> list[_Cand]:
                 method, repaired = "repair", True
         if value is not _FAIL:
             calls = _call_from_obj(value, tool_names)
+            react = _REACT.search(text, max(0, start - 200), start) if not calls else None
+            if react and isinstance(value, Mapping):
+                calls = [_RawCall(react.group(1), value, True)]
+                start = react.start()
             if calls:
                 pseudo = _pseudo_code(span) if repaired else []
                 cands.append(_Cand(start, end, method, calls, repaired=repaired, pseudo=pseudo, excerpt=_short(span)))

@@ -329,6 +329,7 @@ POSITIVE = [
         ("nonstandard_keys", '{"action": "list_files", "action_input": {"path": "."}}', {}),
         ("nonstandard_keys", '{"function": {"name": "list_files", "arguments": {"path": "."}}}', {}),
         ("nonstandard_keys", '{"list_files": {"path": "."}}', {}),
+        ("nonstandard_keys", 'Action: list_files\nAction Input: {"path": "."}', {}),
         ("unknown_tool", '{"name": "lst_files", "arguments": {"path": "."}}', {}),
         ("unknown_tool", None, {"tool_calls": [structured("delete_file", '{"path": "a"}')]}),
         ("schema_violation", '{"name": "list_files", "arguments": {"path": 3}}', {}),
@@ -430,6 +431,12 @@ def test_truncated_structured_arguments_are_repaired():
     result = run(None, tool_calls=[structured("list_files", '{"path": "."')])
     assert result.failure_modes == ["repaired_json"]
     assert result.structured_calls[0].arguments == {"path": "."}
+
+
+def test_react_action_lines():
+    result = run('Thought: I need the files.\nAction: list_files\nAction Input: {"path": "."}')
+    assert [(c.name, c.arguments) for c in result.recovered_calls] == [("list_files", {"path": "."})]
+    assert result.failure_modes == ["raw_json_in_content", "mixed_prose", "nonstandard_keys"]
 
 
 def test_tool_calls_wrapper_and_pythonic_positional():
