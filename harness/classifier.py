@@ -25,7 +25,10 @@ Two passes
    ``json_lines``       a call object alone on its line.
    ``brace_scan``       balanced ``{...}`` anywhere in prose (string-aware, iterative).
    ``python_literal``   ``ast.literal_eval`` of a single-quoted / ``True``-``None`` dict.
-   ``pythonic``         ``name(arg=...)`` parsed with ``ast``.
+   ``pythonic``         ``name(arg=...)`` parsed with ``ast``: offered tool names anywhere
+                        (in prose only with arguments and not after "called"/"used"...);
+                        another plain name only when the keyword-only call is the whole
+                        payload (so code samples and prose like ``print(x)`` stay prose).
    ``xml_parameters``   ``<function=name><parameter=k>v</parameter></function>`` and
                         ``<invoke name="..."><parameter name="k">v</parameter></invoke>``.
    ``repair``           our own narrow JSON repair: close unclosed strings/brackets, drop
@@ -47,7 +50,8 @@ Call object shapes accepted: ``{"name", "arguments"}`` (standard); nonstandard:
 ``{"name", "parameters"|"args"|"params"|"input"}``, ``{"tool"|"tool_name"|"function"|
 "function_name", "params"|"parameters"|"arguments"|...}``, ``{"action", "action_input"}``,
 ``{"function": {"name", "arguments"}}`` (also with ``"type": "function"``), ``{"tool_calls":
-[...]}``, and the short form ``{"<offered tool>": {...args}}``. A ``{"name": ...}`` object with
+[...]}``, the short form ``{"<offered tool>": {...args}}``, and ReAct text ``Action: name`` /
+``Action Input: {...}`` (the action/action_input shape written as lines). A ``{"name": ...}`` object with
 no argument key counts only when the name is an offered tool (``{"name": "Alice"}`` is data).
 
 Caps (all work is bounded; nothing recurses on input structure)
@@ -107,6 +111,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import json
 import math
 import posixpath
@@ -120,6 +125,7 @@ import jsonschema
 
 __all__ = [
     "CLASSIFIER_VERSION",
+    "Classification",
     "FAILURE_MODES",
     "MAX_CANDIDATES",
     "MAX_DEPTH",
@@ -131,7 +137,6 @@ __all__ = [
     "MAX_SCAN_CHARS",
     "PARSER_POLICIES",
     "RECOVERY_STEPS",
-    "Classification",
     "ToolCall",
     "classify",
     "classify_document",
@@ -670,11 +675,14 @@ def _line_bounds(text: str, start: int, end: int) -> bool:
     return not text[ls:start].strip() and not text[end:le].strip()
 
 
+_REACT = re.compile(r"Action\s*:\s*([A-Za-z_][\w.-]*)\s*\n\s*Action\s+Input\s*:\s*$", re.I)
+
+
 def _json_candidates(text: str, tool_names: frozenset[str]) -> list[_Cand]:
     """Whole document, one-per-line and brace-scan candidates (with literal/repair fallbacks)."""
     cands: list[_Cand] = []
     stripped = text.strip()
-    if stripped[:1] in "{[" and stripped[-1:] in "}]":
+    if stripped and stripped[0] in "{[" and stripped[-1] in "}]":
         value = _loads(stripped)
         if value is not _FAIL:
             calls = _call_from_obj(value, tool_names)
@@ -710,6 +718,10 @@ def _json_candidates(text: str, tool_names: frozenset[str]) -> list[_Cand]:
                 method, repaired = "repair", True
         if value is not _FAIL:
             calls = _call_from_obj(value, tool_names)
+            react = _REACT.search(text, max(0, start - 200), start) if not calls else None
+            if react and isinstance(value, Mapping):
+                calls = [_RawCall(react.group(1), value, True)]
+                start = react.start()
             if calls:
                 pseudo = _pseudo_code(span) if repaired else []
                 cands.append(_Cand(start, end, method, calls, repaired=repaired, pseudo=pseudo, excerpt=_short(span)))
@@ -774,8 +786,8 @@ def _pythonic_candidates(
         if end < 0:
             continue
         isolated = _line_bounds(text, start, end if text[end : end + 1] != ";" else end + 1)
-        if not offered and not isolated:
-            continue
+        if not offered and text[start:end].strip() != text.strip().rstrip(";"):
+            continue  # an unknown name counts only when the call is the whole payload
         src = text[start:end]
         try:
             node = ast.parse(src, mode="eval").body
@@ -1294,11 +1306,13 @@ def _analyse_content(text: str, offered: Mapping[str, Any]) -> _ContentResult:
     return _ContentResult(calls, modes, len(canonicals), canonicals, visible, prose, shell_block, details)
 
 
-_CONTENT_CACHE: dict[tuple[str, frozenset[str]], list[str]] = {}
+_CONTENT_CACHE: dict[tuple[bytes, frozenset[str]], list[str]] = {}
 
 
 def _history_content_calls(text: str, offered: Mapping[str, Any]) -> list[str]:
-    key = (text, frozenset(offered))
+    """Canonical calls recovered from an earlier assistant message (memoized by content digest)."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    key = (digest, frozenset(offered))
     cached = _CONTENT_CACHE.get(key)
     if cached is None:
         result = _analyse_content(text[:MAX_SCAN_CHARS], offered)

@@ -1,0 +1,102 @@
+"""Classification time per reply on a realistic mix, plus pathological inputs.
+
+Run: ``python benchmarks/classifier_speed.py`` from the repository root. Prints the median and
+p99 per reply kind and for the whole mix, in milliseconds. Not a test: timings depend on the
+machine; the target is a median under 1 ms for a 2 KB reply.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.classifier import classify  # noqa: E402
+
+TOOLS = [
+    {"type": "function", "function": {"name": "list_files", "description": "List files.", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "write_file", "description": "Write a file.", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"]}}},
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+]
+HISTORY = [
+    {"role": "system", "content": "You are a careful file assistant. Use the tools; answer briefly."},
+    {"role": "user", "content": "List the files, then write report.txt listing them one per line."},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"files": ["hello.txt", "notes.md", "data.csv"]})},
+]
+LONG_TEXT = ("The directory holds three files: hello.txt, notes.md and data.csv. " * 40)[:2000]
+LIST = '{"name": "list_files", "arguments": {"path": "."}}'
+WRITE_2K = json.dumps({"name": "write_file", "arguments": {"path": "report.txt", "content": LONG_TEXT[:1900]}})
+
+
+def structured(name: str, args: dict) -> list[dict]:
+    return [{"id": "c9", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
+
+
+MIX = {
+    "clean_structured": {"content": "", "tool_calls": structured("write_file", {"path": "report.txt",
+                         "content": "hello.txt\nnotes.md\ndata.csv"}), "finish_reason": "tool_calls"},
+    "raw_json": {"content": LIST, "finish_reason": "stop"},
+    "fenced": {"content": "```json\n" + json.dumps(json.loads(LIST), indent=2) + "\n```", "finish_reason": "stop"},
+    "prose_json": {"content": "There are 3 files. I will create report.txt.\n" + WRITE_2K[:300] + "}}"},
+    "pythonic": {"content": "list_files(path='.')"},
+    "broken": {"content": LIST + '\n{"name": "write_file", "arguments": {"path": "r.txt", "content": "F:\\n" + '
+               '"\\n".join(result["files"])}}'},
+    "empty": {"content": "", "usage": {"completion_tokens": 40}},
+    "long_2kb_final": {"content": LONG_TEXT, "finish_reason": "stop"},
+    "long_2kb_call": {"content": WRITE_2K, "finish_reason": "stop"},
+    "long_2kb_structured": {"content": LONG_TEXT, "tool_calls": structured("write_file", {
+        "path": "report.txt", "content": LONG_TEXT}), "finish_reason": "tool_calls"},
+}
+PATHOLOGICAL = {
+    "1MB prose": "word " * 200_000,
+    "1MB of {": "{" * 1_000_000,
+    "10k nested braces": "{" * 10_000 + "}" * 10_000,
+    "1M-char line": "a" * 1_000_000,
+    "1MB unclosed string": '{"name": "write_file", "arguments": {"content": "' + "x" * 1_000_000,
+    "1MB of {'": "{'" * 500_000,
+}
+
+
+def timed(response: dict, repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        classify(response, tools=TOOLS, history=HISTORY)
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def main() -> None:
+    print(f"{'reply kind':24} {'bytes':>7} {'median ms':>10} {'p99 ms':>8}")
+    everything: list[float] = []
+    for name, response in MIX.items():
+        timed(response, 20)  # warm caches (validators, history)
+        samples = timed(response, 1000)
+        everything.extend(samples)
+        size = len(response.get("content") or "") + len(json.dumps(response.get("tool_calls")))
+        print(f"{name:24} {size:7d} {statistics.median(samples):10.3f} {p99(samples):8.3f}")
+    print(f"{'whole mix':24} {'':7} {statistics.median(everything):10.3f} {p99(everything):8.3f}")
+    print()
+    print(f"{'pathological':24} {'chars':>9} {'ms':>8}")
+    for name, content in PATHOLOGICAL.items():
+        samples = timed({"content": content}, 3)
+        print(f"{name:24} {len(content):9d} {max(samples):8.1f}")
+
+
+if __name__ == "__main__":
+    main()

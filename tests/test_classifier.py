@@ -1,0 +1,593 @@
+"""Tests for harness.classifier: examples from the spec, one positive and one negative per mode,
+recovery shapes, robustness (hypothesis) and bounded work on pathological inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness import classifier
+from harness.classifier import (
+    CLASSIFIER_VERSION,
+    FAILURE_MODES,
+    RECOVERY_STEPS,
+    Classification,
+    ToolCall,
+    classify,
+    classify_document,
+)
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_files",
+            "description": "List the files in a directory of the sandbox.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a text file in the sandbox.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+]
+
+LIST_CALL = '{"name": "list_files", "arguments": {"path": "."}}'
+WRITE_CALL = '{"name": "write_file", "arguments": {"path": "report.txt", "content": "Files:\\nhello.txt"}}'
+
+HISTORY = [
+    {"role": "system", "content": "You are a file assistant. Use the tools."},
+    {"role": "user", "content": "List the files, then write report.txt listing them."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"files": ["hello.txt", "notes.md", "data.csv"]}'},
+]
+
+
+def structured(name: str, arguments: object, call_id: str = "call_9") -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def run(content=None, *, tool_calls=None, finish_reason="stop", history=(), tools=TOOLS, completion_tokens=12):
+    response = {
+        "content": content,
+        "tool_calls": tool_calls,
+        "finish_reason": finish_reason,
+        "usage": {"prompt_tokens": 100, "completion_tokens": completion_tokens},
+    }
+    result = classify(response, tools=tools, history=history)
+    assert "internal_error" not in result.details, result.details
+    json.dumps(result.to_dict())  # always JSON-ready
+    return result
+
+
+def modes(content=None, **kwargs) -> list[str]:
+    return run(content, **kwargs).failure_modes
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def test_public_constants():
+    assert list(FAILURE_MODES) == [
+        "raw_json_in_content",
+        "code_fence",
+        "mixed_prose",
+        "tool_call_tags_in_content",
+        "wrong_wrapper_tag",
+        "foreign_call_syntax",
+        "multiple_calls",
+        "invalid_json",
+        "pseudo_code_in_arguments",
+        "repaired_json",
+        "stringified_arguments",
+        "nonstandard_keys",
+        "unknown_tool",
+        "schema_violation",
+        "repeated_call",
+        "fabricated_tool_result",
+        "narration_without_call",
+        "empty_response",
+        "truncated_by_length",
+        "reasoning_leak",
+        "sandbox_escape_attempt",
+    ]
+    assert all(isinstance(v, str) and v and "\n" not in v for v in FAILURE_MODES.values())
+    assert RECOVERY_STEPS[0] == "strip_reasoning" and RECOVERY_STEPS[-1] == "repair"
+    assert len(set(RECOVERY_STEPS)) == len(RECOVERY_STEPS)
+    assert isinstance(CLASSIFIER_VERSION, str) and CLASSIFIER_VERSION
+    assert sorted(classifier.__all__) == classifier.__all__
+    assert all(hasattr(classifier, name) for name in classifier.__all__)
+
+
+def test_toolcall_canonical_sorts_keys():
+    a = ToolCall("write_file", {"path": "a", "content": "b"}, "structured")
+    b = ToolCall("write_file", {"content": "b", "path": "a"}, "fenced")
+    assert a.canonical() == b.canonical()
+    assert json.loads(a.canonical()) == {"name": "write_file", "arguments": {"path": "a", "content": "b"}}
+
+
+def test_calls_policy():
+    both = run(LIST_CALL, tool_calls=[structured("write_file", '{"path": "a.txt", "content": "x"}')])
+    assert [c.name for c in both.calls("strict")] == ["write_file"]
+    assert [c.name for c in both.calls("lenient")] == ["write_file"]
+    content_only = run(LIST_CALL)
+    assert content_only.calls("strict") == []
+    assert [c.name for c in content_only.calls("lenient")] == ["list_files"]
+    with pytest.raises(ValueError):
+        content_only.calls("sloppy")
+
+
+def test_to_dict_shape():
+    d = run(LIST_CALL).to_dict()
+    assert set(d) == {
+        "failure_modes", "structured_calls", "recovered_calls", "recovered_by", "details", "classifier_version",
+    }
+    assert d["recovered_calls"][0] == {
+        "name": "list_files", "arguments": {"path": "."}, "source": "json_document", "id": None,
+        "valid": True, "errors": [],
+    }
+
+
+# --------------------------------------------------------------------------- spec examples
+
+
+def test_raw_json_in_content():
+    result = run(LIST_CALL)
+    assert result.failure_modes == ["raw_json_in_content"]
+    assert [(c.name, c.arguments) for c in result.recovered_calls] == [("list_files", {"path": "."})]
+    assert result.recovered_by == "json_document"
+
+
+def test_code_fence_multiline():
+    content = '```json\n{\n  "name": "list_files",\n  "arguments": {\n    "path": "."\n  }\n}\n```'
+    result = run(content)
+    assert result.failure_modes == ["code_fence"]
+    assert result.recovered_calls[0].arguments == {"path": "."}
+    assert result.recovered_by == "fenced"
+
+
+def test_code_fence_without_language():
+    assert modes("```\n" + LIST_CALL + "\n```") == ["code_fence"]
+
+
+@pytest.mark.parametrize(
+    "prose",
+    ["There are 3 files. I will create report.txt.", "ファイルは3つあります。report.txt を作成します。", "Файлов три. Создаю отчёт."],
+)
+def test_mixed_prose_any_script(prose):
+    result = run(prose + "\n" + WRITE_CALL, history=HISTORY)
+    assert result.failure_modes == ["raw_json_in_content", "mixed_prose"]
+    assert result.recovered_calls[0].name == "write_file"
+
+
+def test_tool_call_tags_and_wrong_wrapper():
+    assert modes("<tool_call>" + LIST_CALL + "</tool_call>") == ["tool_call_tags_in_content"]
+    assert modes("<tools>" + LIST_CALL + "</tools>") == ["wrong_wrapper_tag"]
+
+
+def test_two_lines_one_with_pseudo_code():
+    content = LIST_CALL + "\n" + (
+        r'{"name": "write_file", "arguments": {"path": "report.txt", '
+        r'"content": "Files:\n" + "\n".join(result["files"])}}'
+    )
+    result = run(content)
+    assert result.failure_modes == [
+        "raw_json_in_content", "multiple_calls", "invalid_json", "pseudo_code_in_arguments",
+    ]
+    assert [(c.name, c.arguments) for c in result.recovered_calls] == [("list_files", {"path": "."})]
+    assert result.recovered_by == "json_lines"
+    assert set(result.details["pseudo_code_in_arguments"]) >= {"concatenation", "function_call"}
+
+
+def test_nonstandard_stringified_and_array():
+    assert modes('{"name": "list_files", "parameters": {"path": "."}}') == ["raw_json_in_content", "nonstandard_keys"]
+    result = run('{"name": "list_files", "arguments": "{\\"path\\": \\".\\"}"}')
+    assert result.failure_modes == ["raw_json_in_content", "stringified_arguments"]
+    assert result.recovered_calls[0].arguments == {"path": "."}
+    array = run("[" + LIST_CALL + ", " + LIST_CALL.replace('"."', '"src"') + "]")
+    assert array.failure_modes == ["raw_json_in_content", "multiple_calls"]
+    assert [c.arguments["path"] for c in array.recovered_calls] == [".", "src"]
+
+
+def test_unknown_tool_suggests_nearest():
+    result = run('{"name": "lst_files", "arguments": {"path": "."}}')
+    assert result.failure_modes == ["raw_json_in_content", "unknown_tool"]
+    assert result.details["unknown_tool"] == {"lst_files": "list_files"}
+    assert result.recovered_calls[0].valid is False
+
+
+def test_schema_violation_missing_required_structured():
+    result = run(None, tool_calls=[structured("write_file", '{"path": "report.txt"}')])
+    assert result.failure_modes == ["schema_violation"]
+    assert "content" in result.details["schema_violation"][0]["message"]
+    assert result.structured_calls[0].valid is False
+
+
+def test_narration_empty_truncated_repeated():
+    assert modes("I will now write the report.") == ["narration_without_call"]
+    empty = run("", completion_tokens=40)
+    assert empty.failure_modes == ["empty_response"]
+    assert empty.details["empty_response"] == {"completion_tokens": 40}
+    cut = run('{"name": "write_file", "arguments": {"path": "a.txt", "content": "Once upon a ti', finish_reason="length")
+    assert "truncated_by_length" in cut.failure_modes
+    repeat = run(None, tool_calls=[structured("list_files", '{"path": "."}')], history=HISTORY)
+    assert repeat.failure_modes == ["repeated_call"]
+
+
+def test_clean_structured_call_has_no_failure_mode():
+    for content in (None, "", "Let me write the report now.", "Writing the report."):
+        result = run(content, tool_calls=[structured("write_file", '{"path": "report.txt", "content": "hello.txt"}')],
+                     history=HISTORY, finish_reason="tool_calls")
+        assert result.failure_modes == [], (content, result.details)
+        assert result.structured_calls[0].valid
+
+
+def test_final_answer_after_tool_use_is_clean():
+    history = HISTORY + [
+        {"role": "assistant", "content": None,
+         "tool_calls": [structured("write_file", '{"path": "report.txt", "content": "hello.txt"}', "call_2")]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "wrote 9 bytes"},
+    ]
+    assert modes("I created report.txt listing the 3 files.", history=history) == []
+    assert modes("Done! The report is in report.txt. Let me know if you need anything else.", history=history) == []
+
+
+# --------------------------------------------------------------------------- each mode: positive and negative
+
+
+NEGATIVE = [
+        ("raw_json_in_content", "I can't do that.", {}),
+        ("code_fence", "```python\nprint('hello')\n```", {}),
+        ("mixed_prose", LIST_CALL, {}),
+        ("tool_call_tags_in_content", "<tools>" + LIST_CALL + "</tools>", {}),
+        ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL + "</tool_call>", {}),
+        ("wrong_wrapper_tag", "Use <json> tags in HTML-ish prose.", {}),
+        ("foreign_call_syntax", "I used list_files() earlier and it worked.", {}),
+        ("foreign_call_syntax", LIST_CALL, {}),
+        ("multiple_calls", LIST_CALL, {}),
+        ("invalid_json", 'Here is data: {"name": "Alice", "age": 3} and {broken', {}),
+        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.py", "content": "x = \\"a\\" + b"}}', {}),
+        ("repaired_json", LIST_CALL, {}),
+        ("stringified_arguments", None, {"tool_calls": [structured("list_files", '{"path": "."}')]}),
+        ("nonstandard_keys", LIST_CALL, {}),
+        ("unknown_tool", '{"name": "anything", "arguments": {}}', {"tools": []}),
+        ("schema_violation", WRITE_CALL, {}),
+        ("repeated_call", None, {"tool_calls": [structured("list_files", '{"path": "src"}')], "history": HISTORY}),
+        ("fabricated_tool_result", WRITE_CALL, {"history": HISTORY}),
+        ("narration_without_call", "I wrote the report to report.txt.", {}),
+        ("narration_without_call", "Let me know if you want changes.", {}),
+        ("narration_without_call", LIST_CALL, {}),
+        ("empty_response", "<think>planning</think>", {"tool_calls": [structured("list_files", '{"path": "."}')]}),
+        ("truncated_by_length", "Complete answer.", {"finish_reason": "stop"}),
+        ("reasoning_leak", "I think this is fine: thinking about <b>it</b>.", {}),
+        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "src/../docs"}}', {}),
+]
+
+
+@pytest.mark.parametrize(("mode", "content", "kwargs"), NEGATIVE)
+def test_negative(mode, content, kwargs):
+    assert mode not in modes(content, **kwargs)
+
+
+POSITIVE = [
+        ("raw_json_in_content", "Sure: " + LIST_CALL, {}),
+        ("raw_json_in_content", "{'name': 'list_files', 'arguments': {'path': '.'}}", {}),
+        ("code_fence", "```\n" + LIST_CALL + "\n```", {}),
+        ("code_fence", "~~~json\n" + LIST_CALL + "\n~~~", {}),
+        ("mixed_prose", "Sure! " + "<tool_call>" + LIST_CALL + "</tool_call>", {}),
+        ("tool_call_tags_in_content", "<tool_call>" + LIST_CALL, {}),
+        ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL, {}),
+        ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL + "</tools>", {}),
+        ("wrong_wrapper_tag", "<function>" + LIST_CALL + "</function>", {}),
+        ("wrong_wrapper_tag", "<function-call>" + LIST_CALL + "</function-call>", {}),
+        ("wrong_wrapper_tag", "<json>" + LIST_CALL + "</json>", {}),
+        ("wrong_wrapper_tag", "[TOOL_CALLS] [" + LIST_CALL + "]", {}),
+        ("wrong_wrapper_tag", "<|python_tag|>" + LIST_CALL, {}),
+        ("wrong_wrapper_tag", LIST_CALL + "</tool_call>", {}),
+        ("foreign_call_syntax", "list_files(path='.')", {}),
+        ("foreign_call_syntax", "<function=list_files>\n<parameter=path>\n.\n</parameter>\n</function>", {}),
+        ("foreign_call_syntax", '<invoke name="list_files"><parameter name="path">.</parameter></invoke>', {}),
+        ("multiple_calls", LIST_CALL + "\n" + WRITE_CALL, {}),
+        ("multiple_calls", None, {"tool_calls": [structured("list_files", '{"path": "."}'),
+                                                  structured("list_files", '{"path": "src"}')]}),
+        ("invalid_json", '{"name": "list_files", "arguments": {"path": .}}', {}),
+        ("invalid_json", None, {"tool_calls": [structured("list_files", '{"path": .}')]}),
+        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": f"{x}"}}', {}),
+        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": os.path.join("a", "b"), "content": ""}}', {}),
+        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": `x ${y}`}}', {}),
+        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": files}}', {}),
+        ("pseudo_code_in_arguments", "write_file(path='a.txt', content='\\n'.join(files))", {}),
+        ("repaired_json", '{"name": "list_files", "arguments": {"path": "."}', {}),
+        ("repaired_json", '{"name": "list_files", "arguments": {"path": ".",},}', {}),
+        ("repaired_json", "{'name': 'list_files', 'arguments': {'path': '.'}}", {}),
+        ("repaired_json", "{'name': 'list_files', 'arguments': {'path': '.', 'recursive': True}}", {}),
+        ("repaired_json", '{name: "list_files", arguments: {path: "."}}', {}),
+        ("stringified_arguments", None, {"tool_calls": [structured("list_files", json.dumps('{"path": "."}'))]}),
+        ("nonstandard_keys", '{"tool": "list_files", "params": {"path": "."}}', {}),
+        ("nonstandard_keys", '{"tool_name": "list_files", "parameters": {"path": "."}}', {}),
+        ("nonstandard_keys", '{"action": "list_files", "action_input": {"path": "."}}', {}),
+        ("nonstandard_keys", '{"function": {"name": "list_files", "arguments": {"path": "."}}}', {}),
+        ("nonstandard_keys", '{"list_files": {"path": "."}}', {}),
+        ("nonstandard_keys", 'Action: list_files\nAction Input: {"path": "."}', {}),
+        ("unknown_tool", '{"name": "lst_files", "arguments": {"path": "."}}', {}),
+        ("unknown_tool", None, {"tool_calls": [structured("delete_file", '{"path": "a"}')]}),
+        ("schema_violation", '{"name": "list_files", "arguments": {"path": 3}}', {}),
+        ("schema_violation", '{"name": "list_files", "arguments": {"path": ".", "recursive": true}}', {}),
+        ("repeated_call", LIST_CALL, {"history": HISTORY}),
+        ("repeated_call", None, {"tool_calls": [structured("list_files", '{"path": "."}')], "history": [
+            {"role": "assistant", "content": "<tool_call>" + LIST_CALL + "</tool_call>"},
+            {"role": "tool", "content": "hello.txt"}]}),
+        ("fabricated_tool_result", "<tool_response>hello.txt</tool_response>", {}),
+        ("fabricated_tool_result", "Observation: the directory holds hello.txt", {}),
+        ("fabricated_tool_result", "The directory contains echo.txt and notes.md.", {"history": HISTORY}),
+        ("narration_without_call", "Now I'll create the report file.", {}),
+        ("narration_without_call", "Let me list the files first.", {}),
+        ("narration_without_call", "Next, I will write report.txt.", {}),
+        ("narration_without_call", "```bash\nls -la\n```", {}),
+        ("narration_without_call", "```\ncat hello.txt > report.txt\n```", {}),
+        ("empty_response", None, {}),
+        ("empty_response", "   \n", {}),
+        ("empty_response", "<think>I should list files</think>", {}),
+        ("truncated_by_length", "The files are", {"finish_reason": "length"}),
+        ("reasoning_leak", "<think>list first</think>" + LIST_CALL, {}),
+        ("reasoning_leak", "<think>unclosed reasoning that never ends", {}),
+        ("reasoning_leak", "the template opened it</think>I will list the files.", {}),
+        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "/etc"}}', {}),
+        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "~/secrets"}}', {}),
+        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "a/../../b"}}', {}),
+        ("sandbox_escape_attempt", None, {"tool_calls": [structured("write_file", '{"path": "..", "content": ""}')]}),
+]
+
+
+@pytest.mark.parametrize(("mode", "content", "kwargs"), POSITIVE)
+def test_positive(mode, content, kwargs):
+    assert mode in modes(content, **kwargs)
+
+
+def test_positive_and_negative_cover_every_mode():
+    assert {mode for mode, _, _ in POSITIVE} == set(FAILURE_MODES)
+    assert {mode for mode, _, _ in NEGATIVE} == set(FAILURE_MODES)
+
+
+def test_reference_fabrication_case():
+    good = run(None, tool_calls=[structured("write_file", json.dumps(
+        {"path": "report.txt", "content": "Files:\nhello.txt\nnotes.md\ndata.csv"}))], history=HISTORY)
+    assert good.failure_modes == []
+    bad = run(None, tool_calls=[structured("write_file", json.dumps(
+        {"path": "report.txt", "content": "Files:\necho.txt\nnotes.md\ndata.csv"}))], history=HISTORY)
+    assert bad.failure_modes == ["fabricated_tool_result"]
+    assert bad.details["fabricated_tool_result"] == ["echo.txt"]
+
+
+def test_nothing_fabricated_before_any_tool_answered():
+    assert "fabricated_tool_result" not in modes(WRITE_CALL.replace("hello.txt", "poem.txt"))
+
+
+# --------------------------------------------------------------------------- recovery details
+
+
+@pytest.mark.parametrize(
+    ("content", "source"),
+    [
+        ("<tool_call>\n" + LIST_CALL + "\n</tool_call>", "tagged"),
+        ("```json\n" + LIST_CALL + "\n```", "fenced"),
+        (LIST_CALL, "json_document"),
+        ("First:\n" + LIST_CALL + "\nthen more", "json_lines"),
+        ("I call " + LIST_CALL + " now", "brace_scan"),
+        ("{'name': 'list_files', 'arguments': {'path': '.'}}", "python_literal"),
+        ("list_files(path='.')", "pythonic"),
+        ("<function=list_files><parameter=path>.</parameter></function>", "xml_parameters"),
+        ('{"name": "list_files", "arguments": {"path": "."', "repair"),
+    ],
+)
+def test_recovery_sources(content, source):
+    result = run(content)
+    assert [(c.name, c.arguments, c.source) for c in result.recovered_calls] == [("list_files", {"path": "."}, source)]
+    assert result.recovered_by == source
+
+
+def test_recovered_by_is_first_step_in_order():
+    result = run("list_files(path='src')\n```json\n" + LIST_CALL + "\n```")
+    assert {c.source for c in result.recovered_calls} == {"fenced", "pythonic"}
+    assert result.recovered_by == "fenced"
+
+
+def test_structured_server_shapes_normalized():
+    shapes = [
+        {"id": "a", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}},
+        {"function": {"name": "list_files", "arguments": {"path": "."}}},
+        {"name": "list_files", "arguments": {"path": "."}},
+    ]
+    for shape in shapes:
+        result = run(None, tool_calls=[shape])
+        assert result.failure_modes == []
+        assert result.structured_calls[0].arguments == {"path": "."}
+        assert result.structured_calls[0].source == "structured"
+    assert run(None, tool_calls=[shapes[0]]).structured_calls[0].id == "a"
+
+
+def test_truncated_structured_arguments_are_repaired():
+    result = run(None, tool_calls=[structured("list_files", '{"path": "."')])
+    assert result.failure_modes == ["repaired_json"]
+    assert result.structured_calls[0].arguments == {"path": "."}
+
+
+def test_react_action_lines():
+    result = run('Thought: I need the files.\nAction: list_files\nAction Input: {"path": "."}')
+    assert [(c.name, c.arguments) for c in result.recovered_calls] == [("list_files", {"path": "."})]
+    assert result.failure_modes == ["raw_json_in_content", "mixed_prose", "nonstandard_keys"]
+
+
+def test_tool_calls_wrapper_and_pythonic_positional():
+    result = run('{"tool_calls": [' + LIST_CALL + "]}")
+    assert result.recovered_calls[0].arguments == {"path": "."}
+    result = run("write_file('a.txt', 'hi')")
+    assert result.recovered_calls[0].arguments == {"path": "a.txt", "content": "hi"}
+
+
+def test_prose_mentions_are_not_calls():
+    for text in ("Call print(x) to debug.", "See f(a, b) in the paper.", "Use os.path.join(a, b) here.",
+                 "The set {1, 2, 3} is small.", 'The JSON {"name": "Alice"} describes a person.'):
+        result = run(text)
+        assert result.recovered_calls == [], text
+        assert result.failure_modes == [], (text, result.failure_modes)
+
+
+def test_unknown_pythonic_name_only_as_the_whole_payload():
+    result = run("lst_files(path='.')")
+    assert result.failure_modes == ["foreign_call_syntax", "unknown_tool"]
+    sample = run("Run it like this:\n```python\nmain(debug=True)\nprint('done')\n```")
+    assert sample.recovered_calls == [] and sample.failure_modes == []
+
+
+def test_code_inside_a_json_string_is_not_pseudo_code():
+    content = '{"name": "write_file", "arguments": {"path": "a.py", "content": "print(\\"a\\" + os.path.join(x))"}}'
+    assert modes(content) == ["raw_json_in_content"]
+
+
+def test_unexpected_argument_only_flagged_against_properties():
+    tools = [{"type": "function", "function": {"name": "free", "parameters": {"type": "object"}}}]
+    assert modes('{"name": "free", "arguments": {"anything": 1}}', tools=tools) == ["raw_json_in_content"]
+
+
+def test_broken_tool_schema_disables_validation_only():
+    tools = [{"type": "function", "function": {"name": "odd", "parameters": {"type": "no-such-type"}}}]
+    assert modes(None, tool_calls=[structured("odd", "{}")], tools=tools) == []
+
+
+# --------------------------------------------------------------------------- robustness
+
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=50),
+    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+CALL_TEXTS = [LIST_CALL, WRITE_CALL, "<tool_call>" + LIST_CALL + "</tool_call>", "```json\n" + WRITE_CALL + "\n```",
+              "list_files(path='.')", "<function=write_file><parameter=path>a</parameter></function>"]
+
+
+def _mutate(text: str, data: st.DataObject) -> str:
+    for _ in range(data.draw(st.integers(0, 4))):
+        pos = data.draw(st.integers(0, len(text)))
+        op = data.draw(st.sampled_from(["cut", "insert", "delete"]))
+        if op == "cut":
+            text = text[:pos]
+        elif op == "insert":
+            text = text[:pos] + data.draw(st.sampled_from(list("{}[]\"',:\\()<>`+\n") + ["null", "</"])) + text[pos:]
+        else:
+            text = text[:pos] + text[pos + 1 :]
+    return text
+
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(st.text(max_size=300))
+def test_never_raises_on_text(text):
+    run(text)
+
+
+@FAST
+@given(JSON)
+def test_never_raises_on_json(value):
+    run(json.dumps(value))
+    run(None, tool_calls=[{"function": {"name": "list_files", "arguments": value}}])
+    classify_document(value)
+
+
+@FAST
+@given(st.data())
+def test_never_raises_on_mutated_calls(data):
+    text = _mutate(data.draw(st.sampled_from(CALL_TEXTS)), data)
+    run(text, history=HISTORY)
+    run(None, tool_calls=[structured("write_file", text)], history=HISTORY)
+
+
+@FAST
+@given(JUNK, JUNK, JUNK, JUNK, JUNK, JUNK)
+def test_never_raises_on_junk_fields(content, tool_calls, finish, usage, tools, history):
+    for response in ({"content": content, "tool_calls": tool_calls, "finish_reason": finish, "usage": usage},
+                     content, tool_calls):
+        result = classify(response, tools=tools, history=history)
+        assert isinstance(result, Classification)
+        assert "internal_error" not in result.details
+        json.dumps(result.to_dict())
+    classify({"tool_calls": [tool_calls, {"function": content}]}, tools=[tools, {"function": tools}],
+             history=[history, {"role": "assistant", "content": content, "tool_calls": tool_calls}])
+
+
+@FAST
+@given(JSON, JSON, JSON)
+def test_classify_document_never_raises(tools, messages, response):
+    out = classify_document({"tools": tools, "messages": messages, "response": response, "extra": 1})
+    assert set(out) == {"failure_modes", "calls", "recovered_by", "classifier_version", "details"}
+    json.dumps(out)
+
+
+def test_failure_modes_canonical_and_unique():
+    content = "<think>x</think>Sure. " + LIST_CALL + "\n" + "{'name': 'lst_files', 'arguments': {'path': '/'}}"
+    result = run(content, finish_reason="length")
+    order = list(FAILURE_MODES)
+    assert result.failure_modes == sorted(set(result.failure_modes), key=order.index)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "x" * 1_000_000,
+        "{" * 10_000 + "}" * 10_000,
+        "{" * 10_000,
+        "[" * 10_000,
+        '{"name": "list_files", "arguments": ' + "[" * 10_000 + "]" * 10_000 + "}",
+        "list_files(" + "(" * 10_000 + ")" * 10_001,
+        ("word " * 20 + "\n") * 10_000,
+        '{"name": "write_file", "arguments": {"path": "a", "content": "' + "x" * 1_000_000,
+        "{'" * 500_000,
+        "<tool_call>" * 50_000,
+        "<think>" * 50_000,
+        LIST_CALL * 20_000,
+        "\\" * 1_000_000,
+    ],
+)
+def test_pathological_inputs_complete(content):
+    result = run(content, history=HISTORY)
+    assert isinstance(result.failure_modes, list)
+
+
+def test_deep_structured_arguments_complete():
+    deep: dict = {}
+    node = deep
+    for _ in range(10_000):
+        node["a"] = {}
+        node = node["a"]
+    result = run(None, tool_calls=[{"function": {"name": "list_files", "arguments": deep}}])
+    assert "schema_violation" in result.failure_modes
+    cyclic: dict = {"path": "."}
+    cyclic["self"] = cyclic
+    run(None, tool_calls=[{"function": {"name": "list_files", "arguments": cyclic}}])

@@ -1,0 +1,118 @@
+"""Tests for ``harness classify``."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.classifier import CLASSIFIER_VERSION, FAILURE_MODES
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DOC = {
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "list_files",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+            },
+        }
+    ],
+    "messages": [{"role": "user", "content": "List the files."}],
+    "response": {
+        "content": '```json\n{"name": "lst_files", "arguments": {"path": "."}}\n```',
+        "tool_calls": None,
+        "finish_reason": "stop",
+        "usage": {"prompt_tokens": 10, "completion_tokens": 20},
+    },
+    "unknown_key": "ignored",
+}
+
+
+def test_classify_file(tmp_path, capsys):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(DOC), encoding="utf-8")
+    assert main(["classify", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {
+        "failure_modes": ["code_fence", "unknown_tool"],
+        "calls": [{"name": "lst_files", "arguments": {"path": "."}}],
+        "recovered_by": "fenced",
+        "classifier_version": CLASSIFIER_VERSION,
+        "details": {"unknown_tool": {"lst_files": "list_files"}},
+    }
+
+
+def test_classify_stdin(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"response": {"content": ""}})))
+    assert main(["classify", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["failure_modes"] == ["empty_response"]
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", "[1, 2]", '"a string"', "null", "[" * 100_000, "", "\udcff"]
+)
+def test_unreadable_or_non_object_json_is_a_one_line_error(monkeypatch, capsys, text):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["classify", "-"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("harness: ") and captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
+
+
+def test_missing_and_binary_files(tmp_path, capsys):
+    assert main(["classify", str(tmp_path / "absent.json")]) == 2
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00junk")
+    assert main(["classify", str(binary)]) == 2
+    assert main(["classify"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [{}, {"response": 3}, {"tools": "x", "messages": {"a": 1}, "response": {"content": 5, "tool_calls": "y"}},
+     {"response": {"tool_calls": [None, 1, {"function": 2}], "usage": "lots"}}],
+)
+def test_wrong_types_classify_without_traceback(tmp_path, capsys, doc):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert main(["classify", str(path)]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {
+        "failure_modes", "calls", "recovered_by", "classifier_version", "details",
+    }
+
+
+def test_list_modes(capsys):
+    assert main(["classify", "--list-modes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(FAILURE_MODES)
+    assert all(FAILURE_MODES[line.split()[0]] in line for line in lines)
+
+
+def test_subprocess_stdin():
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "classify", "-"],
+        input=json.dumps(DOC),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["failure_modes"] == ["code_fence", "unknown_tool"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "harness", "classify", "-"], input="{", capture_output=True, text=True, timeout=60,
+        check=False, cwd=ROOT,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
