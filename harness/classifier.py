@@ -1499,8 +1499,8 @@ def _classify(response: Any, tools: Any, history: Any) -> Classification:
             continue
         role = _get(message, "role")
         text = _text_of(_get(message, "content"))
-        if role in ("tool", "function", "ipython"):
-            tool_answered = True
+        if role in ("tool", "function", "ipython") or (role == "user" and "<tool_response" in text):
+            tool_answered = True  # prompt tool mode returns results as <tool_response> user messages
         if role == "assistant":
             hcalls, _ = _structured_calls(_get(message, "tool_calls"))
             if hcalls:

@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenarios(sub)
     _add_models(sub)
     _add_classify(sub)
+    _add_rescore(sub)
     return parser
 
 
@@ -207,6 +208,30 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
     path = _ledger_path(args)
     with Ledger(path) as ledger:
         print(f"{path}: schema up to date ({', '.join(ledger.applied_migrations())}).")
+    return 0
+
+
+# -- harness rescore --------------------------------------------------------------------------------
+def _add_rescore(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rescore", help="re-classify every stored reply with the current classifier")
+    _ledger_option(p)
+    p.add_argument("--force", action="store_true", help="also re-label turns already labelled by this classifier version")
+    p.set_defaults(func=_cmd_rescore)
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+    from harness.rescore import rescore
+
+    path = _ledger_path(args)
+    if not path.is_file():
+        raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
+    with Ledger(path) as ledger:
+        result = rescore(ledger, force=args.force)
+    print(f"{path}: {result.turns} turns re-classified with classifier {result.version} "
+          f"({result.changed} changed labels, {result.skipped_current} already current).")  # fmt: skip
+    if result.history_mismatch:
+        print(f"harness: warning: {result.history_mismatch} turns' rebuilt messages did not match their request hash.", file=sys.stderr)
     return 0
 
 

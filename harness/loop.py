@@ -46,7 +46,10 @@ from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, canonical_json,
 from harness.scenarios import Scenario
 from harness.tools import Sandbox, ToolResult
 
-__all__ = ["DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "RetryPolicy", "RunPlan", "RunSummary", "run_once"]
+__all__ = [
+    "DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "RetryPolicy", "RunPlan", "RunSummary",
+    "rebuild_history", "run_once",
+]  # fmt: skip
 
 OUTCOMES = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted")
 IDENTITY_VERSION = "1"
@@ -227,13 +230,21 @@ def _request_hash(messages: list[dict[str, Any]]) -> str:
 
 
 def _assistant_message(reply: Reply, calls: list[ToolCall], ids: list[str], tool_mode: str) -> dict[str, Any]:
-    if tool_mode == "prompt" or not calls:
+    if tool_mode == "prompt":
+        # the template knows no tool_calls field: structured calls are written back as the text convention
+        text = reply.content or ""
+        for call in calls:
+            if call.source == "structured":
+                payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False, sort_keys=True)
+                text += ("\n" if text else "") + f"<tool_call>\n{payload}\n</tool_call>"
+        return {"role": "assistant", "content": text}
+    if not calls:
         return {"role": "assistant", "content": reply.content or ""}
     return {
         "role": "assistant",
         "content": reply.content or "",
         "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)}}
             for call, call_id in zip(calls, ids, strict=True)
         ],
     }
@@ -243,6 +254,35 @@ def _result_message(result: ToolResult, call_id: str, tool_mode: str) -> dict[st
     if tool_mode == "prompt":
         return {"role": "user", "content": f"<tool_response>\n{result.output}\n</tool_response>"}
     return {"role": "tool", "tool_call_id": call_id, "name": result.name, "content": result.output}
+
+
+def rebuild_history(run: dict[str, Any], turns: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Rebuild the request messages of every turn of a recorded run, as the loop sent them.
+
+    Args:
+        run: the run's ``runs`` row (its ``config`` holds the system prompt and the task).
+        turns: the run's ``turns`` rows in order.
+
+    Returns:
+        ``messages[i]`` is the list sent for turn ``i + 1``; its canonical SHA-256 equals the
+        turn's ``request_hash`` when the ledger is intact.
+
+    Raises:
+        KeyError: the run was recorded without its prompts in ``config``.
+    """
+    config = json.loads(run["config"] or "{}")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": config["system_prompt"]}, {"role": "user", "content": config["task"]}]
+    out = []
+    for turn in turns:
+        out.append(list(messages))
+        executed = json.loads(turn["executed_calls"] or "[]")
+        calls = [ToolCall(name=c["name"], arguments=c["arguments"], source=c.get("source", "structured"), id=c["id"]) for c in executed]
+        reply = Reply(turn["content"], None, None, None, None, 0.0, None, BackendIdentity("ledger", ""))
+        messages.append(_assistant_message(reply, calls, [c["id"] for c in executed], run["tool_mode"]))
+        for c in executed:
+            result = ToolResult(c["name"], c["arguments"], c["output"], c["error"], c["escape_attempt"])
+            messages.append(_result_message(result, c["id"], run["tool_mode"]))
+    return out
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox) -> ToolResult:
@@ -316,8 +356,8 @@ def run_once(
             max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
             repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
             harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox.root),
-            config={"system_prompt_sha256": hashlib.sha256(system.encode()).hexdigest(),
-                    "tools": [t.name for t in scenario.tools], **(extra_config or {})},
+            config={"system_prompt": system, "task": scenario.task, "tool_schemas": tool_schemas,
+                    **(extra_config or {})},
         )
     )  # fmt: skip
     breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
@@ -358,7 +398,7 @@ def run_once(
             ledger.record_turn(
                 TurnRecord(
                     run_id=run_id, turn=turns, request_hash=request_hash, raw_reply=reply.raw, content=reply.content,
-                    tool_calls=reply.tool_calls, recovered_calls=[_call_dict(c) for c in verdict.recovered_calls],
+                    tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
                     executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
                     classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
                     prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
@@ -425,10 +465,6 @@ def _cached_reply(ledger: Ledger, identity: str, request_hash: str, backend: Bac
         identity=backend.identity(),
         extra={"cache_hit": True},
     )
-
-
-def _call_dict(call: ToolCall) -> dict[str, Any]:
-    return {"name": call.name, "arguments": call.arguments, "source": call.source, "valid": call.valid}
 
 
 def _end(ledger: Ledger, run_id: str, outcome: str, turns: int, prompt_tokens: int, completion_tokens: int,

@@ -380,6 +380,20 @@ def test_reference_fabrication_case():
     assert bad.details["fabricated_tool_result"] == ["echo.txt"]
 
 
+def test_fabrication_detected_in_prompt_tool_mode_history():
+    # prompt tool mode: calls are text, results come back as <tool_response> user messages
+    history = [
+        {"role": "system", "content": "You list files."},
+        {"role": "user", "content": "List the files and write report.txt."},
+        {"role": "assistant", "content": '<tool_call>{"name": "list_files", "arguments": {"path": "."}}</tool_call>'},
+        {"role": "user", "content": '<tool_response>\n["hello.txt", "notes.md"]\n</tool_response>'},
+    ]
+    bad = run('<tool_call>{"name": "write_file", "arguments": {"path": "report.txt", "content": "echo.txt, notes.md"}}</tool_call>', history=history)
+    assert "fabricated_tool_result" in bad.failure_modes and bad.details["fabricated_tool_result"] == ["echo.txt"]
+    good = run('<tool_call>{"name": "write_file", "arguments": {"path": "report.txt", "content": "hello.txt, notes.md"}}</tool_call>', history=history)
+    assert "fabricated_tool_result" not in good.failure_modes
+
+
 def test_nothing_fabricated_before_any_tool_answered():
     assert "fabricated_tool_result" not in modes(WRITE_CALL.replace("hello.txt", "poem.txt"))
 
