@@ -143,7 +143,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "1.0.0"
+CLASSIFIER_VERSION = "1.0.1"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition.
 FAILURE_MODES: dict[str, str] = {
