@@ -24,6 +24,7 @@ Tables (all columns of JSON type hold canonical JSON text)::
     turns      one row per model call: request hash, raw reply, calls, labels, tokens, timing
     run_ends   one row when a run ends: outcome, totals, breach, checks, final answer
     labels     re-classifications appended by ``harness rescore`` (newest wins in reports)
+    attestations  one row per human review of a run: reviewer, notes, SHA-256 of the review frame
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ __all__ = [
 
 DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
 GENESIS_HASH = "0" * 64
-CHAINED_TABLES = ("runs", "turns", "run_ends", "labels")
+CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations")
 EXPORT_COLUMNS = (
     "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn",
     "failure_modes", "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome",
@@ -270,8 +271,18 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX turns_run ON turns(run_id)")
     db.execute("CREATE INDEX labels_run_turn ON labels(run_id, turn)")
     db.execute("CREATE INDEX runs_identity ON runs(identity)")
-    for table in CHAINED_TABLES + ("_migrations",):
+    for table in ("runs", "turns", "run_ends", "labels", "_migrations"):
         _append_only_triggers(db, table)
+
+
+@_migration
+def m002_attestations(db: sqlite3.Connection) -> None:
+    """Create attestations (``harness attest``): who reviewed which run's frame, append-only."""
+    db.execute(f"""CREATE TABLE attestations (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(run_id), reviewer TEXT NOT NULL,
+        notes TEXT, frame_sha256 TEXT NOT NULL, attested_at TEXT NOT NULL, {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX attestations_run ON attestations(run_id)")
+    _append_only_triggers(db, "attestations")
 
 
 def _json_columns(record: Any) -> dict[str, Any]:
@@ -415,6 +426,19 @@ class Ledger:
             "recovered_by": recovered_by, "details": canonical_json(details), "labelled_at": utc_now(),
         })  # fmt: skip
 
+    def record_attestation(self, *, run_id: str, reviewer: str, notes: str | None, frame_sha256: str) -> None:
+        """Append a reviewer's attestation of one run's review frame (``harness attest``).
+
+        Args:
+            run_id: the reviewed run.
+            reviewer: who reviewed it.
+            notes: free text, or None.
+            frame_sha256: SHA-256 (hex) of the canonical review frame the reviewer saw.
+        """
+        self._append("attestations", {
+            "run_id": run_id, "reviewer": reviewer, "notes": notes, "frame_sha256": frame_sha256, "attested_at": utc_now(),
+        })  # fmt: skip
+
     # -- reads ----------------------------------------------------------------------------------------
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         """Run a read-only SQL query and return rows as dicts."""
@@ -468,8 +492,13 @@ class Ledger:
         with self._lock:
             triggers = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
             checked = 0
+            fully_migrated = {name for name, _ in _MIGRATIONS} <= set(self.applied_migrations())
             for table in CHAINED_TABLES:
                 columns = self._columns[table]
+                if not columns:  # an older ledger opened read-only: its migration has not run yet
+                    if fully_migrated:
+                        return VerifyResult(False, checked, f"the table {table} is missing")
+                    continue
                 hashed_cols = [c for c in columns if c not in ("seq", "prev_hash", "row_hash")]
                 prev = GENESIS_HASH
                 for row in self._db.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY seq"):

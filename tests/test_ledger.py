@@ -53,7 +53,7 @@ def filled(ledger_path):
 
 def test_blank_ledger_gets_the_whole_schema(ledger_path):
     with Ledger(ledger_path) as ledger:
-        assert ledger.applied_migrations() == ["m001_initial"]
+        assert ledger.applied_migrations() == ["m001_initial", "m002_attestations"]
         assert ledger.migrate() == []  # second open: nothing pending
         cols = {r["name"] for r in ledger.query("PRAGMA table_info(turns)")}
         assert set(record_fields(TurnRecord)) <= cols
@@ -73,12 +73,15 @@ def test_rows_round_trip(filled):
         assert rows[1]["failure_modes"] == ["narration_without_call"] and rows[1]["outcome"] == "task_failed"
 
 
-@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "_migrations"])
+@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "attestations", "_migrations"])
 def test_update_and_delete_are_rejected(filled, table):
     db = sqlite3.connect(filled)
     if table == "labels":
         with Ledger(filled) as ledger:
             ledger.record_labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={})
+    if table == "attestations":
+        with Ledger(filled) as ledger:
+            ledger.record_attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="f" * 64)
     column = "name" if table == "_migrations" else "run_id"
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         db.execute(f"UPDATE {table} SET {column} = 'x'")
@@ -179,3 +182,35 @@ def test_concurrent_writers_keep_the_chain(ledger_path):
     result = ledger.verify()
     assert result.ok and result.rows == 336
     ledger.close()
+
+
+def test_attestations_are_chained_and_verified(filled):
+    with Ledger(filled) as ledger:
+        ledger.record_attestation(run_id="r1", reviewer="ann", notes="looks right", frame_sha256="a" * 64)
+        ledger.record_attestation(run_id="r1", reviewer="bob", notes=None, frame_sha256="b" * 64)
+        rows = ledger.query("SELECT reviewer, notes, frame_sha256, prev_hash, row_hash FROM attestations ORDER BY seq")
+        assert [(r["reviewer"], r["notes"]) for r in rows] == [("ann", "looks right"), ("bob", None)]
+        assert rows[1]["prev_hash"] == rows[0]["row_hash"]
+        assert ledger.verify().ok and ledger.verify().rows == 6
+    db = sqlite3.connect(filled)
+    db.execute("DROP TRIGGER attestations_no_update")
+    db.execute("UPDATE attestations SET reviewer = 'eve' WHERE seq = 1")
+    db.commit()
+    db.close()
+    with Ledger(filled, readonly=True) as ledger:
+        assert ledger.verify().problem == "attestations row seq=1 (run r1): row_hash does not match its content (the row was edited)"
+
+
+def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled):
+    db = sqlite3.connect(filled)
+    db.execute("DROP TRIGGER _migrations_no_delete")
+    db.execute("DELETE FROM _migrations WHERE name = 'm002_attestations'")
+    db.execute("DROP TABLE attestations")
+    db.commit()
+    db.close()
+    with Ledger(filled, readonly=True) as ledger:
+        assert ledger.verify().ok  # the old schema is still a valid ledger
+    with Ledger(filled) as ledger:
+        assert ledger.applied_migrations() == ["m001_initial", "m002_attestations"]
+        ledger.record_attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="a" * 64)
+        assert ledger.verify().ok
