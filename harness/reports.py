@@ -213,12 +213,11 @@ def _finish_runs(runs: pd.DataFrame, turns: pd.DataFrame) -> pd.DataFrame:
         latency_ms=("latency_ms", "sum"), latency_ms_median=("latency_ms", "median"),
     )  # fmt: skip
     per_run = per_run.reindex(runs["run_id"]).reset_index(drop=True)
-    unfinished = runs["turns"].isna()
-    runs.loc[unfinished, "turns"] = per_run.loc[unfinished, "_turns"]
-    runs.loc[unfinished, "prompt_tokens"] = per_run.loc[unfinished, "_prompt"]
-    runs.loc[unfinished, "completion_tokens"] = per_run.loc[unfinished, "_completion"]
-    for column in ("turns", "prompt_tokens", "completion_tokens"):
-        runs[column] = runs[column].fillna(0).astype("int64")
+    unfinished = runs["turns"].isna().to_numpy()
+    for column, fallback in (("turns", "_turns"), ("prompt_tokens", "_prompt"), ("completion_tokens", "_completion")):
+        ended = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float)
+        counted = pd.to_numeric(per_run[fallback], errors="coerce").to_numpy(dtype=float)
+        runs[column] = np.nan_to_num(np.where(unfinished, counted, ended)).astype("int64")
     runs["tokens"] = runs["prompt_tokens"] + runs["completion_tokens"]
     runs["turns_recorded"] = per_run["_turns"].fillna(0).astype("int64").to_numpy()
     runs["latency_ms"] = per_run["latency_ms"].fillna(0.0).to_numpy()

@@ -11,11 +11,12 @@ BIG = "ollama:qwen2.5-coder:7b"
 
 
 def add_run(ledger: Ledger, run_id: str, *, model: str, temperature: float = 0.0, repetition: int = 0, outcome: str = "pass",
-            turns: list[tuple[list[str], str]] = ((), "done"), parser: str = "lenient", scenario: str = "s",
+            turns: list[tuple[list[str], str]] | None = None, parser: str = "lenient", scenario: str = "s",
             scenario_path: str = "s.toml", scenario_hash: str = "h", tool_mode: str = "native", seed: int | None = None,
             latency: float | None = None, checks: list[dict] | None = None, files_written: list[str] | None = None,
             day: int = 1) -> None:  # fmt: skip
     """Append one complete run: start, one turn per ``(failure_modes, content)``, end (unless outcome is None)."""
+    turns = [([], "done")] if turns is None else turns
     ledger.start_run(RunStart(
         run_id=run_id, identity="id-" + run_id, scenario=scenario, scenario_path=scenario_path, scenario_hash=scenario_hash,
         model=model, backend="ollama", base_url=None, server_version=None, model_digest=None, temperature=temperature,
