@@ -138,12 +138,14 @@ def _outcomes(frames, cells, failures, out, colours):
 
 def _pass_k(frames, cells, failures, out, colours):
     cells = cells[cells["scored"] > 0]
+    scored = frames.runs[frames.runs["scored"]]
+    repeats = scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser"])["repetition"].nunique().groupby("model").max()
     fig = _figure()
     ax = fig.add_subplot()
     total_cells = 0
     for model in sorted(cells["model"].unique()):
         mine = cells[cells["model"] == model]
-        max_k = int(mine["scored"].min())
+        max_k = int(min(mine["scored"].min(), repeats.get(model, 1)))
         ks = np.arange(1, max_k + 1)
         values = [np.mean([pass_hat_k(int(n), int(c), int(k)) for n, c in zip(mine["scored"], mine["passes"], strict=True)]) for k in ks]
         ax.plot(ks, 100 * np.array(values), "o-", color=colours[model], label=f"{model} ({len(mine)} cells, {int(mine['scored'].sum())} runs)")
@@ -155,6 +157,6 @@ def _pass_k(frames, cells, failures, out, colours):
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(title="model", fontsize=8, loc="best")
     ax.grid(alpha=0.3)
-    footer = f"n = {total_cells} cells, {int(cells['scored'].sum())} scored runs; mean over a model's cells of C(c,k)/C(n,k), k up to its fewest runs per cell"
+    footer = f"n = {total_cells} cells, {int(cells['scored'].sum())} scored runs; mean over a model's cells of C(c,k)/C(n,k), k up to its repetitions per cell"
     _save(fig, out / "pass_k.png", footer)
     return "pass_k.png", "pass^k against k per model", f"pass^k curves; {footer}."

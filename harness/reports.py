@@ -249,7 +249,7 @@ def _pass_k_for_group(cells: pd.DataFrame, k: int) -> float:
     """Mean over the group's cells (tau-bench tasks) of C(c, k) / C(n, k); NaN if any cell has n < k."""
     if cells.empty or (cells["n"] < k).any():
         return math.nan
-    return float(np.mean([pass_hat_k(int(n), int(c), k) for n, c in zip(cells["n"], cells["c"], strict=True)]))
+    return float(np.mean([pass_hat_k(n, c, k) for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)]))
 
 
 def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.DataFrame:
@@ -266,8 +266,8 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     Returns:
         DataFrame sorted by ``by``, columns: the ``by`` axes; ``runs`` (all); ``scored``;
         ``passes``; ``pass_rate`` with ``pass_low``/``pass_high`` (95% Wilson, rates in [0, 1],
-        NaN with no scored run); ``pass^1`` .. ``pass^K`` (K = the most scored runs of any
-        cell); ``infra_error``; ``interrupted`` (interrupted or unfinished); ``median_turns``;
+        NaN with no scored run); ``pass^1`` .. ``pass^K`` (K = the most repetitions of any cell,
+        at most its scored runs); ``infra_error``; ``interrupted`` (interrupted or unfinished); ``median_turns``;
         ``median_tokens`` (tokens); ``latency_p50_ms`` and ``latency_p95_ms`` (per-turn, ms).
         Counts and medians cover scored runs only, except ``runs``, ``infra_error`` and
         ``interrupted``.
@@ -277,8 +277,9 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     if runs.empty:
         return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
     scored = runs[runs["scored"]]
-    cells = scored.groupby(list(CELL_AXES), sort=True).agg(n=("passed", "size"), c=("passed", "sum")).reset_index()
-    max_k = int(cells["n"].max()) if not cells.empty else 0
+    cells = scored.groupby(list(CELL_AXES), sort=True).agg(
+        n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique")).reset_index()
+    max_k = int(min(cells["n"].max(), cells["repeats"].max())) if not cells.empty else 0
     groups = runs.groupby(by, sort=True)
     table = groups.agg(
         runs=("run_id", "size"),
@@ -294,10 +295,9 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
     table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
     cell_groups = {key if isinstance(key, tuple) else (key,): g for key, g in cells.groupby(by, sort=True)} if not cells.empty else {}
-    for k in range(1, max_k + 1):
-        table[f"pass^{k}"] = [
-            _pass_k_for_group(cell_groups.get(tuple(row), cells.iloc[0:0]), k) for row in table[by].itertuples(index=False)
-        ]
+    keys = [tuple(row) for row in table[by].itertuples(index=False)]
+    pass_k = {f"pass^{k}": [_pass_k_for_group(cell_groups.get(key, cells.iloc[0:0]), k) for key in keys] for k in range(1, max_k + 1)}
+    table = pd.concat([table, pd.DataFrame(pass_k, index=table.index)], axis=1)
     latency = _turn_latency_quantiles(frames, by)
     table = table.merge(latency, on=by, how="left")
     table[["runs", "scored", "passes", "infra_error", "interrupted"]] = table[["runs", "scored", "passes", "infra_error", "interrupted"]].astype("int64")
