@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_models(sub)
     _add_classify(sub)
     _add_rescore(sub)
+    _add_report(sub)
+    _add_compare(sub)
+    _add_review(sub)
+    _add_attest(sub)
     return parser
 
 
@@ -394,6 +398,81 @@ def _cmd_classify(args: argparse.Namespace) -> int:
         kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(doc), "number")
         raise UsageError(f"{where} must hold one JSON object, not a JSON {kind}.")
     print(json.dumps(classify_document(doc), indent=2, ensure_ascii=True))
+    return 0
+
+
+# -- harness report / compare / review / attest -------------------------------------------------------
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write a markdown comparison report with tables and plots", description=(
+        "Write report.md (summary per cell, failure modes by model, shortest example replies, lenient-parser "
+        "rescue) with PNG plots and CSV tables. Reads the ledger only; the same ledger gives the same bytes."))  # fmt: skip
+    _ledger_option(p)
+    p.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default: reports/)")
+    p.add_argument("--by", default=None, metavar="AXES", help="summary grouping, comma-separated from scenario,model,temperature,tool_mode,parser (default: all)")
+    p.add_argument("--format", default="md,png", metavar="FORMATS", help="comma-separated from md, png, csv (default: md,png)")
+    p.set_defaults(func=_cmd_report_write)
+
+
+def _cmd_report_write(args: argparse.Namespace) -> int:
+    from harness.reports import parse_axes, write_report
+
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    written = write_report(_ledger_path(args), args.out, by=parse_axes(args.by), formats=formats)
+    print(f"Wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="paired comparison of two models (pass rate and failure modes)")
+    p.add_argument("model_a", metavar="MODEL_A", help="model spec, or its name without the backend prefix")
+    p.add_argument("model_b", metavar="MODEL_B")
+    _ledger_option(p)
+    p.add_argument("--scenario", default=None, help="compare on one scenario only")
+    p.set_defaults(func=_cmd_compare_models)
+
+
+def _cmd_compare_models(args: argparse.Namespace) -> int:
+    from harness.compare import compare_models, format_comparison
+    from harness.reports import load_frames
+
+    result = compare_models(load_frames(_ledger_path(args)), args.model_a, args.model_b, scenario=args.scenario)
+    print(format_comparison(result))
+    return 0 if result.pairs else 1
+
+
+def _add_review(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("review", help="show one run's review frame: promise, criteria, diff, evidence, open questions")
+    p.add_argument("run_id", metavar="RUN_ID", help="run id or a unique prefix")
+    _ledger_option(p)
+    p.add_argument("--verify", action="store_true", help="say whether the frame changed since its newest attestation (exit 1 if so)")
+    p.set_defaults(func=_cmd_review_show)
+
+
+def _cmd_review_show(args: argparse.Namespace) -> int:
+    from harness.review import review_text, verify_attestation
+
+    if not args.verify:
+        print(review_text(_ledger_path(args), args.run_id), end="")
+        return 0
+    unchanged, sentence = verify_attestation(_ledger_path(args), args.run_id)
+    print(sentence, file=sys.stdout if unchanged else sys.stderr)
+    return 0 if unchanged else 1
+
+
+def _add_attest(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attest", help="record that you reviewed a run's frame (appends its SHA-256 to the ledger)")
+    p.add_argument("run_id", metavar="RUN_ID", help="run id or a unique prefix")
+    p.add_argument("--reviewer", required=True, help="who reviewed it")
+    p.add_argument("--notes", default=None, help="free text")
+    _ledger_option(p)
+    p.set_defaults(func=_cmd_attest_run)
+
+
+def _cmd_attest_run(args: argparse.Namespace) -> int:
+    from harness.review import attest
+
+    run_id, digest = attest(_ledger_path(args), args.run_id, reviewer=args.reviewer, notes=args.notes)
+    print(f"Attested run {run_id} by {args.reviewer.strip()}: frame SHA-256 {digest}.")
     return 0
 
 

@@ -25,6 +25,7 @@ Tables (all columns of JSON type hold canonical JSON text)::
     run_ends   one row when a run ends: outcome, totals, breach, checks, final answer
     labels     re-classifications appended by ``harness rescore`` (newest wins in reports)
     attempts   one row per failed model-call attempt (infrastructure errors and their retries)
+    attestations  one row per human review of a run: reviewer, notes, SHA-256 of the review frame
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ __all__ = [
 
 DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
 GENESIS_HASH = "0" * 64
-CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attempts")
+CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts")
 EXPORT_COLUMNS = (
     "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn",
     "failure_modes", "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome",
@@ -276,6 +277,16 @@ def m001_initial(db: sqlite3.Connection) -> None:
 
 
 @_migration
+def m002_attestations(db: sqlite3.Connection) -> None:
+    """Create attestations (``harness attest``): who reviewed which run's frame, append-only."""
+    db.execute(f"""CREATE TABLE attestations (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(run_id), reviewer TEXT NOT NULL,
+        notes TEXT, frame_sha256 TEXT NOT NULL, attested_at TEXT NOT NULL, {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX attestations_run ON attestations(run_id)")
+    _append_only_triggers(db, "attestations")
+
+
+@_migration
 def m003_attempts(db: sqlite3.Connection) -> None:
     """Record failed model-call attempts; index request hashes for the opt-in reply cache."""
     db.execute(f"""CREATE TABLE attempts (
@@ -350,7 +361,6 @@ class Ledger:
         elif not tables:
             raise LedgerError(f"{self.path} is empty, not a harness ledger; run `harness run` first.")
         self._columns = {t: [r[1] for r in self._db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
-        self._columns = {t: cols for t, cols in self._columns.items() if cols}  # older read-only ledgers
 
     # -- schema ---------------------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -427,6 +437,19 @@ class Ledger:
             "run_id": run_id, "turn": turn, "classifier_version": classifier_version,
             "failure_modes": canonical_json(failure_modes), "recovered_calls": canonical_json(recovered_calls),
             "recovered_by": recovered_by, "details": canonical_json(details), "labelled_at": utc_now(),
+        })  # fmt: skip
+
+    def record_attestation(self, *, run_id: str, reviewer: str, notes: str | None, frame_sha256: str) -> None:
+        """Append a reviewer's attestation of one run's review frame (``harness attest``).
+
+        Args:
+            run_id: the reviewed run.
+            reviewer: who reviewed it.
+            notes: free text, or None.
+            frame_sha256: SHA-256 (hex) of the canonical review frame the reviewer saw.
+        """
+        self._append("attestations", {
+            "run_id": run_id, "reviewer": reviewer, "notes": notes, "frame_sha256": frame_sha256, "attested_at": utc_now(),
         })  # fmt: skip
 
     def record_attempt(self, *, run_id: str, turn: int, attempt: int, error_type: str, error: str,
@@ -512,8 +535,13 @@ class Ledger:
         with self._lock:
             triggers = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
             checked = 0
-            for table in self._columns:
+            fully_migrated = {name for name, _ in _MIGRATIONS} <= set(self.applied_migrations())
+            for table in CHAINED_TABLES:
                 columns = self._columns[table]
+                if not columns:  # an older ledger opened read-only: its migration has not run yet
+                    if fully_migrated:
+                        return VerifyResult(False, checked, f"the table {table} is missing")
+                    continue
                 hashed_cols = [c for c in columns if c not in ("seq", "prev_hash", "row_hash")]
                 prev = GENESIS_HASH
                 for row in self._db.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY seq"):

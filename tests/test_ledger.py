@@ -53,7 +53,7 @@ def filled(ledger_path):
 
 def test_blank_ledger_gets_the_whole_schema(ledger_path):
     with Ledger(ledger_path) as ledger:
-        assert ledger.applied_migrations() == ["m001_initial", "m003_attempts"]
+        assert ledger.applied_migrations() == ["m001_initial", "m002_attestations", "m003_attempts"]
         assert ledger.migrate() == []  # second open: nothing pending
         cols = {r["name"] for r in ledger.query("PRAGMA table_info(turns)")}
         assert set(record_fields(TurnRecord)) <= cols
@@ -73,11 +73,12 @@ def test_rows_round_trip(filled):
         assert rows[1]["failure_modes"] == ["narration_without_call"] and rows[1]["outcome"] == "task_failed"
 
 
-@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "attempts", "_migrations"])
+@pytest.mark.parametrize("table", ["runs", "turns", "run_ends", "labels", "attestations", "attempts", "_migrations"])
 def test_update_and_delete_are_rejected(filled, table):
     db = sqlite3.connect(filled)
     with Ledger(filled) as ledger:
         ledger.record_labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={})
+        ledger.record_attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="f" * 64)
         ledger.record_attempt(run_id="r1", turn=1, attempt=1, error_type="BackendTimeout", error="slow", status_code=None, retry_in_ms=500.0)
     column = "name" if table == "_migrations" else "run_id"
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
@@ -179,3 +180,37 @@ def test_concurrent_writers_keep_the_chain(ledger_path):
     result = ledger.verify()
     assert result.ok and result.rows == 336
     ledger.close()
+
+
+def test_attestations_are_chained_and_verified(filled):
+    with Ledger(filled) as ledger:
+        ledger.record_attestation(run_id="r1", reviewer="ann", notes="looks right", frame_sha256="a" * 64)
+        ledger.record_attestation(run_id="r1", reviewer="bob", notes=None, frame_sha256="b" * 64)
+        rows = ledger.query("SELECT reviewer, notes, frame_sha256, prev_hash, row_hash FROM attestations ORDER BY seq")
+        assert [(r["reviewer"], r["notes"]) for r in rows] == [("ann", "looks right"), ("bob", None)]
+        assert rows[1]["prev_hash"] == rows[0]["row_hash"]
+        assert ledger.verify().ok and ledger.verify().rows == 6
+    db = sqlite3.connect(filled)
+    db.execute("DROP TRIGGER attestations_no_update")
+    db.execute("UPDATE attestations SET reviewer = 'eve' WHERE seq = 1")
+    db.commit()
+    db.close()
+    with Ledger(filled, readonly=True) as ledger:
+        assert ledger.verify().problem == "attestations row seq=1 (run r1): row_hash does not match its content (the row was edited)"
+
+
+def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled):
+    db = sqlite3.connect(filled)
+    db.execute("DROP TRIGGER _migrations_no_delete")
+    db.execute("DELETE FROM _migrations WHERE name IN ('m002_attestations', 'm003_attempts')")
+    db.execute("DROP TABLE attestations")
+    db.execute("DROP TABLE attempts")
+    db.execute("DROP INDEX turns_request")
+    db.commit()
+    db.close()
+    with Ledger(filled, readonly=True) as ledger:
+        assert ledger.verify().ok  # the old schema is still a valid ledger
+    with Ledger(filled) as ledger:
+        assert ledger.applied_migrations() == ["m001_initial", "m002_attestations", "m003_attempts"]
+        ledger.record_attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="a" * 64)
+        assert ledger.verify().ok

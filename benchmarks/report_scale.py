@@ -1,0 +1,110 @@
+"""Time `harness report` on a synthetic ledger of 1,000,000 turns; print wall time and peak memory.
+
+Usage::
+
+    python benchmarks/report_scale.py [--turns 1000000] [--ledger /tmp/harness_bench_1m.sqlite] [--rebuild]
+
+The ledger is built once (bulk ``executemany`` in one transaction, the hash chain computed in
+Python with the ledger's own row hashing) and cached at ``--ledger``; later runs reuse it. The
+report runs in a child process so its peak RSS (``ru_maxrss`` of the child) is measured alone.
+Targets: < 30 s and < 4 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.ledger import GENESIS_HASH, Ledger, _row_hash, canonical_json  # noqa: E402
+
+MODELS = ["ollama:qwen2.5-coder:1.5b", "ollama:qwen2.5-coder:7b", "ollama:llama3.2:3b", "embedded:smollm2-135m"]
+MODES = ["raw_json_in_content", "code_fence", "mixed_prose", "repeated_call", "empty_response", "narration_without_call"]
+TURNS_PER_RUN = 8
+
+
+def _chain(db, table: str, columns: list[str], rows: list[tuple]) -> None:
+    prev = GENESIS_HASH
+    out = []
+    for row in rows:
+        digest = _row_hash(prev, columns, row)
+        out.append((*row, prev, digest))
+        prev = digest
+    marks = ", ".join("?" * (len(columns) + 2))
+    db.executemany(f"INSERT INTO {table} ({', '.join(columns)}, prev_hash, row_hash) VALUES ({marks})", out)
+
+
+def build(path: Path, n_turns: int) -> None:
+    path.unlink(missing_ok=True)
+    Ledger(path).close()  # schema via the real migrations
+    import sqlite3
+
+    rng = random.Random(0)
+    db = sqlite3.connect(path, isolation_level=None)
+    cols = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})") if r[1] not in ("seq", "prev_hash", "row_hash")] for t in ("runs", "turns", "run_ends")}
+    runs, turns, ends = [], [], []
+    n_runs = n_turns // TURNS_PER_RUN
+    for i in range(n_runs):
+        model = MODELS[i % len(MODELS)]
+        weak = MODELS.index(model)
+        run_id = f"{i:032x}"
+        temperature = (0.0, 0.7)[(i // 4) % 2]
+        rep = i // 8
+        values = dict(run_id=run_id, identity=f"id{i}", scenario=f"scenario_{(i // 16) % 5}", scenario_path="s.toml",
+                      scenario_hash="h", model=model, backend="ollama", base_url=None, server_version=None, model_digest=None,
+                      temperature=temperature, seed=rep, max_tokens=256, num_ctx=4096, tool_mode="native",
+                      parser=("lenient", "strict")[(i // 32) % 2], repetition=rep % 20, turn_limit=8, token_limit=32000,
+                      harness_version="0.1.0", git_sha=None, git_dirty=None, sandbox="/tmp/x",
+                      started_at="2026-01-01T00:00:00.000+00:00", config="{}")  # fmt: skip
+        runs.append(tuple(values[c] for c in cols["runs"]))
+        for n in range(1, TURNS_PER_RUN + 1):
+            modes = sorted({m for m in MODES if rng.random() < 0.03 * (weak + 1)})
+            content = "x" * rng.randint(5, 300)
+            t = dict(run_id=run_id, turn=n, request_hash=f"{i:x}-{n}", raw_reply=canonical_json({"content": content}),
+                     content=content, tool_calls=None, recovered_calls="[]", executed_calls="[]",
+                     failure_modes=canonical_json(modes), recovered_by=None, classifier_version="1", finish_reason="stop",
+                     prompt_tokens=500 + 50 * n, completion_tokens=rng.randint(5, 200), latency_ms=rng.uniform(50, 3000),
+                     started_at="2026-01-01T00:00:00.000+00:00", ended_at="2026-01-01T00:00:01.000+00:00", details="{}")  # fmt: skip
+            turns.append(tuple(t[c] for c in cols["turns"]))
+        outcome = rng.choices(["pass", "task_failed", "turn_limit", "infra_error"], [0.6 - 0.12 * weak, 0.25, 0.1, 0.05])[0]
+        e = dict(run_id=run_id, outcome=outcome, turns=TURNS_PER_RUN, prompt_tokens=6000, completion_tokens=800, breach=None,
+                 error=None, checks="[]", final_answer="done", escape_attempts="[]", files_written="[]",
+                 ended_at=f"2026-01-01T{(i // 3600) % 24:02d}:{(i // 60) % 60:02d}:{i % 60:02d}.000+00:00")  # fmt: skip
+        ends.append(tuple(e[c] for c in cols["run_ends"]))
+    db.execute("BEGIN")
+    _chain(db, "runs", cols["runs"], runs)
+    _chain(db, "turns", cols["turns"], turns)
+    _chain(db, "run_ends", cols["run_ends"], ends)
+    db.execute("COMMIT")
+    db.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1_000_000)
+    parser.add_argument("--ledger", type=Path, default=Path("/tmp/harness_bench_1m.sqlite"))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/harness_bench_report"))
+    parser.add_argument("--rebuild", action="store_true")
+    args = parser.parse_args()
+    if args.rebuild or not args.ledger.exists():
+        started = time.perf_counter()
+        build(args.ledger, args.turns)
+        print(f"built {args.ledger} ({args.turns:,} turns, {args.ledger.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
+    code = ("import sys, time, resource; from harness.cli import main; t = time.perf_counter(); "
+            f"rc = main(['report', '--ledger', {str(args.ledger)!r}, '--out', {str(args.out)!r}, '--format', 'md,png,csv']); "
+            "print(f'report: {time.perf_counter() - t:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, exit {rc}')")  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"harness report on {args.turns:,} turns: {time.perf_counter() - started:.1f} s wall (incl. interpreter start), peak RSS {child:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

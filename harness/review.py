@@ -1,0 +1,265 @@
+"""The review frame of one run (``harness review``) and reviewer attestations (``harness attest``).
+
+A frame is always the same five parts, built only from the ledger and the scenario file:
+
+1. **The promise**: the scenario's ``what_it_does``, ``what_it_does_not`` and
+   ``done_looks_like``, read from the file at ``runs.scenario_path`` only if its SHA-256 still
+   equals ``runs.scenario_hash`` (otherwise the frame says the file changed or is missing).
+2. **The acceptance criteria**: the done checks and their results (``run_ends.checks``).
+3. **The diff**: the hash of the first input (turn 1's ``request_hash``), files written, the
+   final answer, turns, tokens, outcome and breaker breach.
+4. **The evidence**: every turn with its newest labels and a short excerpt.
+5. **The open questions**: derived from failure modes, failed checks and how the run ended.
+
+The frame is a plain dict; its SHA-256 is taken over :func:`harness.ledger.canonical_json`, so
+any change to what a reviewer saw (a relabelled turn, an edited scenario file) changes the hash.
+``harness attest`` appends that hash to the ledger's ``attestations`` table; ``harness review
+--verify`` recomputes it and says whether the frame changed since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from harness.errors import LedgerError, UsageError
+from harness.ledger import Ledger, canonical_json
+
+__all__ = ["EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "verify_attestation"]
+
+EXCERPT_CHARS = 200
+"""Characters of each turn's reply kept in the evidence."""
+
+
+def _find_run(ledger: Ledger, run_id: str) -> dict[str, Any]:
+    sql = ("SELECT r.run_id, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed, r.tool_mode,"
+           " r.parser, r.repetition, e.outcome, e.turns, e.prompt_tokens, e.completion_tokens, e.breach, e.error, e.checks,"
+           " e.final_answer, e.escape_attempts, e.files_written FROM runs r LEFT JOIN run_ends e USING (run_id) ")  # fmt: skip
+    rows = ledger.query(sql + "WHERE r.run_id = ?", (run_id,))
+    if not rows and run_id:
+        rows = ledger.query(sql + "WHERE r.run_id LIKE ? ESCAPE '\\' ORDER BY r.seq LIMIT 2", (_like_prefix(run_id),))
+        if len(rows) > 1:
+            raise UsageError(f"run id prefix '{run_id}' matches several runs; give more characters.")
+    if not rows:
+        raise UsageError(f"no run '{run_id}' in the ledger {ledger.path}; `harness export` lists run ids.")
+    return rows[0]
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _promise(run: dict[str, Any], ledger_path: Path) -> dict[str, Any]:
+    stored = run["scenario_path"] or ""
+    candidates = [Path(stored)]
+    if not Path(stored).is_absolute():
+        candidates.append(ledger_path.resolve().parent.parent / stored)  # runs usually start in the ledger's project
+    path = next((p for p in candidates if p.is_file()), None)
+    base = {"scenario_path": stored, "scenario_sha256": run["scenario_hash"]}
+    if path is None:
+        return {**base, "status": "missing", "note": f"the scenario file {stored} is gone; the promise cannot be shown."}
+    raw = path.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != run["scenario_hash"]:
+        return {**base, "status": "changed", "note": f"the scenario file {stored} changed since the run (its SHA-256 differs); "
+                "the promise cannot be shown as it was."}  # fmt: skip
+    import tomllib
+
+    data = tomllib.loads(raw.decode("utf-8"))
+    return {**base, "status": "unchanged", **{k: str(data.get(k, "")).strip() for k in ("what_it_does", "what_it_does_not", "done_looks_like")}}
+
+
+def _excerpt(turn: dict[str, Any]) -> str:
+    text = (turn["content"] or "").strip()
+    if not text:
+        calls = json.loads(turn["executed_calls"] or "[]")
+        text = "(no text) calls: " + ", ".join(c.get("name", "?") for c in calls) if calls else "(empty reply)"
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+
+
+def review_frame(ledger_path: str | Path, run_id: str) -> dict[str, Any]:
+    """Build the five-part review frame of one run (read-only).
+
+    Args:
+        ledger_path: the ledger.
+        run_id: a run id, or a unique prefix of one.
+
+    Returns:
+        ``{"run": ..., "promise": ..., "acceptance": [...], "diff": ..., "evidence": [...],
+        "open_questions": [...]}``; see the module docstring. Tokens are counts, rates absent.
+
+    Raises:
+        LedgerError: the ledger cannot be read.
+        UsageError: no run (or several runs) match ``run_id``.
+    """
+    path = Path(ledger_path)
+    with Ledger(path, readonly=True) as ledger:
+        run = _find_run(ledger, run_id)
+        turns = ledger.turns(run["run_id"])
+    checks = json.loads(run["checks"] or "[]")
+    evidence = [{
+        "turn": t["turn"], "labels": json.loads(t["labels"]), "finish_reason": t["finish_reason"],
+        "tokens": (t["prompt_tokens"] or 0) + (t["completion_tokens"] or 0),
+        "calls": [c.get("name") for c in json.loads(t["executed_calls"] or "[]")], "excerpt": _excerpt(t),
+    } for t in turns]  # fmt: skip
+    diff = {
+        "first_input_sha256": turns[0]["request_hash"] if turns else None,
+        "files_written": json.loads(run["files_written"] or "[]"),
+        "final_answer": run["final_answer"],
+        "turns": run["turns"] if run["turns"] is not None else len(turns),
+        "prompt_tokens": run["prompt_tokens"], "completion_tokens": run["completion_tokens"],
+        "outcome": run["outcome"] or "unfinished",
+        "breach": json.loads(run["breach"]) if run["breach"] else None,
+        "error": run["error"],
+        "escape_attempts": json.loads(run["escape_attempts"] or "[]"),
+    }  # fmt: skip
+    frame = {
+        "run": {k: run[k] for k in ("run_id", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "repetition")},
+        "promise": _promise(run, path),
+        "acceptance": [{"check": c.get("check"), "passed": bool(c.get("passed")), "detail": c.get("detail")} for c in checks],
+        "diff": diff,
+        "evidence": evidence,
+    }
+    frame["open_questions"] = _open_questions(frame)
+    return frame
+
+
+def _open_questions(frame: dict[str, Any]) -> list[str]:
+    questions = []
+    diff = frame["diff"]
+    if diff["outcome"] == "unfinished":
+        questions.append("The run has no end row: did the process die? Nothing can be judged until it is re-run.")
+    if diff["outcome"] == "infra_error":
+        questions.append(f"The server failed ({diff['error']}): this is not a model failure; re-run before judging the model.")
+    if diff["outcome"] == "interrupted":
+        questions.append("The run was interrupted by the user: it says nothing about the model.")
+    if diff["breach"]:
+        b = diff["breach"]
+        questions.append(f"The breaker stopped the run ({b.get('kind')}: {b.get('observed')} > {b.get('limit')}): was the model looping or was the limit too tight?")
+    modes: dict[str, list[int]] = {}
+    for turn in frame["evidence"]:
+        for mode in turn["labels"]:
+            modes.setdefault(mode, []).append(turn["turn"])
+    for mode, turns in modes.items():
+        questions.append(f"`{mode}` on turn{'s' if len(turns) > 1 else ''} {', '.join(map(str, turns))}: is the label right, and did it change the outcome?")
+    for check in frame["acceptance"]:
+        if not check["passed"]:
+            questions.append(f"Check `{check['check']}` failed ({check['detail']}): is the check right, or did the model miss the task?")
+    if diff["escape_attempts"]:
+        questions.append(f"Paths outside the sandbox were refused: {', '.join(diff['escape_attempts'])}. Why did the model reach for them?")
+    if frame["promise"]["status"] != "unchanged":
+        questions.append("The scenario file is missing or not the one that ran: judge the checks against the run's stored scenario hash, not today's file.")
+    return questions
+
+
+def frame_sha256(frame: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the frame's canonical JSON (sorted keys, no whitespace)."""
+    return hashlib.sha256(canonical_json(frame).encode("utf-8")).hexdigest()
+
+
+def _attestations(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
+    try:
+        return ledger.query("SELECT reviewer, notes, frame_sha256, attested_at FROM attestations WHERE run_id = ? ORDER BY seq", (run_id,))
+    except sqlite3.OperationalError:  # an older ledger opened read-only: no attestations table yet
+        return []
+
+
+def attest(ledger_path: str | Path, run_id: str, *, reviewer: str, notes: str | None = None) -> tuple[str, str]:
+    """Append an attestation of the run's current frame to the ledger.
+
+    Returns:
+        ``(run_id, frame_sha256)``.
+
+    Raises:
+        UsageError: an empty reviewer name, or no such run.
+        LedgerError: the ledger cannot be read or written.
+    """
+    if not reviewer.strip():
+        raise UsageError("--reviewer must name who reviewed the run.")
+    frame = review_frame(ledger_path, run_id)
+    digest = frame_sha256(frame)
+    with Ledger(ledger_path) as ledger:
+        ledger.record_attestation(run_id=frame["run"]["run_id"], reviewer=reviewer.strip(), notes=notes, frame_sha256=digest)
+    return frame["run"]["run_id"], digest
+
+
+def verify_attestation(ledger_path: str | Path, run_id: str) -> tuple[bool, str]:
+    """Recompute the run's frame and compare it with its newest attestation.
+
+    Returns:
+        ``(unchanged, sentence)``; ``unchanged`` is False when there is no attestation.
+
+    Raises:
+        UsageError: no such run.
+        LedgerError: the ledger cannot be read.
+    """
+    frame = review_frame(ledger_path, run_id)
+    rid = frame["run"]["run_id"]
+    with Ledger(ledger_path, readonly=True) as ledger:
+        rows = _attestations(ledger, rid)
+    if not rows:
+        return False, f"run {rid} has no attestation; `harness attest {rid} --reviewer NAME` records one."
+    last = rows[-1]
+    now = frame_sha256(frame)
+    who = f"{last['reviewer']} at {last['attested_at']}"
+    if now == last["frame_sha256"]:
+        return True, f"run {rid}: the frame is unchanged since attested by {who} (SHA-256 {now[:16]}…)."
+    return False, (f"run {rid}: the frame CHANGED since attested by {who} (attested {last['frame_sha256'][:16]}…, now {now[:16]}…); "
+                   "review it again.")  # fmt: skip
+
+
+def format_frame(frame: dict[str, Any], attestations: list[dict[str, Any]] | None = None) -> str:
+    """Render a frame as markdown, always in the same five parts, then its SHA-256."""
+    run, promise, diff = frame["run"], frame["promise"], frame["diff"]
+    lines = [f"# Review of run {run['run_id']}", "",
+             f"{run['scenario']} · {run['model']} · temperature {run['temperature']:g} · seed {run['seed']} · "
+             f"{run['tool_mode']}/{run['parser']} · repetition {run['repetition']}", "", "## 1. The promise", ""]  # fmt: skip
+    if promise["status"] == "unchanged":
+        lines += [f"- What it does: {promise['what_it_does']}", f"- What it does not: {promise['what_it_does_not']}",
+                  f"- Done looks like: {promise['done_looks_like']}",
+                  f"- Source: {promise['scenario_path']} (SHA-256 {promise['scenario_sha256'][:16]}…, unchanged since the run)"]  # fmt: skip
+    else:
+        lines.append(f"- Not shown: {promise['note']}")
+    lines += ["", "## 2. The acceptance criteria", ""]
+    lines += [f"- [{'x' if c['passed'] else ' '}] `{c['check']}`: {c['detail']}" for c in frame["acceptance"]] or ["- (no check results recorded)"]
+    breach = diff["breach"]
+    breach_text = "none" if not breach else f"{breach.get('kind')} ({breach.get('observed')} > {breach.get('limit')})"
+    lines += ["", "## 3. The diff", "",
+              f"- First input (turn 1 request SHA-256): {diff['first_input_sha256'] or '(no turn)'}",
+              f"- Files written: {', '.join(diff['files_written']) or 'none'}",
+              f"- Final answer: {_one_line(diff['final_answer'])}",
+              f"- Turns: {diff['turns']}; tokens: {diff['prompt_tokens'] or 0} prompt + {diff['completion_tokens'] or 0} completion",
+              f"- Outcome: {diff['outcome']}; breach: {breach_text}",
+              "", "## 4. The evidence", ""]  # fmt: skip
+    for t in frame["evidence"]:
+        labels = ", ".join(t["labels"]) or "no failure mode"
+        calls = f"; calls: {', '.join(map(str, t['calls']))}" if t["calls"] else ""
+        lines.append(f"- Turn {t['turn']} [{labels}] finish {t['finish_reason']}, {t['tokens']} tokens{calls}: {_one_line(t['excerpt'])}")
+    if not frame["evidence"]:
+        lines.append("- (no turns recorded)")
+    lines += ["", "## 5. The open questions", ""]
+    lines += [f"- {q}" for q in frame["open_questions"]] or ["- None: every check passed and no failure mode was labelled."]
+    lines += ["", f"Frame SHA-256: {frame_sha256(frame)}"]
+    for a in attestations or []:
+        lines.append(f"Attested by {a['reviewer']} at {a['attested_at']} (frame {a['frame_sha256'][:16]}…)" + (f": {a['notes']}" if a["notes"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str | None) -> str:
+    if text is None:
+        return "(none)"
+    return "`" + text.replace("\n", " ⏎ ").replace("`", "'") + "`"
+
+
+def review_text(ledger_path: str | Path, run_id: str) -> str:
+    """The frame rendered with the run's attestations listed under it (for ``harness review``)."""
+    frame = review_frame(ledger_path, run_id)
+    try:
+        with Ledger(ledger_path, readonly=True) as ledger:
+            rows = _attestations(ledger, frame["run"]["run_id"])
+    except LedgerError:
+        rows = []
+    return format_frame(frame, rows)
+
