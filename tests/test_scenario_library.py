@@ -57,14 +57,19 @@ BROKEN = {
 }
 
 
-def replay(tmp_path, name, kind):
-    """Run scenario ``name`` on its ``kind`` cassette; return (summary, run row, cassette lines)."""
+def replay(tmp_path, name, kind, *, turns=None):
+    """Run scenario ``name`` on its ``kind`` cassette; return (summary, run row, cassette lines).
+
+    With ``turns`` (a list), the run's turn rows are appended to it.
+    """
     scenario = load_scenario(REPO / "scenarios" / f"{name}.toml")
     cassette = CASSETTES / name / f"{kind}.jsonl"
     plan = RunPlan(scenario, f"replay:{cassette}", 0.0, tool_mode=scenario.matrix.tool_modes[0], parser=scenario.matrix.parsers[0])
     with Ledger(tmp_path / "ledger.sqlite") as ledger, open_backend(plan.model) as backend:
         summary = run_once(plan, backend, ledger, runs_dir=tmp_path / "runs")
         [row] = [r for r in ledger.runs() if r["run_id"] == summary.run_id]
+        if turns is not None:
+            turns.extend(ledger.turns(summary.run_id))
         assert ledger.verify().ok
     return summary, row, load_cassette(cassette)
 
@@ -95,6 +100,26 @@ def test_broken_cassette_fails_for_the_intended_reason(tmp_path, name):
             got.setdefault(check["check"], []).append(check["detail"])
     assert {k: "; ".join(v) for k, v in got.items()} == failing
     assert (row["outcome"], json.loads(row["checks"])) == (outcome, summary.checks)
+
+
+@pytest.mark.parametrize(
+    ("name", "output"),
+    [
+        ("weather_probe", {"city": "Paris", "temperature_c": 17, "condition": "light drizzle", "humidity_pct": 82, "wind_kph": 14}),
+        ("support_triage", [{"id": f"T-10{i}", "text": text} for i, text in enumerate([
+            "I was charged twice for my March invoice. Please refund one of the two payments.",
+            "The export button does nothing when I click it; the CSV file never downloads.",
+            "Please change the email address on my account to the new one in my signature.",
+            "Could you add a dark mode to the dashboard? The white screen is hard on the eyes at night.",
+            "The app crashes every time I open the settings page on my Android phone.",
+        ], start=1)]),
+    ],
+)
+def test_data_tools_answer_from_the_scenario_tool_data(tmp_path, name, output):
+    turns: list = []
+    replay(tmp_path, name, "ideal", turns=turns)
+    [executed] = json.loads(turns[0]["executed_calls"])
+    assert executed["error"] is False and json.loads(executed["output"]) == output
 
 
 def test_long_context_broken_run_hits_the_turn_cap_not_the_token_cap(tmp_path):
