@@ -17,11 +17,19 @@ Check types (see :data:`CHECK_TYPES` for the parameters of each):
 ``file_json_field``             ``path`` is valid JSON and the dotted ``field`` equals ``value``
 ``file_csv_value``              ``path`` is valid CSV with a header; the row whose ``key_column``
                                 is ``key`` has ``column`` equal to ``value`` (case-insensitive)
+``file_csv_values_in``          ``path`` is valid CSV with a header; every row's ``column`` is one
+                                of ``allowed`` (case-insensitive); with ``rows``, there are exactly
+                                that many data rows
 ``final_answer_contains``       the last reply's content contains ``text`` (case-insensitive)
 ``final_answer_not_contains``   ... does not contain ``text``
 ``only_files_written``          every file written by a tool is in ``allowed``
 ``no_tool_called``              the model made no tool call at all
+``tool_call_count``             the loop executed at least ``min`` (and, with ``max``, at most
+                                ``max``) tool calls, counting failed ones
 ==============================  ===============================================================
+
+CSV header names are compared with surrounding spaces stripped (``ticket, category`` has the
+columns ``ticket`` and ``category``).
 """
 
 from __future__ import annotations
@@ -46,10 +54,12 @@ CHECK_TYPES: dict[str, tuple[dict[str, type | tuple[type, ...]], dict[str, type 
     "file_states_count": ({"path": str, "count": int}, {}),
     "file_json_field": ({"path": str, "field": str, "value": (str, int, float, bool)}, {}),
     "file_csv_value": ({"path": str, "key_column": str, "key": str, "column": str, "value": str}, {}),
+    "file_csv_values_in": ({"path": str, "column": str, "allowed": list}, {"rows": int}),
     "final_answer_contains": ({"text": str}, {}),
     "final_answer_not_contains": ({"text": str}, {}),
     "only_files_written": ({"allowed": list}, {}),
     "no_tool_called": ({}, {}),
+    "tool_call_count": ({"min": int}, {"max": int}),
 }
 
 _NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
@@ -107,9 +117,16 @@ def validate_check(check: Any) -> str | None:
         if expected is None:
             return f"check {kind!r} has an unknown parameter {key!r}"
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            return f"check {kind!r} parameter {key!r} has the wrong type ({type(value).__name__})"
+            names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
+            return f"check {kind!r} parameter {key!r} must be of type {names}, got {type(value).__name__}"
+        if expected is list and (not value or not all(isinstance(v, str) and v for v in value)):
+            return f"check {kind!r} parameter {key!r} must be a non-empty list of non-empty strings"
+        if expected is int and value < 0:
+            return f"check {kind!r} parameter {key!r} must be 0 or more"
     if kind == "file_contains" and ("text" in check) == ("regex" in check):
         return "check 'file_contains' needs exactly one of 'text' or 'regex'"
+    if kind == "tool_call_count" and check.get("max", check["min"]) < check["min"]:
+        return "check 'tool_call_count' parameter 'max' must be at least 'min'"
     if "regex" in check:
         try:
             re.compile(check["regex"])
@@ -140,6 +157,11 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
     if kind == "no_tool_called":
         n = ctx.tool_calls_made
         return n == 0, f"{n} tool call(s) made"
+    if kind == "tool_call_count":
+        n, low, high = ctx.tool_calls_made, check["min"], check.get("max")
+        ok = n >= low and (high is None or n <= high)
+        wanted = f"at least {low}" if high is None else f"between {low} and {high}"
+        return ok, f"{n} tool call(s) made" + ("" if ok else f", expected {wanted}")
     text = _read(ctx, check["path"])
     if text is None:
         return False, f"{check['path']} does not exist"
@@ -177,11 +199,23 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
             value = value[part]
         ok = value == check["value"]
         return ok, f"{check['field']} = {json.dumps(value)[:80]}" + ("" if ok else f", expected {json.dumps(check['value'])}")
-    if kind == "file_csv_value":
+    if kind in ("file_csv_value", "file_csv_values_in"):
         try:
-            rows = list(csv.DictReader(io.StringIO(text)))
+            rows = _csv_rows(text)
         except csv.Error:
             return False, f"{check['path']} is not valid CSV"
+    if kind == "file_csv_values_in":
+        column, allowed = check["column"], [a.lower() for a in check["allowed"]]
+        if rows and column not in rows[0]:
+            return False, f"no column {column!r}"
+        bad = [str(row.get(column) or "").strip() for row in rows]
+        bad = [v for v in bad if v.lower() not in allowed]
+        if bad:
+            return False, f"{column} values not in {check['allowed']}: {bad}"
+        if "rows" in check and len(rows) != check["rows"]:
+            return False, f"{len(rows)} data row(s), expected {check['rows']}"
+        return True, f"{len(rows)} data row(s), every {column} in {check['allowed']}"
+    if kind == "file_csv_value":
         for row in rows:
             if str(row.get(check["key_column"], "")).strip().lower() == check["key"].lower():
                 got = str(row.get(check["column"]) or "").strip()
@@ -189,6 +223,17 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
                 return ok, f"{check['key']}: {check['column']} = {got!r}" + ("" if ok else f", expected {check['value']!r}")
         return False, f"no row with {check['key_column']} = {check['key']!r}"
     raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
+
+
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    """Parse CSV with a header row into dicts keyed by the stripped header names.
+
+    Raises:
+        csv.Error: the text is not CSV the ``csv`` module can read.
+    """
+    reader = csv.reader(io.StringIO(text))
+    header = [name.strip() for name in next(reader, [])]
+    return [dict(zip(header, row, strict=False)) for row in reader if any(cell.strip() for cell in row)]
 
 
 def evaluate_checks(checks: Sequence[Mapping[str, Any]], ctx: CheckContext) -> list[CheckResult]:

@@ -18,6 +18,9 @@ A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
     [fixtures]                                # optional: sandbox-relative path -> text
     "hello.txt" = "Hello"
 
+    [tool_data.get_current_weather]           # required for each offered tool that answers
+    "Paris" = {temperature_c = 17, condition = "light drizzle"}   # from fixture data
+
     [[checks]]                                # required, at least one; see harness.checks
     type = "file_exists"
     path = "report.txt"
@@ -32,6 +35,12 @@ A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
 
 Any missing or wrong field raises :class:`~harness.errors.ScenarioError` naming the file, the
 field and what was expected; unknown fields are refused too, since they are usually typos.
+
+``[tool_data.<tool>]`` holds the fixture data of a tool that answers from data rather than
+files (a :class:`~harness.tools.Tool` with a ``data_schema``). Each table is validated against
+that schema; a table for a tool that is not offered, or for a tool that takes no data, is an
+error, and so is an offered data tool without its table. The loaded scenario's ``tools`` hold
+copies of the built-in tools with their data bound (:meth:`~harness.tools.Tool.with_data`).
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import jsonschema
 
 from harness.checks import validate_check
 from harness.errors import ScenarioError
@@ -104,6 +115,7 @@ class Scenario:
     tools: tuple[Tool, ...]
     fixtures: Mapping[str, str]
     checks: tuple[Mapping[str, Any], ...]
+    tool_data: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     turn_limit: int = 8
     token_limit: int = 32000
     max_tokens: int = 256
@@ -203,7 +215,7 @@ class _Fields:
 
 _TOP_LEVEL = {
     "name", "what_it_does", "what_it_does_not", "done_looks_like", "system_prompt", "task", "tools",
-    "fixtures", "checks", "turn_limit", "token_limit", "max_tokens", "num_ctx", "api_key_env", "matrix", "description",
+    "fixtures", "checks", "turn_limit", "token_limit", "max_tokens", "num_ctx", "api_key_env", "matrix", "description", "tool_data",
 }  # fmt: skip
 _MATRIX = {"models", "temperatures", "repeats", "seeds", "tool_modes", "parsers"}
 
@@ -244,6 +256,7 @@ def load_scenario(path: str | Path) -> Scenario:
     for tool_name in tool_names:
         if tool_name not in BUILTIN_TOOLS:
             raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", tool_name)
+    tool_data = _load_tool_data(f, tool_names)
     fixtures = data.get("fixtures", {})
     if not isinstance(fixtures, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fixtures.items()):
         raise f.fail("fixtures", "a table of file path = text", fixtures)
@@ -283,9 +296,10 @@ def load_scenario(path: str | Path) -> Scenario:
         done_looks_like=f.text("done_looks_like"),
         system_prompt=f.text("system_prompt"),
         task=f.text("task"),
-        tools=tuple(BUILTIN_TOOLS[n] for n in tool_names),
+        tools=tuple(BUILTIN_TOOLS[n].with_data(tool_data[n]) if n in tool_data else BUILTIN_TOOLS[n] for n in tool_names),
         fixtures=dict(fixtures),
         checks=tuple(checks),
+        tool_data=tool_data,
         turn_limit=f.integer("turn_limit", 8),
         token_limit=f.integer("token_limit", 32000),
         max_tokens=f.integer("max_tokens", 256),
@@ -293,3 +307,39 @@ def load_scenario(path: str | Path) -> Scenario:
         api_key_env=api_key_env,
         matrix=matrix,
     )
+
+
+def _load_tool_data(f: _Fields, tool_names: tuple[str, ...]) -> dict[str, Mapping[str, Any]]:
+    """Validate the ``[tool_data]`` table against the offered tools and their data schemas.
+
+    Args:
+        f: the top-level fields of the scenario file.
+        tool_names: the tools the scenario offers.
+
+    Returns:
+        tool name -> its fixture data, for every offered tool that takes data.
+
+    Raises:
+        ScenarioError: ``tool_data`` is not a table, names a tool that is not offered or takes
+            no data, misses the table of an offered data tool, or a table breaks its schema.
+    """
+    tables = f.data.get("tool_data", {})
+    if not isinstance(tables, dict):
+        raise f.fail("tool_data", "a table of [tool_data.<tool>] tables", tables)
+    for name, table in tables.items():
+        if name not in tool_names:
+            raise ScenarioError(
+                f"{f.path}: field 'tool_data.{name}' is data for a tool that is not offered; "
+                f"add {name!r} to 'tools' or remove the table."
+            )
+        schema = BUILTIN_TOOLS[name].data_schema
+        if schema is None:
+            raise ScenarioError(f"{f.path}: field 'tool_data.{name}' is not allowed; the tool {name} takes no fixture data.")
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(table))
+        if error is not None:
+            where = ".".join(["tool_data", name, *(str(p) for p in error.absolute_path)])
+            raise ScenarioError(f"{f.path}: field '{where}' is invalid: {error.message[:160]}.")
+    for name in tool_names:
+        if BUILTIN_TOOLS[name].data_schema is not None and name not in tables:
+            raise f.fail(f"tool_data.{name}", f"a table of fixture data for the offered tool {name}", missing=True)
+    return {name: tables[name] for name in tool_names if name in tables}

@@ -5,6 +5,14 @@ arguments as keywords, paired with a JSON Schema in a :class:`Tool`. Tools signa
 failure by raising :class:`~harness.errors.ToolError`; the loop sends that back to the model
 as ``ERROR: <message>``.
 
+Fixture data: a tool that answers from data instead of files (``get_current_weather``,
+``list_tickets``) declares a ``data_schema``, a JSON Schema for the scenario's
+``[tool_data.<tool>]`` table. The scenario loader validates that table and binds it into its
+copy of the tool with :meth:`Tool.with_data`; :meth:`Tool.call` then passes it to the function
+as the keyword ``data``. The model cannot send ``data`` itself, since only the names in the
+tool's parameter schema are accepted. Outputs depend only on the arguments and the data, so
+they are deterministic.
+
 Confinement (nothing the model sends may touch anything outside its run's sandbox):
 
 * a path is resolved with ``os.path.realpath`` against the sandbox root, which follows
@@ -21,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +39,8 @@ __all__ = [
     "BUILTIN_TOOLS",
     "MAX_READ_BYTES",
     "MAX_WRITE_BYTES",
+    "TICKETS_DATA_SCHEMA",
+    "WEATHER_DATA_SCHEMA",
     "Sandbox",
     "Tool",
     "ToolResult",
@@ -125,13 +135,33 @@ class Tool:
         name: the tool name the model calls.
         description: one sentence for the model.
         parameters: JSON Schema (object) of the keyword arguments.
-        function: ``function(sandbox, **arguments) -> str``; raises ToolError to refuse.
+        function: ``function(sandbox, **arguments) -> str``, or
+            ``function(sandbox, *, data, **arguments) -> str`` when ``data_schema`` is set;
+            raises ToolError to refuse.
+        data_schema: JSON Schema of the fixture data the tool answers from (the scenario's
+            ``[tool_data.<name>]`` table), or None for a tool that takes no data.
+        data: the fixture data bound by :meth:`with_data` (None until bound).
     """
 
     name: str
     description: str
     parameters: dict[str, Any]
     function: Callable[..., str] = field(compare=False)
+    data_schema: dict[str, Any] | None = field(default=None, compare=False)
+    data: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def with_data(self, data: Mapping[str, Any]) -> Tool:
+        """Return a copy of this tool that answers from ``data``.
+
+        Args:
+            data: fixture data already validated against :attr:`data_schema`.
+
+        Raises:
+            ValueError: the tool takes no fixture data (``data_schema`` is None).
+        """
+        if self.data_schema is None:
+            raise ValueError(f"tool {self.name!r} takes no fixture data")
+        return replace(self, data=data)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style tool definition ``{"type": "function", "function": {...}}``."""
@@ -160,7 +190,10 @@ class Tool:
             missing = [k for k in self.parameters.get("required", []) if k not in arguments]
             if missing:
                 raise ToolError(f"missing required argument(s) {', '.join(missing)}")
-            output = self.function(sandbox, **arguments)
+            if self.data_schema is not None:
+                output = self.function(sandbox, data=self.data or {}, **arguments)
+            else:
+                output = self.function(sandbox, **arguments)
         except ToolError as exc:
             return ToolResult(self.name, arguments, f"ERROR: {exc}", error=True, escape_attempt=exc.escape_attempt)
         except Exception as exc:  # a tool bug must not crash the loop; it is data
@@ -206,7 +239,45 @@ def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
     return f"wrote {len(data)} bytes to {rel}"
 
 
+def _get_current_weather(sandbox: Sandbox, *, data: Mapping[str, Any], city: Any) -> str:
+    if not isinstance(city, str) or not city.strip():
+        raise ToolError(f"city must be a non-empty string, got {json.dumps(city)[:80]}")
+    wanted = city.strip().casefold()
+    for name, report in data.items():
+        if name.casefold() == wanted:
+            return json.dumps({"city": name, **report}, ensure_ascii=False)
+    raise ToolError(f"no weather data for {city.strip()!r}")
+
+
+def _list_tickets(sandbox: Sandbox, *, data: Mapping[str, Any]) -> str:
+    return json.dumps([{"id": ticket_id, "text": text} for ticket_id, text in data.items()], ensure_ascii=False)
+
+
 _PATH = {"type": "string", "description": "Path relative to the working directory."}
+
+#: ``[tool_data.get_current_weather]``: city name -> its current weather.
+WEATHER_DATA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "minProperties": 1,
+    "additionalProperties": {
+        "type": "object",
+        "properties": {
+            "temperature_c": {"type": "number"},
+            "condition": {"type": "string", "minLength": 1},
+            "humidity_pct": {"type": "integer", "minimum": 0, "maximum": 100},
+            "wind_kph": {"type": "number", "minimum": 0},
+        },
+        "required": ["temperature_c", "condition"],
+        "additionalProperties": False,
+    },
+}
+
+#: ``[tool_data.list_tickets]``: ticket id -> ticket text, in the order listed.
+TICKETS_DATA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "minProperties": 1,
+    "additionalProperties": {"type": "string", "minLength": 1},
+}
 
 BUILTIN_TOOLS: dict[str, Tool] = {
     tool.name: tool
@@ -232,6 +303,24 @@ BUILTIN_TOOLS: dict[str, Tool] = {
                 "required": ["path", "content"],
             },
             _write_file,
+        ),
+        Tool(
+            "get_current_weather",
+            "Get the current weather for a city: temperature in degrees Celsius and conditions, as JSON.",
+            {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name, e.g. Paris."}},
+                "required": ["city"],
+            },
+            _get_current_weather,
+            data_schema=WEATHER_DATA_SCHEMA,
+        ),
+        Tool(
+            "list_tickets",
+            "List the open support tickets as a JSON array of objects with an id and a text.",
+            {"type": "object", "properties": {}, "required": []},
+            _list_tickets,
+            data_schema=TICKETS_DATA_SCHEMA,
         ),
     )
 }
