@@ -123,6 +123,8 @@ def validate_check(check: Any) -> str | None:
             return f"check {kind!r} parameter {key!r} must be a non-empty list of non-empty strings"
         if expected is int and value < 0:
             return f"check {kind!r} parameter {key!r} must be 0 or more"
+    if "\x00" in str(check.get("path", "")):
+        return f"check {kind!r} parameter 'path' must not contain NUL bytes"
     if kind == "file_contains" and ("text" in check) == ("regex" in check):
         return "check 'file_contains' needs exactly one of 'text' or 'regex'"
     if kind == "tool_call_count" and check.get("max", check["min"]) < check["min"]:
@@ -250,7 +252,7 @@ def evaluate_checks(checks: Sequence[Mapping[str, Any]], ctx: CheckContext) -> l
     for check in checks:
         try:
             passed, detail = _evaluate(check, ctx)
-        except (OSError, UnicodeError, RecursionError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError covers UnicodeError
             passed, detail = False, f"could not evaluate: {exc}"
         results.append(CheckResult(check["type"], passed, detail))
     return results

@@ -143,7 +143,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "1.0.1"
+CLASSIFIER_VERSION = "1.0.2"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition.
 FAILURE_MODES: dict[str, str] = {
@@ -1177,7 +1177,10 @@ def _structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
         raw = _get(spec, "arguments")
         if raw is None:
             raw = _get(spec, "parameters")
+        explicit_null = raw is None and isinstance(spec, Mapping) and ("arguments" in spec or "parameters" in spec)
         args, errors, arg_modes = _args_from_raw(raw, structured=True)
+        if explicit_null:
+            errors = ["arguments are null, not an object"]
         modes |= arg_modes
         call_id = _get(item, "id")
         calls.append(
@@ -1475,6 +1478,7 @@ def _classify(response: Any, tools: Any, history: Any) -> Classification:
             )
             continue
         errors = _schema_errors(offered[call.name], call.arguments)
+        errors += [e for e in call.errors if e.endswith("not an object")]  # [1, 2], 7, null: the shape itself is wrong
         if errors:
             call.valid = False
             call.errors.extend(errors)

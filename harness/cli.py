@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -91,12 +92,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix
     from harness.scenarios import load_scenario
 
-    if args.repeats is not None and args.repeats < 1:
-        raise UsageError("--repeats must be at least 1.")
-    if args.jobs < 1 or args.max_attempts < 1:
-        raise UsageError("--jobs and --max-attempts must be at least 1.")
-    if any(t < 0 for t in args.temperature or []):
-        raise UsageError("--temperature must be 0 or more.")
+    from harness.scenarios import MAX_REPEATS, MAX_SEED
+
+    if args.repeats is not None and not 1 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}.")
+    if not 1 <= args.jobs <= 256 or not 1 <= args.max_attempts <= 100:
+        raise UsageError("--jobs must be from 1 to 256 and --max-attempts from 1 to 100.")
+    if any(not 0 <= t < math.inf for t in args.temperature or []):  # also refuses nan
+        raise UsageError("--temperature must be a finite number, 0 or more.")
+    if any(not 0 <= seed <= MAX_SEED for seed in args.seed or []):
+        raise UsageError(f"--seed must be from 0 to {MAX_SEED}.")
+    if args.record is not None and args.record.exists() and not args.record.is_dir():
+        raise UsageError(f"--record {args.record} is a file; give a folder for the cassettes.")
     scenarios = [load_scenario(path) for path in (args.scenarios or [_default_scenario()])]
     overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
     plans = expand_matrix(scenarios, overrides)
@@ -249,23 +256,37 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    import io
+    import os
+
     from harness.ledger import EXPORT_COLUMNS, Ledger
 
-    with Ledger(_ledger_path(args), readonly=True) as ledger:
-        rows = ledger.export_rows()
-        out = args.out.open("w", encoding="utf-8", newline="") if args.out else sys.stdout
-        try:
-            if args.format == "jsonl":
-                for row in rows:
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-            else:
-                writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, extrasaction="ignore")
-                writer.writeheader()
-                for row in rows:
-                    writer.writerow({**row, "failure_modes": ";".join(row["failure_modes"])})
-        finally:
-            if args.out:
-                out.close()
+    ledger_path = _ledger_path(args)
+    if args.out is not None:
+        target = args.out.resolve()
+        if target in {Path(f"{ledger_path.resolve()}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
+            raise UsageError(f"--out {args.out} is the ledger itself; choose another file.")
+        if target.is_dir() or not target.parent.is_dir():
+            raise UsageError(f"--out {args.out}: {'is a folder' if target.is_dir() else 'its folder does not exist'}; give a file path.")
+    with Ledger(ledger_path, readonly=True) as ledger:
+        rows = list(ledger.export_rows())  # read everything before any output file is touched
+    buffer = io.StringIO(newline="")
+    if args.format == "jsonl":
+        buffer.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    else:
+        writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({**row, "failure_modes": ";".join(row["failure_modes"])} for row in rows)
+    if args.out is None:
+        sys.stdout.write(buffer.getvalue())
+        return 0
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    try:
+        tmp.write_text(buffer.getvalue(), encoding="utf-8", newline="")
+        os.replace(tmp, args.out)
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc
+    print(f"Wrote {len(rows)} turns to {args.out}.", file=sys.stderr)
     return 0
 
 
@@ -397,6 +418,8 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     if not isinstance(doc, dict):
         kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(doc), "number")
         raise UsageError(f"{where} must hold one JSON object, not a JSON {kind}.")
+    if not isinstance(doc.get("response"), dict):
+        raise UsageError(f'{where} has no "response" object; expected {{"tools": [...], "messages": [...], "response": {{"content": ..., "tool_calls": ...}}}}.')
     print(json.dumps(classify_document(doc), indent=2, ensure_ascii=True))
     return 0
 

@@ -36,7 +36,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -71,11 +71,39 @@ def utc_now() -> str:
 
 
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON text: sorted keys, no whitespace, non-ASCII kept, NaN refused as null.
+    """Deterministic JSON text: sorted keys, no whitespace, non-ASCII kept.
 
-    Used for every JSON column and for hashing, so equal values always give equal text.
+    Used for every JSON column and for hashing, so equal values always give equal text. Lone
+    surrogates (which UTF-8 cannot hold) are written as ``\\uXXXX`` escapes, which JSON decodes
+    back to the same string.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _storable(value: Any, declared: str) -> Any:
+    """The value exactly as SQLite will store and return it in a column of the declared type.
+
+    Hashing this (not the Python value) keeps the chain verifiable whatever a model or server sent:
+    TEXT columns get text, booleans become integers, integers beyond 64 bits become text, and
+    strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        value = int(value)
+    if declared == "TEXT" and not isinstance(value, str):
+        value = str(value)
+    if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        value = str(value)
+    if isinstance(value, float) and value != value:
+        return None  # SQLite stores NaN as NULL
+    if isinstance(value, str):
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 @dataclass(frozen=True)
@@ -299,7 +327,7 @@ def m003_attempts(db: sqlite3.Connection) -> None:
 
 
 def _json_columns(record: Any) -> dict[str, Any]:
-    values = asdict(record)
+    values = {f.name: getattr(record, f.name) for f in fields(record)}  # shallow: no recursion into model data
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, (dict, list)) or key in {"raw_reply", "tool_calls", "breach"}:
@@ -360,7 +388,13 @@ class Ledger:
             self.migrate()
         elif not tables:
             raise LedgerError(f"{self.path} is empty, not a harness ledger; run `harness run` first.")
-        self._columns = {t: [r[1] for r in self._db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
+        present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = sorted({"runs", "turns", "run_ends", "labels"} - present)
+        if missing:
+            raise LedgerError(f"{self.path} is not a complete harness ledger (table {missing[0]} is missing); restore it from a copy.")
+        info = {t: list(self._db.execute(f"PRAGMA table_info({t})")) for t in CHAINED_TABLES}
+        self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
+        self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
 
     # -- schema ---------------------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -406,7 +440,9 @@ class Ledger:
         try:
             with self._transaction() as db:
                 last = db.execute(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1").fetchone()
-                values = {**values, "prev_hash": last[0] if last else GENESIS_HASH}
+                types = self._types[table]
+                values = {k: _storable(v, types.get(k, "")) for k, v in values.items()}
+                values["prev_hash"] = last[0] if last else GENESIS_HASH
                 row = tuple(values.get(c) for c in columns)
                 hashed_cols = [c for c in columns if c != "prev_hash"]
                 hashed_row = tuple(values.get(c) for c in hashed_cols)

@@ -20,12 +20,15 @@ from typing import Any
 from harness.backends import open_backend, parse_model_spec
 from harness.backends.base import Backend
 from harness.backends.replay import CassetteRecorder
-from harness.errors import BackendError, BackendUnavailable, ModelNotFound
+from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
 from harness.ledger import Ledger
 from harness.loop import DEFAULT_RETRY, RetryPolicy, RunPlan, RunSummary, run_once
 from harness.scenarios import Scenario
 
 __all__ = ["MatrixOverrides", "MatrixResult", "PlannedRun", "expand_matrix", "format_run_line", "plan_matrix", "run_matrix", "summary_rows"]
+
+
+MAX_PLANNED_RUNS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,17 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
     Order: scenario, model, tool mode, parser, temperature, seed, repetition.
 
     Raises:
-        UsageError: a model spec is malformed.
+        UsageError: a model spec is malformed, or the matrix has more than
+            :data:`MAX_PLANNED_RUNS` runs.
     """
+    scenarios = list(scenarios)
+    total = 0
+    for scenario in scenarios:
+        m = scenario.matrix
+        total += (len(overrides.models or m.models) * len(overrides.tool_modes or m.tool_modes) * len(overrides.parsers or m.parsers)
+                  * len(overrides.temperatures or m.temperatures) * len(overrides.seeds or m.seeds) * (overrides.repeats or m.repeats))  # fmt: skip
+    if total > MAX_PLANNED_RUNS:
+        raise UsageError(f"the matrix has {total:,} runs; the limit is {MAX_PLANNED_RUNS:,}. Use fewer axis values or repeats.")
     plans = []
     for scenario in scenarios:
         m = scenario.matrix

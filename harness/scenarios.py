@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -57,7 +58,8 @@ from typing import Any
 import jsonschema
 
 from harness.checks import validate_check
-from harness.errors import ScenarioError
+from harness.backends import parse_model_spec
+from harness.errors import ScenarioError, UsageError
 from harness.tools import BUILTIN_TOOLS, Tool
 
 __all__ = [
@@ -162,6 +164,31 @@ def render_tools_prompt(tool_schemas: list[dict[str, Any]]) -> str:
     )
 
 
+MAX_INT = 2**31 - 1
+MAX_SEED = 2**31 - 1
+"""Seeds are sent as ``seed + repetition``; both stay well inside every server's integer range."""
+MAX_REPEATS = 10_000
+
+
+def fixture_path_problem(paths: list[str]) -> str | None:
+    """Say what makes a set of fixture paths unusable, or return None.
+
+    Each path must be relative, without ``.``/``..``/empty components, NUL bytes or components
+    longer than 255 bytes, and no path may be a folder of another (``a`` and ``a/b``).
+    """
+    for rel in paths:
+        parts = rel.replace("\\", "/").split("/")
+        if not rel or rel.startswith(("/", "~")) or "\x00" in rel:
+            return f"not a relative path: {rel!r}"
+        if any(part in ("", ".", "..") for part in parts):
+            return f"'.', '..' and empty components are not allowed: {rel!r}"
+        if any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in parts):
+            return f"a component is longer than 255 bytes: {rel[:40]!r}..."
+    folders = {"/".join(rel.split("/")[:i]) for rel in paths for i in range(1, rel.count("/") + 1)}
+    clash = sorted(folders & set(paths))
+    return f"a file is also used as a folder: {clash[0]!r}" if clash else None
+
+
 class _Fields:
     """Typed access to a TOML table that raises ScenarioError naming file and field."""
 
@@ -184,10 +211,11 @@ class _Fields:
             raise self.fail(key, "a non-empty string", value)
         return value
 
-    def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int, *, minimum: int = 1, maximum: int = MAX_INT) -> int:
         value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"an integer >= {minimum}", value)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            expected = f"an integer >= {minimum}" if maximum == MAX_INT else f"an integer from {minimum} to {maximum}"
+            raise self.fail(key, expected, value)
         return value
 
     def string_list(self, key: str, default: tuple[str, ...], *, allowed: tuple[str, ...] | None = None, nonempty: bool = True) -> tuple[str, ...]:
@@ -202,12 +230,13 @@ class _Fields:
     def number_list(self, key: str, default: tuple[float, ...], *, integers: bool = False) -> tuple[Any, ...]:
         value = self.data.get(key, list(default))
         kinds = (int,) if integers else (int, float)
-        what = "a non-empty list of " + ("integers" if integers else "numbers >= 0")
+        what = "a non-empty list of " + (f"integers from 0 to {MAX_SEED}" if integers else "finite numbers >= 0")
         if (
             not isinstance(value, list)
             or not value
             or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value)
-            or (not integers and any(v < 0 or v != v for v in value))
+            or (integers and any(not 0 <= v <= MAX_SEED for v in value))
+            or (not integers and any(not (0 <= v < math.inf) for v in value))  # also refuses NaN
         ):
             raise self.fail(key, what, value)
         return tuple(value if integers else (float(v) for v in value))
@@ -260,10 +289,9 @@ def load_scenario(path: str | Path) -> Scenario:
     fixtures = data.get("fixtures", {})
     if not isinstance(fixtures, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fixtures.items()):
         raise f.fail("fixtures", "a table of file path = text", fixtures)
-    for rel in fixtures:
-        parts = Path(rel).parts
-        if not rel or Path(rel).is_absolute() or ".." in parts or "\x00" in rel:
-            raise f.fail("fixtures", "sandbox-relative paths without '..'", rel)
+    problem = fixture_path_problem(list(fixtures))
+    if problem:
+        raise ScenarioError(f"{path}: field 'fixtures' has an unusable path: {problem}; use sandbox-relative file paths.")
     checks = data.get("checks")
     if not isinstance(checks, list) or not checks:
         raise f.fail("checks", "a non-empty list of [[checks]] tables", checks, missing="checks" not in data)
@@ -281,11 +309,16 @@ def load_scenario(path: str | Path) -> Scenario:
     matrix = Matrix(
         models=m.string_list("models", Matrix.models),
         temperatures=m.number_list("temperatures", Matrix.temperatures),
-        repeats=m.integer("repeats", Matrix.repeats),
+        repeats=m.integer("repeats", Matrix.repeats, maximum=MAX_REPEATS),
         seeds=m.number_list("seeds", Matrix.seeds, integers=True),
         tool_modes=m.string_list("tool_modes", Matrix.tool_modes, allowed=TOOL_MODES),
         parsers=m.string_list("parsers", Matrix.parsers, allowed=PARSERS),
     )
+    for model in matrix.models:
+        try:
+            parse_model_spec(model)
+        except UsageError as exc:
+            raise ScenarioError(f"{path}: field 'matrix.models': {exc}") from exc
     api_key_env = f.text("api_key_env", required=False) or None
     return Scenario(
         name=name,

@@ -80,10 +80,11 @@ def test_missing_and_binary_files(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "doc",
-    [{}, {"response": 3}, {"tools": "x", "messages": {"a": 1}, "response": {"content": 5, "tool_calls": "y"}},
+    [{"tools": "x", "messages": {"a": 1}, "response": {"content": 5, "tool_calls": "y"}},
      {"response": {"tool_calls": [None, 1, {"function": 2}], "usage": "lots"}}],
 )
 def test_wrong_types_classify_without_traceback(tmp_path, capsys, doc):
+    # wrong types inside the response are data; a missing response object is a usage error (test_adversarial)
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     assert main(["classify", str(path)]) == 0

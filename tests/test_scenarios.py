@@ -87,7 +87,7 @@ HOSTILE = {
     "bad regex": (lambda t: t.replace('type = "final_answer_contains"\ntext = "17"', 'type = "file_contains"\npath = "a.txt"\nregex = "(17"'),
                   "field 'checks[0]': check 'file_contains' regex does not compile"),
     "fixture path with ..": (lambda t: t.replace('"notes.txt" = "Paris"', '"../notes.txt" = "Paris"'),
-                             "field 'fixtures' must be sandbox-relative paths without '..'"),
+                             "field 'fixtures' has an unusable path: '.', '..' and empty components are not allowed: '../notes.txt'"),
     "unknown tool": (lambda t: t.replace('"read_file"]', '"read_files"]'), "field 'tools' must be a list of tool names from"),
     "tool_data for a tool not offered": (lambda t: t + '\n[tool_data.list_tickets]\n"T-1" = "help"\n',
                                          "field 'tool_data.list_tickets' is data for a tool that is not offered"),

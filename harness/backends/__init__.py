@@ -135,12 +135,13 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
     """
     had_scheme = "://" in url
     full = url if had_scheme else f"http://{url}"
-    parts = urlsplit(full)
     try:
+        parts = urlsplit(full)
         port = parts.port
-    except ValueError:
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        hostname = parts.hostname
+    except ValueError:  # unbalanced IPv6 brackets, a non-numeric or out-of-range port
+        parts, port, hostname = urlsplit("http://x"), -1, None
+    if parts.scheme not in ("http", "https") or not hostname or port == -1:
         if spec is None:
             raise UsageError(f"OLLAMA_HOST={url!r} is not a valid host or URL; set it like localhost:11434.")
         raise _bad_spec(spec)
@@ -154,6 +155,6 @@ def _api_key(env_name: str | None, *, fallback: str | None) -> str | None:
     if env_name:
         value = os.environ.get(env_name)
         if not value:
-            raise UsageError(f"Environment variable {env_name} (named by --api-key-env) is not set; export it first.")
+            raise UsageError(f"Environment variable {env_name} (named by the scenario's api_key_env) is not set; export it first.")
         return value
     return os.environ.get(fallback) if fallback else None

@@ -17,6 +17,7 @@ Backends that speak another wire format (Ollama's ``/api/chat``) translate at th
 from __future__ import annotations
 
 import abc
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -72,12 +73,15 @@ class Reply:
     """One assistant reply, as the server gave it.
 
     Attributes:
-        content: the message text, or ``None``.
+        content: the message text, or ``None`` (OpenAI content parts are joined; other
+            non-string values are kept as their JSON text).
         tool_calls: the structured tool calls exactly as the server returned them
             (list of dicts), or ``None`` when the server returned none.
-        finish_reason: ``stop``, ``length``, ``tool_calls``, ... as reported, or ``None``.
-        prompt_tokens: prompt token count reported by the server, or ``None``.
-        completion_tokens: completion token count reported by the server, or ``None``.
+        finish_reason: ``stop``, ``length``, ``tool_calls``, ... as reported (non-strings as
+            JSON text), or ``None``.
+        prompt_tokens: prompt token count reported by the server, or ``None`` (also when the
+            server's value is not an integer in ``[0, MAX_TOKEN_COUNT]``).
+        completion_tokens: completion token count reported by the server, or ``None`` (same rule).
         latency_ms: wall-clock time of the request in milliseconds.
         raw: the server's raw JSON body (dict), stored verbatim in the ledger.
         identity: what served the reply.
@@ -93,6 +97,14 @@ class Reply:
     identity: BackendIdentity
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Servers send anything; the harness's fields are typed (the raw body keeps the original).
+        self.content = _text_or_none(self.content)
+        if self.finish_reason is not None and not isinstance(self.finish_reason, str):
+            self.finish_reason = json.dumps(self.finish_reason)
+        self.prompt_tokens = _count_or_none(self.prompt_tokens)
+        self.completion_tokens = _count_or_none(self.completion_tokens)
+
     def response_dict(self) -> dict[str, Any]:
         """The reply in the cassette / ``harness classify`` shape.
 
@@ -106,6 +118,25 @@ class Reply:
             "finish_reason": self.finish_reason,
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
         }
+
+
+MAX_TOKEN_COUNT = 2**40
+"""Token counts outside ``[0, MAX_TOKEN_COUNT]`` are not believable and are recorded as unknown."""
+
+
+def _count_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        return None
+    return value
+
+
+def _text_or_none(value: Any) -> str | None:
+    """Message content as text: strings as they are, OpenAI content parts joined, anything else as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return "".join(str(p.get("text", "")) for p in value if p.get("type", "text") == "text")
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 class Backend(abc.ABC):

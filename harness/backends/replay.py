@@ -130,7 +130,7 @@ def load_cassette(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser allows
             obj = None
         if not isinstance(obj, dict):
             raise UsageError(f"Cassette {path} line {number} is not a JSON object; each line must be one reply.")
