@@ -143,7 +143,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "1.0.2"
+CLASSIFIER_VERSION = "1.0.3"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition.
 FAILURE_MODES: dict[str, str] = {
@@ -602,6 +602,19 @@ class _RawCall:
     nonstandard: bool
 
 
+def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
+    """An OpenAI tool definition: ``{"type": "function", "function": {"name", "description"?, "parameters": <JSON Schema>}}``
+    or the bare ``{"name", "description", "parameters": <schema>}``, whose parameters declare a schema."""
+    spec = obj.get("function") if isinstance(obj.get("function"), Mapping) else obj
+    params = spec.get("parameters")
+    return (
+        isinstance(params, Mapping)
+        and params.get("type") == "object"
+        and isinstance(params.get("properties"), Mapping)
+        and ("description" in spec or obj.get("type") == "function")
+    )
+
+
 def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list[_RawCall]:
     """Call objects found in a parsed JSON value (a call, a list of calls, a tool_calls wrapper)."""
     if depth > 3:
@@ -614,6 +627,8 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         return found
     if not isinstance(obj, Mapping):
         return []
+    if _is_tool_definition(obj):
+        return []  # an echo of the offered tool schemas (the prompt's <tools> block), not a call
     wrapped = obj.get("tool_calls")
     if isinstance(wrapped, list):
         return [_RawCall(c.name, c.raw_args, True) for c in _call_from_obj(wrapped, tool_names, depth + 1)]

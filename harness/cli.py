@@ -108,24 +108,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
     plans = expand_matrix(scenarios, overrides)
     ledger_path = _ledger_path(args)
-    with Ledger(ledger_path) as ledger:
-        if args.dry_run:
+    if args.dry_run:  # never creates a ledger
+        ledger = Ledger(ledger_path, readonly=True) if ledger_path.exists() else None
+        try:
             planned = plan_matrix(plans, ledger)
-            for i, item in enumerate(planned.planned, 1):
-                print(f"[{i}/{len(plans)}] {_plan_label(item.plan)}{' (done)' if item.done else ''}")
-            for model, reason, count in planned.skipped:
-                print(f"harness: {count} runs of {model} cannot be planned: {reason}", file=sys.stderr)
-            print(f"{len(plans)} runs planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run.")
-            return 0
+        finally:
+            if ledger is not None:
+                ledger.close()
+        for i, item in enumerate(planned.planned, 1):
+            print(f"[{i}/{len(plans)}] {_plan_label(item.plan)}{' (done)' if item.done else ''}")
+        for model, reason, count in planned.skipped:
+            print(f"harness: {count} runs of {model} cannot be planned: {reason}", file=sys.stderr)
+        print(f"{len(plans)} runs planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run.")
+        return 0
+    with Ledger(ledger_path) as ledger:
         started = time.perf_counter()
         progress = _Progress(len(plans))
+
+        def on_planned(result) -> None:
+            todo = len(result.planned) - (0 if args.no_resume else result.already_done)
+            done = f" ({result.already_done} already in the ledger)" if result.already_done and not args.no_resume else ""
+            print(f"Running {todo} of {len(plans)} planned runs{done}; ledger: {ledger_path}", file=sys.stderr, flush=True)
+
         try:
             result = run_matrix(plans, ledger, runs_dir=ledger_path.parent / "runs", record_dir=args.record,
-                                on_run=progress.update, jobs=args.jobs, use_cache=args.cache,
+                                on_run=progress.update, on_planned=on_planned, jobs=args.jobs, use_cache=args.cache,
                                 retry=RetryPolicy(max_attempts=args.max_attempts), resume=not args.no_resume)  # fmt: skip
         finally:
             progress.close()
     _print_run_summary(result, time.perf_counter() - started, ledger_path)
+    if args.record is not None and not result.summaries:
+        print("harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.", file=sys.stderr)
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
 
 
@@ -177,8 +190,9 @@ def _print_run_summary(result, elapsed_s: float, ledger_path: Path) -> None:
                     row.pop(key)
         print()
         print(tabulate(table, headers="keys", tablefmt="github"))
+        print()
     done_note = f" ({result.already_done} already in the ledger, skipped)" if result.already_done else ""
-    print(f"\n{len(result.summaries)} runs in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
+    print(f"{len(result.summaries)} runs in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
     for model, reason, count in result.skipped:
         print(f"harness: skipped {count} runs of {model}: {reason}", file=sys.stderr)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
@@ -250,7 +264,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
 def _add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write one record per turn as JSONL or CSV")
     _ledger_option(p)
-    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="one JSON object per line (default) or CSV with a header")
     p.add_argument("--out", type=Path, help="output file (default: standard output)")
     p.set_defaults(func=_cmd_export)
 

@@ -406,6 +406,8 @@ def run_once(
                     details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
                 )
             )  # fmt: skip
+            if stop.is_set():
+                raise _Interrupted  # the reply that was in flight is recorded; the run is not complete
             if not calls:
                 outcome = "ended"
     except BreakerTripped as exc:

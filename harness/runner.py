@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -130,10 +131,10 @@ class _Endpoint:
 
 
 def _open_endpoints(
-    plans: Sequence[RunPlan], ledger: Ledger, *, jobs: int, backend_factory: Callable[..., Backend], result: MatrixResult
+    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int, backend_factory: Callable[..., Backend], result: MatrixResult
 ) -> dict[str, _Endpoint]:
     """Open one backend per model, preflight it, and resolve every plan's identity."""
-    finished = ledger.finished_identities()
+    finished = ledger.finished_identities() if ledger is not None else {}
     by_model: dict[str, list[RunPlan]] = {}
     for plan in plans:
         by_model.setdefault(plan.model, []).append(plan)
@@ -166,8 +167,14 @@ def _open_endpoints(
     return endpoints
 
 
-def plan_matrix(plans: Sequence[RunPlan], ledger: Ledger, *, backend_factory: Callable[..., Backend] = open_backend) -> MatrixResult:
-    """Resolve identities and what is already done, without running anything (``--dry-run``)."""
+def plan_matrix(plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: Callable[..., Backend] = open_backend) -> MatrixResult:
+    """Resolve identities and what is already done, without running anything (``--dry-run``).
+
+    Args:
+        plans: from :func:`expand_matrix`.
+        ledger: the ledger to compare against, or None when there is none yet (nothing done).
+        backend_factory: opens a backend from a spec.
+    """
     result = MatrixResult()
     for endpoint in _open_endpoints(plans, ledger, jobs=1, backend_factory=backend_factory, result=result).values():
         endpoint.backend.close()
@@ -182,6 +189,7 @@ def run_matrix(
     runs_dir: Path,
     record_dir: Path | None = None,
     on_run: Callable[[RunSummary], None] | None = None,
+    on_planned: Callable[[MatrixResult], None] | None = None,
     backend_factory: Callable[..., Backend] = open_backend,
     jobs: int = 1,
     retry: RetryPolicy = DEFAULT_RETRY,
@@ -203,6 +211,7 @@ def run_matrix(
         runs_dir: parent folder for run sandboxes.
         record_dir: when set, one cassette per run is written there as ``<run_id>.jsonl``.
         on_run: called (from one thread at a time) with each finished run's summary.
+        on_planned: called once identities are resolved, before the first run starts.
         backend_factory: opens a backend from a spec; called as ``factory(spec, api_key_env=,
             num_ctx=, parallel=)``.
         jobs: concurrent runs per endpoint, >= 1.
@@ -242,10 +251,13 @@ def run_matrix(
 
     executors = []
     futures = []
+    todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
+    result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
+    if on_planned:
+        on_planned(result)
     try:
-        for endpoint in endpoints.values():
-            todo = [p for p in endpoint.plans if not (resume and p.done)]
-            result.already_done += len(endpoint.plans) - len(todo)
+        for model, endpoint in endpoints.items():
+            todo = todos[model]
             if not todo:
                 continue
             pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="run")
@@ -259,6 +271,15 @@ def run_matrix(
     except KeyboardInterrupt:
         stop.set()
         result.interrupted = True
+        in_flight = sum(f.running() for f in futures)
+        if in_flight:
+            print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
+                  "Press Ctrl-C again to quit at once (those runs stay unfinished in the ledger).", file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            for pool in executors:
+                pool.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            os._exit(130)  # second Ctrl-C: every committed turn is safe in the ledger (SQLite WAL)
         raise
     except BaseException:
         stop.set()

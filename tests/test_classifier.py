@@ -394,6 +394,19 @@ def test_fabrication_detected_in_prompt_tool_mode_history():
     assert "fabricated_tool_result" not in good.failure_modes
 
 
+def test_an_echoed_tool_definition_is_not_a_call():
+    # small models often repeat the prompt's <tools> block; its schemas must not be executed as calls
+    echoed = "Here are the tools:\n" + json.dumps(
+        {"type": "function", "function": {"name": "list_files", "description": "List files.",
+         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": []}}})  # fmt: skip
+    result = run(echoed)
+    assert result.recovered_calls == [] and result.calls("lenient") == []
+    bare = json.dumps({"name": "write_file", "description": "Write.", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}})
+    assert run(bare).recovered_calls == []
+    # a real call that happens to use "parameters" for its arguments is still recovered
+    assert [c.name for c in run(json.dumps({"name": "list_files", "parameters": {"path": "."}})).recovered_calls] == ["list_files"]
+
+
 def test_nothing_fabricated_before_any_tool_answered():
     assert "fabricated_tool_result" not in modes(WRITE_CALL.replace("hello.txt", "poem.txt"))
 

@@ -160,3 +160,18 @@ def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig):
     assert out.strip().endswith("20 runs planned, 20 already done, 0 to run.")
     assert set(finished) == {p.identity for p in plans.planned} and len(finished) == 20
     assert set(finished.values()) == {1}  # no identity finished twice
+
+
+def test_a_run_in_flight_when_stopped_records_its_reply_and_ends_interrupted(tmp_path):
+    import threading
+
+    stop = threading.Event()
+    with FakeAgentServer(delay_s=0.6) as server:
+        plans = plans_for(f"openai:ideal@{server.base_url}", repeats=3)
+        threading.Timer(0.3, stop.set).start()  # while the first model call is in flight
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", stop=stop)
+            [run] = ledger.runs()
+            assert ledger.verify().ok
+    assert [(s.outcome, s.turns) for s in result.summaries] == [("interrupted", 1)]
+    assert (run["outcome"], run["turns"]) == ("interrupted", 1)  # the other two runs never started
