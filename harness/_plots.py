@@ -7,6 +7,7 @@ a legend (or colour bar) and its sample size in the figure footer and the report
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,19 @@ _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
 _DPI = 100
 
 
+_MAX_WIDTH_IN = 40.0
+
+
+def _label(text: str, width: int = 22, lines: int = 4) -> str:
+    """A model spec wrapped onto at most ``lines`` lines of ``width`` characters (middle elided)."""
+    parts = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    if len(parts) > lines:
+        parts = parts[: lines - 1] + ["…" + text[-(width - 1) :]]
+    return "\n".join(parts)
+
+
 def _figure(width: float = 8.0, height: float = 5.0) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
+    fig = Figure(figsize=(min(width, _MAX_WIDTH_IN), height), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -72,7 +84,7 @@ def _pass_rate(frames, cells, failures, out, colours):
         rate = r["sum"].to_numpy() / r["size"].to_numpy()
         x = r["temperature"].to_numpy() + (i - (len(models) - 1) / 2) * step / max(1, len(models) - 1)
         ax.errorbar(x, 100 * rate, yerr=[100 * (rate - bounds[:, 0]), 100 * (bounds[:, 1] - rate)], fmt="o-", capsize=4,
-                    color=colours[model], label=f"{model} (n = {int(r['size'].sum())})")  # fmt: skip
+                    color=colours[model], label=f"{_label(model, 40, 2)} (n = {int(r['size'].sum())})")  # fmt: skip
     ax.set_xticks(temps, [f"{t:g}" for t in temps])
     ax.set_ylim(-3, 103)
     ax.set_xlabel("sampling temperature (unitless)")
@@ -102,7 +114,7 @@ def _failure_heatmap(frames, cells, failures, out, colours):
             value = share.iloc[i, j]
             ax.text(j, i, f"{100 * value:.0f}%\n{int(counts.iloc[i, j])}/{int(totals.iloc[j])}", ha="center", va="center",
                     fontsize=7, color="white" if value > 0.6 else "black")  # fmt: skip
-    ax.set_xticks(range(len(models)), [f"{m}\n(n = {int(totals[m])})" for m in models], fontsize=8)
+    ax.set_xticks(range(len(models)), [f"{_label(m)}\n(n = {int(totals[m])})" for m in models], fontsize=8)
     ax.set_yticks(range(len(modes)), modes, fontsize=8)
     ax.set_xlabel("model (scored runs)")
     ax.set_ylabel("failure mode")
@@ -117,7 +129,7 @@ def _outcomes(frames, cells, failures, out, colours):
     runs = frames.runs
     counts = runs.groupby(["model", "outcome"]).size().unstack("outcome", fill_value=0)
     models = sorted(counts.index)
-    fig = _figure()
+    fig = _figure(max(8.0, 2.5 + 1.8 * len(models)))
     ax = fig.add_subplot()
     bottom = np.zeros(len(models))
     for outcome in _OUTCOME_ORDER:
@@ -126,7 +138,7 @@ def _outcomes(frames, cells, failures, out, colours):
         values = counts[outcome].reindex(models).to_numpy()
         ax.bar(range(len(models)), values, bottom=bottom, color=_OUTCOME_COLOURS[outcome], label=outcome, edgecolor="white")
         bottom = bottom + values
-    ax.set_xticks(range(len(models)), [f"{m}\n(n = {int(t)})" for m, t in zip(models, bottom, strict=True)], fontsize=8)
+    ax.set_xticks(range(len(models)), [f"{_label(m)}\n(n = {int(t)})" for m, t in zip(models, bottom, strict=True)], fontsize=8)
     ax.set_xlabel("model (all runs)")
     ax.set_ylabel("runs (count)")
     ax.set_title("Run outcomes by model")
@@ -148,7 +160,7 @@ def _pass_k(frames, cells, failures, out, colours):
         max_k = int(min(mine["scored"].min(), repeats.get(model, 1)))
         ks = np.arange(1, max_k + 1)
         values = [np.mean([pass_hat_k(int(n), int(c), int(k)) for n, c in zip(mine["scored"], mine["passes"], strict=True)]) for k in ks]
-        ax.plot(ks, 100 * np.array(values), "o-", color=colours[model], label=f"{model} ({len(mine)} cells, {int(mine['scored'].sum())} runs)")
+        ax.plot(ks, 100 * np.array(values), "o-", color=colours[model], label=f"{_label(model, 40, 2)} ({len(mine)} cells, {int(mine['scored'].sum())} runs)")
         total_cells += len(mine)
     ax.set_ylim(-3, 103)
     ax.set_xlabel("k (runs of one cell that must all pass)")

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
+
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
 #: check type -> (required parameters with their expected Python types, optional parameters)
@@ -65,6 +67,8 @@ CHECK_TYPES: dict[str, tuple[dict[str, type | tuple[type, ...]], dict[str, type 
 _NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 _FILE_NAME = re.compile(r"(?<![\w/.-])([\w-]+(?:\.[\w-]+)*\.[A-Za-z0-9]{2,5})(?![\w])")
 _MAX_CHECK_BYTES = 1024 * 1024
+REGEX_TIMEOUT_S = 2.0
+"""Time budget of one ``file_contains`` regex search; a pathological pattern fails the check."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,8 @@ def validate_check(check: Any) -> str | None:
         return "check 'tool_call_count' parameter 'max' must be at least 'min'"
     if "regex" in check:
         try:
-            re.compile(check["regex"])
-        except re.error as exc:
+            regex.compile(check["regex"])
+        except regex.error as exc:
             return f"check 'file_contains' regex does not compile: {exc}"
     return None
 
@@ -142,7 +146,7 @@ def _read(ctx: CheckContext, rel: str) -> str | None:
     if ctx.sandbox.resolve() not in path.parents or not path.is_file():
         return None
     with path.open("rb") as handle:
-        return handle.read(_MAX_CHECK_BYTES).decode("utf-8", errors="replace")
+        return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
 
 
 def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
@@ -171,7 +175,10 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
         return True, f"{check['path']} exists"
     if kind == "file_contains":
         if "regex" in check:
-            ok = re.search(check["regex"], text) is not None
+            try:  # the third-party regex module: same syntax as re, but with a time budget
+                ok = regex.search(check["regex"], text, timeout=REGEX_TIMEOUT_S) is not None
+            except TimeoutError:
+                return False, f"could not evaluate: /{check['regex']}/ ran longer than {REGEX_TIMEOUT_S:g} s"
             return ok, f"{'matches' if ok else 'does not match'} /{check['regex']}/"
         ok = check["text"].lower() in text.lower()
         return ok, f"{'contains' if ok else 'does not contain'} {check['text']!r}"
@@ -199,17 +206,22 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
             if not isinstance(value, dict) or part not in value:
                 return False, f"field {check['field']!r} is missing"
             value = value[part]
-        ok = value == check["value"]
+        expected = check["value"]
+        # JSON types are compared strictly: true is not 1 and 0 is not false (Python's == says they are)
+        ok = value == expected and isinstance(value, bool) == isinstance(expected, bool)
         return ok, f"{check['field']} = {json.dumps(value)[:80]}" + ("" if ok else f", expected {json.dumps(check['value'])}")
     if kind in ("file_csv_value", "file_csv_values_in"):
         try:
-            rows = _csv_rows(text)
+            header, rows = _csv_rows(text)
         except csv.Error:
             return False, f"{check['path']} is not valid CSV"
     if kind == "file_csv_values_in":
         column, allowed = check["column"], [a.lower() for a in check["allowed"]]
-        if rows and column not in rows[0]:
-            return False, f"no column {column!r}"
+        if column not in header:
+            return False, f"no column {column!r} in the header {header}"
+        short = [i for i, row in enumerate(rows, start=2) if column not in row]
+        if short:
+            return False, f"line {short[0]} has no {column} value (fewer cells than the header)"
         bad = [str(row.get(column) or "").strip() for row in rows]
         bad = [v for v in bad if v.lower() not in allowed]
         if bad:
@@ -227,15 +239,17 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
     raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
 
 
-def _csv_rows(text: str) -> list[dict[str, str]]:
-    """Parse CSV with a header row into dicts keyed by the stripped header names.
+def _csv_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    """Parse CSV with a header row: the stripped header names and one dict per non-empty data row.
+
+    A row shorter than the header lacks the missing keys (it is not padded).
 
     Raises:
         csv.Error: the text is not CSV the ``csv`` module can read.
     """
     reader = csv.reader(io.StringIO(text))
     header = [name.strip() for name in next(reader, [])]
-    return [dict(zip(header, row, strict=False)) for row in reader if any(cell.strip() for cell in row)]
+    return header, [dict(zip(header, row, strict=False)) for row in reader if any(cell.strip() for cell in row)]
 
 
 def evaluate_checks(checks: Sequence[Mapping[str, Any]], ctx: CheckContext) -> list[CheckResult]:

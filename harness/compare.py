@@ -14,13 +14,15 @@ adjustment across modes (Holm 1979).
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 import pandas as pd
 from tabulate import tabulate
 
 from harness.errors import UsageError
-from harness.reports import LedgerFrames
+from harness.reports import LedgerFrames, _cell_text
 from harness.stats import holm, mcnemar_midp, newcombe_paired_diff
 
 __all__ = ["PAIR_KEYS", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
@@ -211,7 +213,13 @@ def _mode_comparisons(frames: LedgerFrames, pairs: pd.DataFrame) -> list[ModeCom
 
 
 def format_comparison(c: Comparison) -> str:
-    """Render a comparison as markdown: the sentence, the pass table, then per-mode rows."""
+    """Render a comparison as markdown: the sentence, the pass table, then per-mode rows.
+
+    Model specs and mode names are escaped (pipes, newlines, backticks), so no stored string can
+    break the table.
+    """
+    c = dataclasses.replace(c, model_a=_cell_text(c.model_a), model_b=_cell_text(c.model_b),
+                            modes=[dataclasses.replace(m, mode=_cell_text(m.mode)) for m in c.modes])  # fmt: skip
     lines = [c.sentence(), ""]
     if c.pairs == 0:
         return "\n".join(lines)

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -117,7 +119,7 @@ class RunStart:
     scenario: str
     """Scenario name."""
     scenario_path: str
-    """Path of the scenario file as given."""
+    """Absolute path of the scenario file at run time."""
     scenario_hash: str
     """SHA-256 of the scenario file's bytes."""
     model: str
@@ -194,8 +196,8 @@ class TurnRecord:
     """Prompt tokens reported by the server."""
     completion_tokens: int | None
     """Completion tokens reported by the server."""
-    latency_ms: float
-    """Wall-clock latency of the model call, ms."""
+    latency_ms: float | None
+    """Wall-clock latency of the model call, ms; null when the reply came from the cache (``--cache``)."""
     started_at: str
     """UTC time the request was sent."""
     ended_at: str
@@ -344,6 +346,34 @@ def _row_hash(prev_hash: str, columns: list[str], row: tuple[Any, ...]) -> str:
     return hashlib.sha256((prev_hash + payload).encode("utf-8")).hexdigest()
 
 
+def _identity_taken(db: sqlite3.Connection, identity: str) -> bool:
+    rows = db.execute(
+        "SELECT r.config, e.outcome FROM runs r LEFT JOIN run_ends e USING (run_id) WHERE r.identity = ?", (identity,)
+    ).fetchall()
+    for config_text, outcome in rows:
+        if outcome is not None:
+            if outcome not in ("infra_error", "interrupted"):
+                return True
+            continue
+        try:
+            config = json.loads(config_text or "{}")
+            if config.get("host") == socket.gethostname() and _process_alive(int(config["pid"])):
+                return True  # in flight in another matrix (or another thread of this one)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # an unfinished run without owner facts: a crashed run, free to redo
+    return False
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return pid > 0
+
+
 class Ledger:
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
@@ -435,10 +465,12 @@ class Ledger:
                 self._db.execute("COMMIT")
 
     # -- appends --------------------------------------------------------------------------------------
-    def _append(self, table: str, values: dict[str, Any]) -> None:
+    def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None) -> bool:
         columns = [c for c in self._columns[table] if c not in ("seq", "row_hash")]
         try:
             with self._transaction() as db:
+                if guard is not None and not guard(db):
+                    return False  # checked and refused inside the same write transaction: no race
                 last = db.execute(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1").fetchone()
                 types = self._types[table]
                 values = {k: _storable(v, types.get(k, "")) for k, v in values.items()}
@@ -453,10 +485,22 @@ class Ledger:
                 )
         except sqlite3.Error as exc:
             raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
+        return True
 
-    def start_run(self, record: RunStart) -> None:
-        """Append a run's start row (one transaction)."""
-        self._append("runs", _json_columns(record))
+    def start_run(self, record: RunStart, *, claim: bool = False) -> bool:
+        """Append a run's start row (one transaction).
+
+        Args:
+            record: the run.
+            claim: only start it if no other run holds its identity: one that finished with an
+                outcome other than ``infra_error``/``interrupted``, or one still unfinished in a
+                live process on this host (``config["pid"]``, ``config["host"]``). Checked in the
+                same write transaction, so two matrices on one ledger never run an identity twice.
+
+        Returns:
+            True when the row was appended; False when ``claim`` found the identity taken.
+        """
+        return self._append("runs", _json_columns(record), guard=(lambda db: not _identity_taken(db, record.identity)) if claim else None)
 
     def record_turn(self, record: TurnRecord) -> None:
         """Append one turn (one transaction): a crash loses at most the turn in flight."""

@@ -25,12 +25,14 @@ wrapped in ``<tool_response>`` tags, since the model's template knows no tool ro
 from __future__ import annotations
 
 import functools
-import random
-import threading
-import time
 import hashlib
 import json
+import os
+import random
+import socket
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,13 +43,13 @@ from harness import __version__
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
-from harness.errors import BackendError, BreakerTripped, TokenLimitExceeded, TurnLimitExceeded
+from harness.errors import BackendError, BackendResponseError, BreakerTripped, TokenLimitExceeded, TurnLimitExceeded
 from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, canonical_json, utc_now
 from harness.scenarios import Scenario
 from harness.tools import Sandbox, ToolResult
 
 __all__ = [
-    "DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "RetryPolicy", "RunPlan", "RunSummary",
+    "DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunPlan", "RunSummary",
     "rebuild_history", "run_once",
 ]  # fmt: skip
 
@@ -82,6 +84,10 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+class IdentityTaken(Exception):
+    """Another run (finished, or in flight in a live process) already holds this run identity."""
 
 
 class _Interrupted(Exception):
@@ -305,6 +311,7 @@ def run_once(
     retry: RetryPolicy = DEFAULT_RETRY,
     stop: threading.Event | None = None,
     use_cache: bool = False,
+    claim: bool = False,
 ) -> RunSummary:
     """Run one scenario once, recording every turn; never raises for model misbehaviour.
 
@@ -320,19 +327,20 @@ def run_once(
         stop: when set, the run ends as ``interrupted`` before its next model call.
         use_cache: reuse the reply recorded for the same run identity and the same request
             messages (the identity includes the repetition, so repeats stay independent).
+        claim: start only if no finished or in-flight run holds this identity (resume).
 
     Returns:
         The run's summary.
 
     Raises:
+        IdentityTaken: ``claim`` is set and another run holds the identity (nothing written).
         LedgerError: the ledger cannot be written.
         KeyboardInterrupt: re-raised after the run's end row (``interrupted``) is written.
     """
     scenario = plan.scenario
     clock = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex
-    sandbox = Sandbox(Path(runs_dir) / run_id)
-    sandbox.seed(scenario.fixtures)
+    sandbox_path = Path(os.path.realpath(Path(runs_dir) / run_id))
     options = plan.options()
     tool_schemas = scenario.tool_schemas()
     system = scenario.system_message(plan.tool_mode)
@@ -347,19 +355,24 @@ def run_once(
         outcome, error = "infra_error", str(exc)
     git_sha, git_dirty = _git_revision()
     identity = plan.identity(ident.model_digest)
-    ledger.start_run(
+    started_run = ledger.start_run(
         RunStart(
             run_id=run_id, identity=identity, scenario=scenario.name,
-            scenario_path=str(scenario.path), scenario_hash=scenario.content_hash, model=plan.model,
+            scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.model,
             backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
             model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
             max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
             repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
-            harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox.root),
+            harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
             config={"system_prompt": system, "task": scenario.task, "tool_schemas": tool_schemas,
-                    **(extra_config or {})},
-        )
+                    "pid": os.getpid(), "host": socket.gethostname(), **(extra_config or {})},
+        ),
+        claim=claim,
     )  # fmt: skip
+    if not started_run:
+        raise IdentityTaken(identity)
+    sandbox = Sandbox(sandbox_path)
+    sandbox.seed(scenario.fixtures)
     breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
     turns = prompt_tokens = completion_tokens = calls_made = 0
     labels_seen: list[str] = []
@@ -402,7 +415,7 @@ def run_once(
                     executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
                     classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
                     prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                    latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
+                    latency_ms=None if reply.extra.get("cache_hit") else reply.latency_ms, started_at=started, ended_at=utc_now(),
                     details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
                 )
             )  # fmt: skip
@@ -438,7 +451,17 @@ def _generate(backend: Backend, messages: list[dict[str, Any]], tools: list[dict
     """Call the backend, retrying retryable infrastructure errors; record every failed attempt."""
     for attempt in range(1, retry.max_attempts + 1):
         try:
-            return backend.generate(messages, tools, options)
+            try:
+                return backend.generate(messages, tools, options)
+            except BackendError:
+                raise
+            except Exception as bug:  # a backend bug is still the infrastructure's failure, never the model's
+                error = BackendResponseError(
+                    f"the {type(backend).__name__} backend failed unexpectedly ({type(bug).__name__}: {bug}); "
+                    "this is a harness bug, please report it", status_code=None,
+                )
+                error.retryable = False
+                raise error from bug
         except BackendError as exc:
             last = attempt == retry.max_attempts or not exc.retryable
             delay = None if last else retry.delay_s(attempt, getattr(exc, "retry_after_s", None))

@@ -427,7 +427,9 @@ def _num(x: float, fmt: str = "{:g}") -> str:
 
 
 def _cell_text(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ⏎ ").replace("`", "'")
+    """Any stored string made safe for one markdown table cell or line: no pipes, newlines, backticks or HTML."""
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
+    return text.replace("\r\n", " ⏎ ").replace("\n", " ⏎ ").replace("\r", " ⏎ ")
 
 
 def _md_table(rows: list[dict[str, object]]) -> str:
@@ -457,7 +459,7 @@ def _summary_markdown(table: pd.DataFrame, by: list[str]) -> str:
 def _failure_markdown(table: pd.DataFrame, models: list[str]) -> str:
     rows = []
     for mode, group in table.groupby("mode", sort=False):
-        row: dict[str, object] = {"failure mode": f"`{mode}`"}
+        row: dict[str, object] = {"failure mode": f"`{_cell_text(mode)}`"}
         by_model = group.set_index("model")
         for model in models:
             if model not in by_model.index:
@@ -554,7 +556,7 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFram
     shown = [a for a in by if a not in constant] or by[:1]
     constant = [a for a in constant if a not in shown]
     if constant:
-        lines += ["Same in every row: " + ", ".join(f"{a} = `{_num(summary[a].iloc[0]) if a == 'temperature' else summary[a].iloc[0]}`" for a in constant) + ".", ""]
+        lines += ["Same in every row: " + ", ".join(f"{a} = `{_cell_text(_num(summary[a].iloc[0]) if a == 'temperature' else summary[a].iloc[0])}`" for a in constant) + ".", ""]
     lines += [_summary_markdown(summary, shown), ""]
     notes = _edge_notes(summary, runs)
     if notes:
@@ -573,7 +575,7 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFram
         lines += ["### Shortest reply showing each mode", ""]
         for r in examples.to_dict("records"):
             excerpt = _cell_text(r["excerpt"]) if r["excerpt"] else "(empty reply)"
-            lines.append(f"- `{r['mode']}` — {r['model']}, run `{r['run_id']}` turn {r['turn']} ({r['chars']} chars): `{excerpt}`")
+            lines.append(f"- `{_cell_text(r['mode'])}` — {_cell_text(r['model'])}, run `{_cell_text(r['run_id'])}` turn {r['turn']} ({r['chars']} chars): `{excerpt}`")
         lines.append("")
     rescue = lenient_rescue(frames)
     lines += ["## Rescued by the lenient parser", ""]
@@ -581,7 +583,7 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFram
         lines += ["Not measured: no model ran the same cells under both parser policies.", ""]
     else:
         for r in rescue.to_dict("records"):
-            lines.append(f"- {r['model']}: {100 * r['rescued']:+.1f} points (lenient {r['lenient_passes']}/{r['lenient_scored']} = "
+            lines.append(f"- {_cell_text(r['model'])}: {100 * r['rescued']:+.1f} points (lenient {r['lenient_passes']}/{r['lenient_scored']} = "
                          f"{_pct(r['lenient_rate'])} vs strict {r['strict_passes']}/{r['strict_scored']} = {_pct(r['strict_rate'])})")  # fmt: skip
         lines.append("")
     if figures:
@@ -603,5 +605,5 @@ def _edge_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     per_model = runs[runs["scored"]].groupby("model").size()
     for model, n in per_model.items():
         if n == 1:
-            notes.append(f"{model} has a single scored run.")
+            notes.append(f"{_cell_text(model)} has a single scored run.")
     return notes

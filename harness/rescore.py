@@ -58,9 +58,14 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
         turns = ledger.turns(run["run_id"])
         if not turns:
             continue
-        config = json.loads(run["config"] or "{}")
-        tools = config.get("tool_schemas", [])
-        histories = rebuild_history(run, turns) if "system_prompt" in config else [[] for _ in turns]
+        config: object = None
+        try:
+            config = json.loads(run["config"] or "{}")
+            tools = config.get("tool_schemas", []) if isinstance(config, dict) else []
+            histories = rebuild_history(run, turns)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # recorded without its prompts, or edited: classify without history (counted as a mismatch)
+            tools, histories = (config.get("tool_schemas", []) if isinstance(config, dict) else []), [[] for _ in turns]
         for turn, history in zip(turns, histories, strict=True):
             if turn["labels_version"] == CLASSIFIER_VERSION and not force:
                 skipped += 1

@@ -23,7 +23,7 @@ from harness.backends.base import Backend
 from harness.backends.replay import CassetteRecorder
 from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
 from harness.ledger import Ledger
-from harness.loop import DEFAULT_RETRY, RetryPolicy, RunPlan, RunSummary, run_once
+from harness.loop import DEFAULT_RETRY, IdentityTaken, RetryPolicy, RunPlan, RunSummary, run_once
 from harness.scenarios import Scenario
 
 __all__ = ["MatrixOverrides", "MatrixResult", "PlannedRun", "expand_matrix", "format_run_line", "plan_matrix", "run_matrix", "summary_rows"]
@@ -83,7 +83,10 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
                         for seed in overrides.seeds or m.seeds:
                             for repetition in range(overrides.repeats or m.repeats):
                                 plans.append(RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, repetition))
-    return plans
+    unique: dict[tuple[Any, ...], RunPlan] = {}
+    for p in plans:  # the same file given twice (or two identical files) plans each run once
+        unique.setdefault((p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition), p)
+    return list(unique.values())
 
 
 @dataclass
@@ -238,12 +241,22 @@ def run_matrix(
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
         config = {"jobs": jobs, "endpoint_parallel": endpoint.parallel}
-        kwargs = dict(runs_dir=runs_dir, run_id=run_id, retry=retry, stop=stop, use_cache=use_cache, extra_config=config)
-        if record_dir is None:
-            summary = run_once(planned.plan, handle, ledger, **kwargs)
-        else:
-            with CassetteRecorder(Path(record_dir) / f"{run_id}.jsonl") as recorder:
-                summary = run_once(planned.plan, handle, ledger, on_reply=recorder.record, **kwargs)
+        kwargs = dict(runs_dir=runs_dir, run_id=run_id, retry=retry, stop=stop, use_cache=use_cache, extra_config=config, claim=resume)
+        try:
+            if record_dir is None:
+                summary = run_once(planned.plan, handle, ledger, **kwargs)
+            else:
+                cassette = Path(record_dir) / f"{run_id}.jsonl"
+                with CassetteRecorder(cassette) as recorder:
+                    try:
+                        summary = run_once(planned.plan, handle, ledger, on_reply=recorder.record, **kwargs)
+                    except IdentityTaken:
+                        cassette.unlink(missing_ok=True)
+                        raise
+        except IdentityTaken:  # another matrix on this ledger finished it or is running it now
+            with lock:
+                result.already_done += 1
+            return
         with lock:
             result.summaries.append(summary)
             if on_run:

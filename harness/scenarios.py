@@ -342,6 +342,18 @@ def load_scenario(path: str | Path) -> Scenario:
     )
 
 
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """Dotted path of the first NaN or infinite number inside a TOML value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where.lstrip(".") or "value"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def _load_tool_data(f: _Fields, tool_names: tuple[str, ...]) -> dict[str, Mapping[str, Any]]:
     """Validate the ``[tool_data]`` table against the offered tools and their data schemas.
 
@@ -372,6 +384,16 @@ def _load_tool_data(f: _Fields, tool_names: tuple[str, ...]) -> dict[str, Mappin
         if error is not None:
             where = ".".join(["tool_data", name, *(str(p) for p in error.absolute_path)])
             raise ScenarioError(f"{f.path}: field '{where}' is invalid: {error.message[:160]}.")
+        bad = _non_finite(table)
+        if bad is not None:
+            raise ScenarioError(f"{f.path}: field 'tool_data.{name}.{bad}' must be a finite number (tool output is JSON).")
+        if name == "get_current_weather":  # looked up ignoring case, so two spellings of one city clash
+            folded: dict[str, str] = {}
+            for city in table:
+                if city.casefold() in folded:
+                    raise ScenarioError(f"{f.path}: field 'tool_data.{name}' names {folded[city.casefold()]!r} and {city!r}; "
+                                        "cities are matched ignoring case, keep one.")  # fmt: skip
+                folded[city.casefold()] = city
     for name in tool_names:
         if BUILTIN_TOOLS[name].data_schema is not None and name not in tables:
             raise f.fail(f"tool_data.{name}", f"a table of fixture data for the offered tool {name}", missing=True)

@@ -124,7 +124,7 @@ def test_file_csv_values_in(tmp_path):
     too_many = {"triage.csv": "ticket,category\nT-101,billing\nT-102,bug\nT-103,bug\n"}
     assert verdict(tmp_path / "c", check, files=too_many) == (False, "3 data row(s), expected 2")
     no_column = {"triage.csv": "ticket,label\nT-101,billing\n"}
-    assert verdict(tmp_path / "d", check, files=no_column) == (False, "no column 'category'")
+    assert verdict(tmp_path / "d", check, files=no_column) == (False, "no column 'category' in the header ['ticket', 'label']")
 
 
 # -- final answer, writes, calls -------------------------------------------------------------------------
