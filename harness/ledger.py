@@ -197,7 +197,7 @@ class TurnRecord:
     completion_tokens: int | None
     """Completion tokens reported by the server."""
     latency_ms: float | None
-    """Wall-clock latency of the model call, ms; null when the reply came from the cache (``--cache``)."""
+    """Wall-clock latency of the model call, ms; for a cache hit (``--cache``), the latency measured when the reply was recorded."""
     started_at: str
     """UTC time the request was sent."""
     ended_at: str

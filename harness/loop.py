@@ -415,7 +415,7 @@ def run_once(
                     executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
                     classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
                     prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                    latency_ms=None if reply.extra.get("cache_hit") else reply.latency_ms, started_at=started, ended_at=utc_now(),
+                    latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
                     details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
                 )
             )  # fmt: skip
@@ -485,7 +485,7 @@ def _cached_reply(ledger: Ledger, identity: str, request_hash: str, backend: Bac
         finish_reason=row["finish_reason"],
         prompt_tokens=row["prompt_tokens"],
         completion_tokens=row["completion_tokens"],
-        latency_ms=0.0,
+        latency_ms=row["latency_ms"],  # the latency measured when the reply was recorded (null if unknown)
         raw=None if row["raw_reply"] is None else json.loads(row["raw_reply"]),
         identity=backend.identity(),
         extra={"cache_hit": True},

@@ -68,7 +68,9 @@ class LedgerFrames:
             ``scenario_path``, ``scenario_hash``, ``model``, ``temperature``, ``seed``,
             ``tool_mode``, ``parser``, ``repetition``, ``started_at``, ``ended_at`` (UTC ISO
             text, None if unfinished), ``outcome`` (one of :data:`harness.loop.OUTCOMES` or
-            ``unfinished``), ``scored`` and ``passed`` (bool), ``turns`` (model calls),
+            ``unfinished``), ``scored`` and ``passed`` (bool; a run is scored when its outcome
+            counts and it is the newest scored run of its ``identity``), ``superseded`` (bool: an
+            older scored run of the same identity, left out of every rate), ``turns`` (model calls),
             ``prompt_tokens``, ``completion_tokens``, ``tokens`` (their sum, tokens),
             ``turns_recorded`` (rows in ``turns``; equals ``turns`` unless a turn was lost),
             ``latency_ms`` (summed over the run's turns, ms) and ``latency_ms_median`` (ms).
@@ -122,7 +124,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 _RUNS_SQL = (
-    "SELECT r.run_id, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed, r.tool_mode,"
+    "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed, r.tool_mode,"
     " r.parser, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns, e.prompt_tokens, e.completion_tokens"
     " FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
 )
@@ -206,7 +208,12 @@ def _finish_runs(runs: pd.DataFrame, turns: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
     runs["outcome"] = runs["outcome"].fillna("unfinished")
     runs["scored"] = runs["outcome"].isin(SCORED_OUTCOMES)
-    runs["passed"] = runs["outcome"] == "pass"
+    # One sample per run identity: a repeat of the same identity (``--no-resume``, ``--cache``) gets the
+    # same seed and options, so it is not an independent sample. The newest scored run counts (as in compare).
+    newest = runs[runs["scored"]].drop_duplicates("identity", keep="last").index
+    runs["superseded"] = runs["scored"] & ~runs.index.isin(newest)
+    runs["scored"] = runs["scored"] & ~runs["superseded"]
+    runs["passed"] = (runs["outcome"] == "pass") & runs["scored"]
     runs["temperature"] = runs["temperature"].astype(float)
     per_run = turns.groupby("run_id", observed=False).agg(
         _turns=("turn", "size"), _prompt=("prompt_tokens", "sum"), _completion=("completion_tokens", "sum"),
@@ -546,6 +553,10 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFram
     if runs.empty:
         lines += ["**The ledger holds no runs yet: nothing to compare.** Run `harness run`, then report again.", ""]
         return "\n".join(lines)
+    superseded = int(runs["superseded"].sum())
+    if superseded:
+        lines += [f"{superseded} run(s) repeat a run identity that finished again later (same scenario, model, options, "
+                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts in the rates below.", ""]  # fmt: skip
     if n_scored == 0:
         lines += ["**No scored run:** every run ended as infra_error, interrupted or unfinished, so there is no rate to "
                   "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip

@@ -14,11 +14,11 @@ def add_run(ledger: Ledger, run_id: str, *, model: str, temperature: float = 0.0
             turns: list[tuple[list[str], str]] | None = None, parser: str = "lenient", scenario: str = "s",
             scenario_path: str = "s.toml", scenario_hash: str = "h", tool_mode: str = "native", seed: int | None = None,
             latency: float | None = None, checks: list[dict] | None = None, files_written: list[str] | None = None,
-            day: int = 1) -> None:  # fmt: skip
+            day: int = 1, identity: str | None = None) -> None:  # fmt: skip
     """Append one complete run: start, one turn per ``(failure_modes, content)``, end (unless outcome is None)."""
     turns = [([], "done")] if turns is None else turns
     ledger.start_run(RunStart(
-        run_id=run_id, identity="id-" + run_id, scenario=scenario, scenario_path=scenario_path, scenario_hash=scenario_hash,
+        run_id=run_id, identity=identity or "id-" + run_id, scenario=scenario, scenario_path=scenario_path, scenario_hash=scenario_hash,
         model=model, backend="ollama", base_url=None, server_version=None, model_digest=None, temperature=temperature,
         seed=repetition if seed is None else seed, max_tokens=64, num_ctx=2048, tool_mode=tool_mode, parser=parser,
         repetition=repetition, turn_limit=8, token_limit=32000, harness_version="0.1.0", git_sha=None, git_dirty=None,

@@ -291,3 +291,20 @@ def test_reports_open_the_ledger_read_only(two):
 def test_all_names_exist(module):
     assert all(hasattr(module, name) for name in module.__all__)
     assert len(set(module.__all__)) == len(module.__all__) > 0
+
+
+def test_a_run_identity_counts_once_the_newest_run(tmp_path):
+    # the same identity finished twice (a --no-resume re-run): same seed and options, not a new sample
+    path = tmp_path / "dup.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "old", model=SMALL, outcome="task_failed", identity="same", day=1)
+        add_run(ledger, "new", model=SMALL, outcome="pass", identity="same", day=2)
+        add_run(ledger, "other", model=SMALL, outcome="task_failed", repetition=1, day=3)
+    frames = load_frames(path)
+    assert frames.runs.set_index("run_id")["superseded"].to_dict() == {"old": True, "new": False, "other": False}
+    [row] = summary_table(frames, ["model"]).to_dict("records")
+    assert (row["runs"], row["scored"], row["passes"]) == (3, 2, 1)
+    assert row["pass_rate"] == 0.5
+    write_report(path, tmp_path / "out", formats=["md"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "1 run(s) repeat a run identity that finished again later" in text

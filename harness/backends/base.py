@@ -82,7 +82,7 @@ class Reply:
         prompt_tokens: prompt token count reported by the server, or ``None`` (also when the
             server's value is not an integer in ``[0, MAX_TOKEN_COUNT]``).
         completion_tokens: completion token count reported by the server, or ``None`` (same rule).
-        latency_ms: wall-clock time of the request in milliseconds.
+        latency_ms: wall-clock time of the request in milliseconds (None when unknown).
         raw: the server's raw JSON body (dict), stored verbatim in the ledger.
         identity: what served the reply.
     """
@@ -92,7 +92,7 @@ class Reply:
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
-    latency_ms: float
+    latency_ms: float | None
     raw: Any
     identity: BackendIdentity
     extra: dict[str, Any] = field(default_factory=dict)
