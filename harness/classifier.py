@@ -1448,6 +1448,28 @@ def classify(
         return Classification([], [], [], None, {"internal_error": _short(f"{type(exc).__name__}: {exc}")})
 
 
+_TOOLS_TEXT: dict[int, tuple[Any, str]] = {}
+
+
+def _tools_text(tools: Any) -> str:
+    """The offered tool definitions as JSON text (names a model may legitimately repeat).
+
+    Memoised by object identity (the loop passes the same list on every turn of a run); the
+    cached object is kept alongside, so a recycled id can never return another list's text.
+    """
+    hit = _TOOLS_TEXT.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    try:
+        text = json.dumps(_jsonable(tools), ensure_ascii=False)[:MAX_HISTORY_TEXT]
+    except (TypeError, ValueError):
+        text = ""
+    if len(_TOOLS_TEXT) >= 64:
+        _TOOLS_TEXT.clear()
+    _TOOLS_TEXT[id(tools)] = (tools, text)
+    return text
+
+
 def _classify(response: Any, tools: Any, history: Any) -> Classification:
     offered = _offered_tools(tools)
     tool_names = frozenset(offered)
@@ -1533,10 +1555,6 @@ def _classify(response: Any, tools: Any, history: Any) -> Classification:
         if text and budget > 0:
             known_parts.append(text[:budget])
             budget -= len(text)
-    try:
-        known_parts.append(json.dumps(_jsonable(tools), ensure_ascii=False)[:MAX_HISTORY_TEXT])
-    except (TypeError, ValueError):
-        pass
     repeats = [c.canonical() for c in all_calls if c.canonical() in earlier]
     if repeats:
         modes.add("repeated_call")
@@ -1548,6 +1566,7 @@ def _classify(response: Any, tools: Any, history: Any) -> Classification:
     if markup:
         fabricated.append(_short(markup.group().strip()))
     if tool_answered:
+        known_parts.append(_tools_text(tools))
         known = "\n".join(known_parts).lower()
         own_paths = set()
         for call in all_calls:
