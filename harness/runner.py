@@ -142,6 +142,25 @@ def _open_endpoints(
     for plan in plans:
         by_model.setdefault(plan.model, []).append(plan)
     endpoints: dict[str, _Endpoint] = {}
+    try:
+        _open_each(by_model, endpoints, finished, jobs=jobs, backend_factory=backend_factory, result=result)
+    except BaseException:
+        for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
+            endpoint.backend.close()
+        raise
+    return endpoints
+
+
+def _ollama_num_parallel() -> int:
+    """OLLAMA_NUM_PARALLEL as this machine's environment sets it (the server's own is not queryable)."""
+    try:
+        return max(1, int(os.environ.get("OLLAMA_NUM_PARALLEL") or 1))
+    except ValueError:
+        return 1
+
+
+def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoint], finished: dict[str, int], *,
+               jobs: int, backend_factory: Callable[..., Backend], result: MatrixResult) -> None:  # fmt: skip
     for model, model_plans in by_model.items():
         api_key_env = next((p.scenario.api_key_env for p in model_plans if p.scenario.api_key_env), None)
         num_ctx = max(p.scenario.num_ctx for p in model_plans)
@@ -155,19 +174,19 @@ def _open_endpoints(
         except BackendError:
             digest = None  # may be transient: each run meets it again and records it as infra_error
         parallel = jobs
-        if parse_model_spec(model)[0] == "ollama" and jobs > 1:
-            parallel = min(jobs, int(os.environ.get("OLLAMA_NUM_PARALLEL", "1") or 1))
-            result.warnings.append(
-                f"--jobs {jobs} for {model}: an Ollama server answers OLLAMA_NUM_PARALLEL requests at once "
-                "(default 1) and queues the rest; set it on the server to match."
-            )
+        if parse_model_spec(model)[0] == "ollama":
+            parallel = min(jobs, _ollama_num_parallel())
+            if jobs > parallel:
+                result.warnings.append(
+                    f"--jobs {jobs} for {model}: an Ollama server answers OLLAMA_NUM_PARALLEL requests at once "
+                    f"(here {parallel}; Ollama's default is 1) and queues the rest; set it on the server to match."
+                )
         planned = []
         for plan in model_plans:
             identity = plan.identity(digest)
             planned.append(PlannedRun(plan, identity, identity in finished))
         result.planned.extend(planned)
         endpoints[model] = _Endpoint(backend, planned, parallel)
-    return endpoints
 
 
 def plan_matrix(plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: Callable[..., Backend] = open_backend) -> MatrixResult:

@@ -175,3 +175,27 @@ def test_a_run_in_flight_when_stopped_records_its_reply_and_ends_interrupted(tmp
             assert ledger.verify().ok
     assert [(s.outcome, s.turns) for s in result.summaries] == [("interrupted", 1)]
     assert (run["outcome"], run["turns"]) == ("interrupted", 1)  # the other two runs never started
+
+
+@pytest.mark.parametrize(("env", "warned", "parallel"), [(None, True, 1), ("2", True, 2), ("4", False, 4), ("junk", True, 1)])
+def test_ollama_parallelism_is_warned_about_and_recorded(tmp_path, monkeypatch, env, warned, parallel):
+    from tests.backend_fakes import FakeServer, json_reply
+
+    if env is None:
+        monkeypatch.delenv("OLLAMA_NUM_PARALLEL", raising=False)
+    else:
+        monkeypatch.setenv("OLLAMA_NUM_PARALLEL", env)
+    chat = {"model": "m", "message": {"role": "assistant", "content": "Done."}, "done": True, "done_reason": "stop",
+            "prompt_eval_count": 10, "eval_count": 2}  # fmt: skip
+    routes = {("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
+              ("POST", "/api/show"): json_reply(200, {"digest": "abc123"}),
+              ("POST", "/api/chat"): json_reply(200, chat)}  # fmt: skip
+    with FakeServer(routes) as server:
+        plans = plans_for(f"ollama:m@{server.url}", repeats=2)
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4)
+            configs = [json.loads(r["config"]) for r in ledger.runs()]
+    assert bool(result.warnings) == warned
+    assert [s.outcome for s in result.summaries] == ["task_failed"] * 2
+    assert {(c["jobs"], c["endpoint_parallel"]) for c in configs} == {(4, parallel)}
+    assert all(run.plan.model.startswith("ollama:") for run in result.summaries)
