@@ -90,9 +90,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.ledger import Ledger
     from harness.loop import RetryPolicy
     from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix
-    from harness.scenarios import load_scenario
-
-    from harness.scenarios import MAX_REPEATS, MAX_SEED
+    from harness.scenarios import MAX_REPEATS, MAX_SEED, load_scenario
 
     if args.repeats is not None and not 1 <= args.repeats <= MAX_REPEATS:
         raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}.")
@@ -126,8 +124,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress = _Progress(len(plans))
 
         def on_planned(result) -> None:
-            todo = len(result.planned) - (0 if args.no_resume else result.already_done)
-            done = f" ({result.already_done} already in the ledger)" if result.already_done and not args.no_resume else ""
+            todo = len(result.planned) - result.already_done
+            progress.set_total(todo)
+            done = f" ({result.already_done} already in the ledger)" if result.already_done else ""
             print(f"Running {todo} of {len(plans)} planned runs{done}; ledger: {ledger_path}", file=sys.stderr, flush=True)
 
         try:
@@ -156,6 +155,11 @@ class _Progress:
         self.total, self.done = total, 0
         self.counts = {"pass": 0, "fail": 0, "infra": 0}
         self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+        if self.bar is not None:
+            self.bar.reset(total=total)
 
     def update(self, summary) -> None:
         from harness.runner import format_run_line
