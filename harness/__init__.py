@@ -11,15 +11,7 @@ imported separately because it loads pandas and matplotlib)::
         result = run_matrix(plans, ledger, runs_dir="results/runs")
 """
 
-__version__ = "0.1.0"  # before the imports: harness.loop records it on every run
-
-from harness.backends import Backend, GenerateOptions, Reply, open_backend, parse_model_spec  # noqa: E402
-from harness.classifier import CLASSIFIER_VERSION, FAILURE_MODES, Classification, ToolCall, classify
-from harness.errors import HarnessError
-from harness.ledger import Ledger
-from harness.loop import OUTCOMES, CircuitBreaker, RetryPolicy, RunPlan, RunSummary, run_once
-from harness.runner import MatrixOverrides, MatrixResult, expand_matrix, run_matrix
-from harness.scenarios import Scenario, load_scenario
+__version__ = "0.1.0"
 
 __all__ = [
     "CLASSIFIER_VERSION",
@@ -47,3 +39,29 @@ __all__ = [
     "run_matrix",
     "run_once",
 ]
+
+_HOMES = {
+    "harness.backends": ("Backend", "GenerateOptions", "Reply", "open_backend", "parse_model_spec"),
+    "harness.classifier": ("CLASSIFIER_VERSION", "FAILURE_MODES", "Classification", "ToolCall", "classify"),
+    "harness.errors": ("HarnessError",),
+    "harness.ledger": ("Ledger",),
+    "harness.loop": ("OUTCOMES", "CircuitBreaker", "RetryPolicy", "RunPlan", "RunSummary", "run_once"),
+    "harness.runner": ("MatrixOverrides", "MatrixResult", "expand_matrix", "run_matrix"),
+    "harness.scenarios": ("Scenario", "load_scenario"),
+}
+_WHERE = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    """Import the public API lazily, so ``harness --help`` does not load every module."""
+    if name in _WHERE:
+        import importlib
+
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

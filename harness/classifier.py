@@ -143,7 +143,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "1.0.3"
+CLASSIFIER_VERSION = "1.0.4"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition.
 FAILURE_MODES: dict[str, str] = {
@@ -1425,7 +1425,7 @@ def _coerce_int(value: Any) -> int | None:
 
 
 def classify(
-    response: Mapping, *, tools: Sequence[Mapping] = (), history: Sequence[Mapping] = ()
+    response: Mapping, *, tools: Sequence[Mapping] | None = None, history: Sequence[Mapping] = ()
 ) -> Classification:
     """Classify one assistant reply.
 
@@ -1435,6 +1435,8 @@ def classify(
             and values of any type are tolerated (content may also be a list of text parts).
         tools: OpenAI-style ``[{"type": "function", "function": {"name", "description",
             "parameters": <JSON Schema>}}]`` (bare ``{"name", "parameters"}`` also accepted).
+            ``None`` means "not known": names are then not judged. An empty list means no tool
+            was offered, so every call is ``unknown_tool``.
         history: OpenAI-shape messages before this reply (system, user, assistant with
             ``tool_calls``, tool).
 
@@ -1500,8 +1502,8 @@ def _classify(response: Any, tools: Any, history: Any) -> Classification:
     unknown: dict[str, str | None] = {}
     violations: list[dict[str, str]] = []
     for call in all_calls:
-        if not tool_names:
-            continue
+        if tools is None or not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+            continue  # the offered tools are not known: names cannot be judged
         if call.name not in tool_names:
             lower = {t.lower(): t for t in tool_names}
             nearest = lower.get(call.name.lower())
@@ -1642,7 +1644,7 @@ def classify_document(doc: Any) -> dict[str, Any]:
     response = _get(doc, "response")
     result = classify(
         response if isinstance(response, Mapping) else {},
-        tools=tools if isinstance(tools, list) else (),
+        tools=tools if isinstance(tools, list) else None,
         history=messages if isinstance(messages, list) else (),
     )
     return {

@@ -11,6 +11,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -89,7 +90,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.ledger import Ledger
     from harness.loop import RetryPolicy
-    from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix
+    from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, plural, run_matrix
     from harness.scenarios import MAX_REPEATS, MAX_SEED, load_scenario
 
     if args.repeats is not None and not 1 <= args.repeats <= MAX_REPEATS:
@@ -117,7 +118,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"[{i}/{len(plans)}] {_plan_label(item.plan)}{' (done)' if item.done else ''}")
         for model, reason, count in planned.skipped:
             print(f"harness: {count} runs of {model} cannot be planned: {reason}", file=sys.stderr)
-        print(f"{len(plans)} runs planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run.")
+        print(f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run.")
         return 0
     with Ledger(ledger_path) as ledger:
         started = time.perf_counter()
@@ -181,7 +182,7 @@ class _Progress:
 
 
 def _print_run_summary(result, elapsed_s: float, ledger_path: Path) -> None:
-    from harness.runner import summary_rows
+    from harness.runner import plural, summary_rows
 
     for warning in result.warnings:
         print(f"harness: warning: {warning}", file=sys.stderr)
@@ -196,9 +197,9 @@ def _print_run_summary(result, elapsed_s: float, ledger_path: Path) -> None:
         print(tabulate(table, headers="keys", tablefmt="github"))
         print()
     done_note = f" ({result.already_done} already in the ledger, skipped)" if result.already_done else ""
-    print(f"{len(result.summaries)} runs in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
+    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
     for model, reason, count in result.skipped:
-        print(f"harness: skipped {count} runs of {model}: {reason}", file=sys.stderr)
+        print(f"harness: skipped {plural(count, 'run')} of {model}: {reason}", file=sys.stderr)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:
         print(f"harness: {infra} runs could not be done (infra_error: server failures, not model failures, "
@@ -275,9 +276,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     import io
-    import os
 
     from harness.ledger import EXPORT_COLUMNS, Ledger
+    from harness.runner import plural
 
     ledger_path = _ledger_path(args)
     if args.out is not None:
@@ -304,7 +305,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         os.replace(tmp, args.out)
     except OSError as exc:
         raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc
-    print(f"Wrote {len(rows)} turns to {args.out}.", file=sys.stderr)
+    print(f"Wrote {plural(len(rows), 'turn')} to {args.out}.", file=sys.stderr)
     return 0
 
 
@@ -456,10 +457,11 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_report_write(args: argparse.Namespace) -> int:
     from harness.reports import parse_axes, write_report
+    from harness.runner import plural
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     written = write_report(_ledger_path(args), args.out, by=parse_axes(args.by), formats=formats)
-    print(f"Wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}")
+    print(f"Wrote {plural(len(written), 'file')} to {args.out}: {', '.join(p.name for p in written)}")
     return 0
 
 
@@ -532,6 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted; everything finished so far is in the ledger.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `harness classify x.json | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,12 +21,15 @@ from typing import Any
 from harness.backends import open_backend, parse_model_spec
 from harness.backends.base import Backend
 from harness.backends.replay import CassetteRecorder
-from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
-from harness.ledger import Ledger
+from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelNotFound, UsageError
+from harness.ledger import Ledger, RunEnd
 from harness.loop import DEFAULT_RETRY, IdentityTaken, RetryPolicy, RunPlan, RunSummary, run_once
 from harness.scenarios import Scenario
 
-__all__ = ["MatrixOverrides", "MatrixResult", "PlannedRun", "expand_matrix", "format_run_line", "plan_matrix", "run_matrix", "summary_rows"]
+__all__ = [
+    "MatrixOverrides", "MatrixResult", "PlannedRun", "expand_matrix", "format_run_line", "plan_matrix", "plural", "run_matrix",
+    "summary_rows",
+]  # fmt: skip
 
 
 MAX_PLANNED_RUNS = 1_000_000
@@ -253,12 +256,22 @@ def run_matrix(
     stop = stop or threading.Event()
     endpoints = _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result)
     lock = threading.Lock()
+    running_ids: set[str] = set()
 
     def execute(planned: PlannedRun, endpoint: _Endpoint) -> None:
         if stop.is_set():
             return
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
+        with lock:
+            running_ids.add(run_id)
+        try:
+            _execute_one(planned, endpoint, handle, run_id)
+        finally:
+            with lock:
+                running_ids.discard(run_id)
+
+    def _execute_one(planned: PlannedRun, endpoint: _Endpoint, handle: Backend, run_id: str) -> None:
         config = {"jobs": jobs, "endpoint_parallel": endpoint.parallel}
         kwargs = dict(runs_dir=runs_dir, run_id=run_id, retry=retry, stop=stop, use_cache=use_cache, extra_config=config, claim=resume)
         try:
@@ -306,12 +319,16 @@ def run_matrix(
         in_flight = sum(f.running() for f in futures)
         if in_flight:
             print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
-                  "Press Ctrl-C again to quit at once (those runs stay unfinished in the ledger).", file=sys.stderr, flush=True)  # fmt: skip
+                  "Press Ctrl-C again to quit at once (they are recorded as interrupted without that reply).", file=sys.stderr, flush=True)  # fmt: skip
         try:
             for pool in executors:
                 pool.shutdown(wait=True, cancel_futures=True)
-        except KeyboardInterrupt:
-            os._exit(130)  # second Ctrl-C: every committed turn is safe in the ledger (SQLite WAL)
+        except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now, then quit at once
+            with lock:
+                abandoned = sorted(running_ids)
+            _end_abandoned(ledger, abandoned)
+            print(f"harness: quit; {plural(len(abandoned), 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True)
+            os._exit(130)  # every committed turn is safe in the ledger (SQLite WAL)
         raise
     except BaseException:
         stop.set()
@@ -324,6 +341,27 @@ def run_matrix(
     return result
 
 
+def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> None:
+    """Append an ``interrupted`` end row for runs whose worker is still waiting on a model call."""
+    for run_id in run_ids:
+        if not ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+            continue  # claimed by no one yet: nothing was started
+        turns = ledger.query(
+            "SELECT COUNT(*) AS n, COALESCE(SUM(prompt_tokens), 0) AS p, COALESCE(SUM(completion_tokens), 0) AS c"
+            " FROM turns WHERE run_id = ?", (run_id,))[0]  # fmt: skip
+        try:
+            ledger.end_run(RunEnd(run_id=run_id, outcome="interrupted", turns=turns["n"], prompt_tokens=turns["p"],
+                                  completion_tokens=turns["c"], breach=None, error="interrupted by the user (second Ctrl-C)",
+                                  checks=[], final_answer=None, escape_attempts=[], files_written=[]))  # fmt: skip
+        except LedgerError:
+            pass  # its worker wrote the end row meanwhile, or the run never started
+
+
+def plural(count: int, word: str) -> str:
+    """``"1 run"``, ``"3 runs"``: a count with its noun."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed``."""
     p = summary.plan
@@ -333,7 +371,7 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
         f"{p.tool_mode}/{p.parser} rep={p.repetition} -> {summary.outcome}{extra} "
-        f"({summary.turns} turns, {summary.tokens} tokens{timing}); failure modes: {modes}"
+        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}"
     )
 
 

@@ -271,7 +271,7 @@ NEGATIVE = [
         ("repaired_json", LIST_CALL, {}),
         ("stringified_arguments", None, {"tool_calls": [structured("list_files", '{"path": "."}')]}),
         ("nonstandard_keys", LIST_CALL, {}),
-        ("unknown_tool", '{"name": "anything", "arguments": {}}', {"tools": []}),
+        ("unknown_tool", '{"name": "anything", "arguments": {}}', {"tools": None}),  # offered tools unknown
         ("schema_violation", WRITE_CALL, {}),
         ("repeated_call", None, {"tool_calls": [structured("list_files", '{"path": "src"}')], "history": HISTORY}),
         ("fabricated_tool_result", WRITE_CALL, {"history": HISTORY}),
@@ -332,6 +332,7 @@ POSITIVE = [
         ("nonstandard_keys", 'Action: list_files\nAction Input: {"path": "."}', {}),
         ("unknown_tool", '{"name": "lst_files", "arguments": {"path": "."}}', {}),
         ("unknown_tool", None, {"tool_calls": [structured("delete_file", '{"path": "a"}')]}),
+        ("unknown_tool", '{"name": "list_files", "arguments": {}}', {"tools": []}),  # nothing was offered
         ("schema_violation", '{"name": "list_files", "arguments": {"path": 3}}', {}),
         ("schema_violation", '{"name": "list_files", "arguments": {"path": ".", "recursive": true}}', {}),
         ("repeated_call", LIST_CALL, {"history": HISTORY}),

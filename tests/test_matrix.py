@@ -199,3 +199,25 @@ def test_ollama_parallelism_is_warned_about_and_recorded(tmp_path, monkeypatch, 
     assert [s.outcome for s in result.summaries] == ["task_failed"] * 2
     assert {(c["jobs"], c["endpoint_parallel"]) for c in configs} == {(4, parallel)}
     assert all(run.plan.model.startswith("ollama:") for run in result.summaries)
+
+
+def test_a_second_ctrl_c_quits_at_once_and_still_ends_the_runs_in_flight(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=20, slots=2) as server:  # every model call would take 20 s
+        proc = _harness("run", str(SCENARIO), "--model", f"openai:slow@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path))  # fmt: skip
+        deadline = time.monotonic() + 30
+        while server.requests < 2:  # both runs are waiting on their first reply
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+        assert time.monotonic() - started < 10  # did not wait for the 20 s replies
+    assert proc.returncode == 130 and "2 runs in flight recorded as interrupted" in err, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok
+    assert [(r["outcome"], r["turns"]) for r in runs] == [("interrupted", 0), ("interrupted", 0)]
