@@ -556,7 +556,8 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFram
     superseded = int(runs["superseded"].sum())
     if superseded:
         lines += [f"{superseded} run(s) repeat a run identity that finished again later (same scenario, model, options, "
-                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts in the rates below.", ""]  # fmt: skip
+                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts: the `runs` column "
+                  "includes the repeats, `scored` and every rate do not.", ""]  # fmt: skip
     if n_scored == 0:
         lines += ["**No scored run:** every run ended as infra_error, interrupted or unfinished, so there is no rate to "
                   "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip
