@@ -433,9 +433,14 @@ def _num(x: float, fmt: str = "{:g}") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
 
-def _cell_text(text: str) -> str:
-    """Any stored string made safe for one markdown table cell or line: no pipes, newlines, backticks or HTML."""
-    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
+def _cell_text(text: str, *, code: bool = False) -> str:
+    """Any stored string made safe for one markdown table cell or line: no pipes, newlines, backticks or HTML.
+
+    With ``code=True`` the text goes inside a code span, where ``<`` is shown as is (entities would not be decoded).
+    """
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+    if not code:
+        text = text.replace("<", "&lt;")
     return text.replace("\r\n", " ⏎ ").replace("\n", " ⏎ ").replace("\r", " ⏎ ")
 
 
@@ -466,7 +471,7 @@ def _summary_markdown(table: pd.DataFrame, by: list[str]) -> str:
 def _failure_markdown(table: pd.DataFrame, models: list[str]) -> str:
     rows = []
     for mode, group in table.groupby("mode", sort=False):
-        row: dict[str, object] = {"failure mode": f"`{_cell_text(mode)}`"}
+        row: dict[str, object] = {"failure mode": f"`{_cell_text(mode, code=True)}`"}
         by_model = group.set_index("model")
         for model in models:
             if model not in by_model.index:
@@ -586,8 +591,8 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFram
     if not examples.empty:
         lines += ["### Shortest reply showing each mode", ""]
         for r in examples.to_dict("records"):
-            excerpt = _cell_text(r["excerpt"]) if r["excerpt"] else "(empty reply)"
-            lines.append(f"- `{_cell_text(r['mode'])}` — {_cell_text(r['model'])}, run `{_cell_text(r['run_id'])}` turn {r['turn']} ({r['chars']} chars): `{excerpt}`")
+            excerpt = _cell_text(r["excerpt"], code=True) if r["excerpt"] else "(empty reply)"
+            lines.append(f"- `{_cell_text(r['mode'], code=True)}` — {_cell_text(r['model'])}, run `{_cell_text(r['run_id'], code=True)}` turn {r['turn']} ({r['chars']} chars): `{excerpt}`")
         lines.append("")
     rescue = lenient_rescue(frames)
     lines += ["## Rescued by the lenient parser", ""]
