@@ -116,7 +116,7 @@ class Comparison:
         if n == 0:
             return (f"{a} and {b} share no scored runs with the same scenario, temperature, tool mode, parser, repetition "
                     "and seed, so there is nothing to compare.")  # fmt: skip
-        where = f"this scenario" if len(self.scenarios) == 1 else f"these {len(self.scenarios)} scenarios"
+        where = "this scenario" if len(self.scenarios) == 1 else f"these {len(self.scenarios)} scenarios"
         p = _p(self.midp)
         fa, fb = self.a_failures, self.b_failures
         if fa == fb:

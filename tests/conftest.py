@@ -9,6 +9,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CASSETTES = Path(__file__).resolve().parent / "cassettes"
+SCENARIO_FILE = REPO / "scenarios" / "list_and_report.toml"
+REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
+"""A report.txt that passes every check of list_and_report."""
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +51,11 @@ def text_line(content: str | None, *, finish_reason: str = "stop", tokens: tuple
         "finish_reason": finish_reason,
         "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]},
     }
+
+
+IDEAL = [
+    call_line("list_files", {"path": "."}),
+    call_line("write_file", {"path": "report.txt", "content": REPORT}),
+    text_line("I wrote report.txt: 3 files."),
+]
+"""An ideal model's replies for list_and_report: list, write the report, answer."""

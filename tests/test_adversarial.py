@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import REPO, call_line, text_line, write_cassette
+from conftest import IDEAL, REPO, SCENARIO_FILE, call_line, text_line, write_cassette
 
 from harness.backends import open_backend, parse_model_spec
 from harness.classifier import classify
@@ -40,13 +40,6 @@ from harness.loop import OUTCOMES, RetryPolicy, RunPlan, run_once
 from harness.runner import MatrixOverrides, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 
-SCENARIO_FILE = REPO / "scenarios" / "list_and_report.toml"
-REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
-IDEAL = [
-    call_line("list_files", {"path": "."}),
-    call_line("write_file", {"path": "report.txt", "content": REPORT}),
-    text_line("I wrote report.txt: 3 files."),
-]
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 
 

@@ -16,7 +16,6 @@ comment each); the second part guards attacks that were handled correctly.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, call_line, text_line, write_cassette
+from conftest import IDEAL, REPO, SCENARIO_FILE, write_cassette
 from ledger_builders import BIG, SMALL, add_run, build_two_model_ledger
 
 from harness.backends import open_backend
@@ -39,13 +38,6 @@ from harness.runner import MatrixOverrides, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from harness.stats import mcnemar_midp, newcombe_paired_diff, pass_hat_k, wilson_interval
 
-SCENARIO_FILE = REPO / "scenarios" / "list_and_report.toml"
-REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
-IDEAL = [
-    call_line("list_files", {"path": "."}),
-    call_line("write_file", {"path": "report.txt", "content": REPORT}),
-    text_line("I wrote report.txt: 3 files."),
-]
 RUN_FLAGS = ["--temperature", "0", "--tool-mode", "native", "--parser", "lenient"]
 
 

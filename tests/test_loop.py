@@ -9,7 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import REPO, call_line, text_line, write_cassette
+from conftest import IDEAL, REPO, REPORT, call_line, text_line, write_cassette
 
 from harness.backends import open_backend
 from harness.errors import TokenLimitExceeded, TurnLimitExceeded
@@ -17,7 +17,6 @@ from harness.ledger import Ledger
 from harness.loop import CircuitBreaker, RetryPolicy, RunPlan, run_once
 from harness.scenarios import load_scenario
 
-REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
 
 
 @pytest.fixture
@@ -37,11 +36,6 @@ def run(tmp_path, scenario, replies, *, parser="lenient", tool_mode="native", **
     return summary, turns, run_row
 
 
-IDEAL = [
-    call_line("list_files", {"path": "."}),
-    call_line("write_file", {"path": "report.txt", "content": REPORT}),
-    text_line("I wrote report.txt: 3 files."),
-]
 
 
 # -- breaker boundaries ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, call_line, text_line, write_cassette
+from conftest import IDEAL, REPO, SCENARIO_FILE, write_cassette
 
 from harness.backends import open_backend
 from tests.backend_fakes import closed_port
@@ -23,9 +23,7 @@ from harness.loop import RetryPolicy
 from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix, summary_rows
 from harness.scenarios import load_scenario
 
-SCENARIO = REPO / "scenarios" / "list_and_report.toml"
-REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
-IDEAL = [call_line("list_files", {"path": "."}), call_line("write_file", {"path": "report.txt", "content": REPORT}), text_line("Done.")]
+SCENARIO = SCENARIO_FILE
 FAST_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.01)
 
 

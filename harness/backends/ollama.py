@@ -21,7 +21,7 @@ import httpx
 
 from harness.backends.base import BackendIdentity, GenerateOptions, Reply
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, _int_or_none, _snippet
-from harness.errors import BackendResponseError, ModelNotFound
+from harness.errors import BackendResponseError
 
 __all__ = ["DEFAULT_OLLAMA_URL", "OllamaBackend", "to_ollama_messages"]
 
