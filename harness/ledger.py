@@ -346,6 +346,13 @@ def _row_hash(prev_hash: str, columns: list[str], row: tuple[Any, ...]) -> str:
     return hashlib.sha256((prev_hash + payload).encode("utf-8")).hexdigest()
 
 
+_NEWEST_LABELS = (
+    "(SELECT run_id, turn, failure_modes, classifier_version FROM labels"
+    " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
+)
+"""The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
+
+
 def _identity_taken(db: sqlite3.Connection, identity: str) -> bool:
     rows = db.execute(
         "SELECT r.config, e.outcome FROM runs r LEFT JOIN run_ends e USING (run_id) WHERE r.identity = ?", (identity,)
@@ -562,9 +569,7 @@ class Ledger:
         return self.query(
             "SELECT t.*, COALESCE(l.failure_modes, t.failure_modes) AS labels,"
             " COALESCE(l.classifier_version, t.classifier_version) AS labels_version"
-            " FROM turns t LEFT JOIN (SELECT run_id, turn, failure_modes, classifier_version, MAX(seq)"
-            "   FROM labels GROUP BY run_id, turn) l USING (run_id, turn)"
-            f" {where} ORDER BY t.seq",
+            f" FROM turns t LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) {where} ORDER BY t.seq",
             params,
         )
 
@@ -597,8 +602,7 @@ class Ledger:
             " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"
             " t.completion_tokens, t.latency_ms, e.outcome"
             " FROM turns t JOIN runs r USING (run_id) LEFT JOIN run_ends e USING (run_id)"
-            " LEFT JOIN (SELECT run_id, turn, failure_modes, MAX(seq) FROM labels GROUP BY run_id, turn) l USING (run_id, turn)"
-            " ORDER BY t.seq"
+            f" LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
         )
         for row in rows:
             row["failure_modes"] = json.loads(row["failure_modes"])

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ from harness.tools import Sandbox, ToolResult
 
 __all__ = [
     "DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunPlan", "RunSummary",
-    "rebuild_history", "run_once",
+    "rebuild_history", "request_hash", "run_once",
 ]  # fmt: skip
 
 OUTCOMES = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted")
@@ -215,7 +215,6 @@ class RunSummary:
     sandbox: Path
     error: str | None = None
     elapsed_s: float | None = None
-    replies: list[Reply] = field(default_factory=list, repr=False)
 
 
 @functools.cache
@@ -231,7 +230,8 @@ def _git_revision() -> tuple[str | None, bool | None]:
         return None, None
 
 
-def _request_hash(messages: list[dict[str, Any]]) -> str:
+def request_hash(messages: list[dict[str, Any]]) -> str:
+    """SHA-256 (hex) of the canonical JSON of a request's messages, as stored in ``turns.request_hash``."""
     return hashlib.sha256(canonical_json(messages).encode()).hexdigest()
 
 
@@ -377,20 +377,18 @@ def run_once(
     turns = prompt_tokens = completion_tokens = calls_made = 0
     labels_seen: list[str] = []
     final_answer: str | None = None
-    replies: list[Reply] = []
     try:
         while outcome is None:
             if stop.is_set():
                 raise _Interrupted
             breaker.before_call(turns_done=turns, tokens_used=prompt_tokens + completion_tokens)
             started = utc_now()
-            request_hash = _request_hash(messages)
-            reply = _cached_reply(ledger, identity, request_hash, backend) if use_cache else None
+            turn_request_hash = request_hash(messages)
+            reply = _cached_reply(ledger, identity, turn_request_hash, backend) if use_cache else None
             if reply is None:
                 reply = _generate(backend, messages, tool_schemas if plan.tool_mode == "native" else None, options,
                                   retry=retry, stop=stop, ledger=ledger, run_id=run_id, turn=turns + 1)  # fmt: skip
             turns += 1
-            replies.append(reply)
             if on_reply is not None:
                 on_reply(reply)
             prompt_tokens += reply.prompt_tokens or 0
@@ -410,7 +408,7 @@ def run_once(
             labels_seen.extend(m for m in verdict.failure_modes if m not in labels_seen)
             ledger.record_turn(
                 TurnRecord(
-                    run_id=run_id, turn=turns, request_hash=request_hash, raw_reply=reply.raw, content=reply.content,
+                    run_id=run_id, turn=turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
                     tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
                     executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
                     classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
@@ -442,7 +440,7 @@ def run_once(
         outcome = "pass" if all(r.passed for r in results) else "task_failed"
     _end(ledger, run_id, outcome, turns, prompt_tokens, completion_tokens, breach, error, checks, final_answer, sandbox)
     return RunSummary(run_id, plan, outcome, turns, prompt_tokens + completion_tokens, labels_seen, checks, sandbox.root,
-                      error, time.perf_counter() - clock, replies)  # fmt: skip
+                      error, time.perf_counter() - clock)  # fmt: skip
 
 
 def _generate(backend: Backend, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,

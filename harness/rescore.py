@@ -9,13 +9,12 @@ classifier therefore never requires re-running models: ``harness rescore`` appen
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
 from harness.classifier import CLASSIFIER_VERSION, classify
-from harness.ledger import Ledger, canonical_json
-from harness.loop import rebuild_history
+from harness.ledger import Ledger
+from harness.loop import rebuild_history, request_hash
 
 __all__ = ["RescoreResult", "rescore"]
 
@@ -70,7 +69,7 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
             if turn["labels_version"] == CLASSIFIER_VERSION and not force:
                 skipped += 1
                 continue
-            if hashlib.sha256(canonical_json(history).encode()).hexdigest() != turn["request_hash"]:
+            if request_hash(history) != turn["request_hash"]:
                 mismatched += 1
             response = {
                 "content": turn["content"],

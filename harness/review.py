@@ -25,7 +25,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from harness.errors import LedgerError, UsageError
+from harness.errors import UsageError
 from harness.ledger import Ledger, canonical_json
 
 __all__ = ["EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "verify_attestation"]
@@ -94,10 +94,13 @@ def review_frame(ledger_path: str | Path, run_id: str) -> dict[str, Any]:
         LedgerError: the ledger cannot be read.
         UsageError: no run (or several runs) match ``run_id``.
     """
-    path = Path(ledger_path)
-    with Ledger(path, readonly=True) as ledger:
-        run = _find_run(ledger, run_id)
-        turns = ledger.turns(run["run_id"])
+    with Ledger(ledger_path, readonly=True) as ledger:
+        return _frame(ledger, run_id)
+
+
+def _frame(ledger: Ledger, run_id: str) -> dict[str, Any]:
+    run = _find_run(ledger, run_id)
+    turns = ledger.turns(run["run_id"])
     checks = json.loads(run["checks"] or "[]")
     evidence = [{
         "turn": t["turn"], "labels": json.loads(t["labels"]), "finish_reason": t["finish_reason"],
@@ -117,7 +120,7 @@ def review_frame(ledger_path: str | Path, run_id: str) -> dict[str, Any]:
     }  # fmt: skip
     frame = {
         "run": {k: run[k] for k in ("run_id", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "repetition")},
-        "promise": _promise(run, path),
+        "promise": _promise(run, ledger.path),
         "acceptance": [{"check": c.get("check"), "passed": bool(c.get("passed")), "detail": c.get("detail")} for c in checks],
         "diff": diff,
         "evidence": evidence,
@@ -195,9 +198,9 @@ def verify_attestation(ledger_path: str | Path, run_id: str) -> tuple[bool, str]
         UsageError: no such run.
         LedgerError: the ledger cannot be read.
     """
-    frame = review_frame(ledger_path, run_id)
-    rid = frame["run"]["run_id"]
     with Ledger(ledger_path, readonly=True) as ledger:
+        frame = _frame(ledger, run_id)
+        rid = frame["run"]["run_id"]
         rows = _attestations(ledger, rid)
     if not rows:
         return False, f"run {rid} has no attestation; `harness attest {rid} --reviewer NAME` records one."
@@ -255,11 +258,8 @@ def _one_line(text: str | None) -> str:
 
 def review_text(ledger_path: str | Path, run_id: str) -> str:
     """The frame rendered with the run's attestations listed under it (for ``harness review``)."""
-    frame = review_frame(ledger_path, run_id)
-    try:
-        with Ledger(ledger_path, readonly=True) as ledger:
-            rows = _attestations(ledger, frame["run"]["run_id"])
-    except LedgerError:
-        rows = []
+    with Ledger(ledger_path, readonly=True) as ledger:
+        frame = _frame(ledger, run_id)
+        rows = _attestations(ledger, frame["run"]["run_id"])
     return format_frame(frame, rows)
 

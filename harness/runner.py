@@ -118,7 +118,6 @@ class MatrixResult:
             those runs were not started (nothing was recorded; re-run once fixed).
         already_done: planned runs skipped because the ledger already had them.
         warnings: sentences for the user (e.g. Ollama parallelism).
-        interrupted: True when Ctrl-C stopped the matrix.
     """
 
     planned: list[PlannedRun] = field(default_factory=list)
@@ -126,7 +125,6 @@ class MatrixResult:
     skipped: list[tuple[str, str, int]] = field(default_factory=list)
     already_done: int = 0
     warnings: list[str] = field(default_factory=list)
-    interrupted: bool = False
 
 
 @dataclass
@@ -315,7 +313,6 @@ def run_matrix(
                 future.result()  # re-raise LedgerError or a harness bug from a worker
     except KeyboardInterrupt:
         stop.set()
-        result.interrupted = True
         in_flight = sum(f.running() for f in futures)
         if in_flight:
             print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "

@@ -17,6 +17,7 @@ against external servers, and its replies carry the same ``raw`` bodies.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.metadata
 import threading
@@ -193,6 +194,7 @@ class EmbeddedBackend(Backend):
         return server, address
 
 
+@functools.cache
 def _xllamacpp_version() -> str:
     try:
         return importlib.metadata.version("xllamacpp")

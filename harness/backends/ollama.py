@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from harness.backends.base import BackendIdentity, GenerateOptions, Reply
-from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, _int_or_none, _snippet
+from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, _snippet
 from harness.errors import BackendResponseError
 
 __all__ = ["DEFAULT_OLLAMA_URL", "OllamaBackend", "to_ollama_messages"]
@@ -137,8 +137,8 @@ class OllamaBackend(OpenAICompatBackend):
             content=message.get("content"),
             tool_calls=message.get("tool_calls"),
             finish_reason=body.get("done_reason"),
-            prompt_tokens=_int_or_none(body.get("prompt_eval_count")),
-            completion_tokens=_int_or_none(body.get("eval_count")),
+            prompt_tokens=body.get("prompt_eval_count"),  # Reply keeps only believable counts
+            completion_tokens=body.get("eval_count"),
             latency_ms=latency_ms,
             raw=body,
             identity=self._reply_identity(),

@@ -180,8 +180,8 @@ class OpenAICompatBackend(Backend):
             content=message.get("content"),
             tool_calls=message.get("tool_calls"),
             finish_reason=choice.get("finish_reason"),
-            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+            prompt_tokens=usage.get("prompt_tokens"),  # Reply keeps only believable counts
+            completion_tokens=usage.get("completion_tokens"),
             latency_ms=latency_ms,
             raw=body,
             identity=self._reply_identity(),
@@ -338,10 +338,6 @@ def _parent_url(base_url: str) -> str:
     path = url.path.rstrip("/")
     parent = path.rsplit("/", 1)[0] if path else ""
     return str(url.copy_with(path=parent or "/")).rstrip("/")
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _snippet(obj: Any) -> str:
