@@ -530,7 +530,8 @@ def write_report(
     if "png" in formats and frames.runs["scored"].any():
         from harness import _plots
 
-        figures = _plots.write_all(frames, summary_table(frames, CELL_AXES), failures, out)
+        cells = summary if by == list(CELL_AXES) else summary_table(frames, CELL_AXES)
+        figures = _plots.write_all(frames, cells, failures, out)
         written.extend(out / name for name in figures)
     if "csv" in formats:
         for name, table in (("summary.csv", summary), ("failure_modes.csv", failures),

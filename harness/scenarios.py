@@ -117,13 +117,17 @@ class Scenario:
     tools: tuple[Tool, ...]
     fixtures: Mapping[str, str]
     checks: tuple[Mapping[str, Any], ...]
-    tool_data: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     turn_limit: int = 8
     token_limit: int = 32000
     max_tokens: int = 256
     num_ctx: int = 4096
     api_key_env: str | None = None
     matrix: Matrix = field(default_factory=Matrix)
+
+    @property
+    def tool_data(self) -> dict[str, Mapping[str, Any]]:
+        """Fixture data of the offered data tools (``[tool_data.<tool>]``), by tool name."""
+        return {t.name: t.data for t in self.tools if t.data is not None}
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style tool definitions for the tools offered."""
@@ -332,7 +336,6 @@ def load_scenario(path: str | Path) -> Scenario:
         tools=tuple(BUILTIN_TOOLS[n].with_data(tool_data[n]) if n in tool_data else BUILTIN_TOOLS[n] for n in tool_names),
         fixtures=dict(fixtures),
         checks=tuple(checks),
-        tool_data=tool_data,
         turn_limit=f.integer("turn_limit", 8),
         token_limit=f.integer("token_limit", 32000),
         max_tokens=f.integer("max_tokens", 256),

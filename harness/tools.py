@@ -44,7 +44,6 @@ __all__ = [
     "Sandbox",
     "Tool",
     "ToolResult",
-    "get_tools",
 ]
 
 MAX_WRITE_BYTES = 1024 * 1024
@@ -324,12 +323,3 @@ BUILTIN_TOOLS: dict[str, Tool] = {
         ),
     )
 }
-
-
-def get_tools(names: list[str]) -> list[Tool]:
-    """Look up built-in tools by name, in the given order.
-
-    Raises:
-        KeyError: a name is not a built-in tool (the scenario loader turns this into a ScenarioError).
-    """
-    return [BUILTIN_TOOLS[name] for name in names]
