@@ -4,7 +4,7 @@ Run: ``python benchmarks/matrix_scale.py`` (about a minute on 2 cores). Prints:
 
 1. Overhead per turn (classify + execute tools + write the ledger) against a zero-latency
    replay backend: turns per second and the median per-turn overhead in ms (target < 2 ms).
-2. Scaling: a scripted OpenAI-compatible server on 127.0.0.1 (harness.fake_server) answering
+2. Scaling: a scripted OpenAI-compatible server on 127.0.0.1 (tests/fake_agent_server.py) answering
    every request after a fixed delay with 16 slots; runs per second for jobs = 1, 2, 4, 8, 16
    and the ratio to jobs x single-job throughput (target >= 0.85 up to 16 jobs).
 3. The ledger under concurrency: 16 concurrent runs; rows counted and the chain verified.
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.backends.replay import ReplayBackend  # noqa: E402
-from harness.fake_server import FakeAgentServer  # noqa: E402
+from tests.fake_agent_server import FakeAgentServer  # noqa: E402
 from harness.ledger import Ledger  # noqa: E402
 from harness.runner import MatrixOverrides, expand_matrix, run_matrix  # noqa: E402
 from harness.scenarios import load_scenario  # noqa: E402

@@ -1,14 +1,15 @@
 """Benchmark how LLM agent loops break, model by model.
 
-The public API, for use from Python or a notebook (reports live in :mod:`harness.reports`,
+The public API, for use from Python or a notebook (reports live in :mod:`harness.report`,
 imported separately because it loads pandas and matplotlib)::
 
-    from harness import Ledger, MatrixOverrides, expand_matrix, load_scenario, run_matrix
+    from pathlib import Path
+    from harness import Ledger, MatrixOverrides, RunOptions, expand_matrix, load_scenario, run_matrix
 
     scenario = load_scenario("scenarios/list_and_report.toml")
     plans = expand_matrix([scenario], MatrixOverrides(models=["ollama:qwen2.5-coder:7b"], repeats=5))
     with Ledger("results/ledger.sqlite") as ledger:
-        result = run_matrix(plans, ledger, runs_dir="results/runs")
+        result = run_matrix(plans, ledger, RunOptions(runs_dir=Path("results/runs")))
 """
 
 __version__ = "0.1.0"
@@ -23,10 +24,12 @@ __all__ = [
     "GenerateOptions",
     "HarnessError",
     "Ledger",
+    "MatrixEvents",
     "MatrixOverrides",
     "MatrixResult",
     "Reply",
     "RetryPolicy",
+    "RunOptions",
     "RunPlan",
     "RunSummary",
     "Scenario",
@@ -45,9 +48,11 @@ _HOMES = {
     "harness.classifier": ("CLASSIFIER_VERSION", "FAILURE_MODES", "Classification", "ToolCall", "classify"),
     "harness.errors": ("HarnessError",),
     "harness.ledger": ("Ledger",),
-    "harness.loop": ("OUTCOMES", "CircuitBreaker", "RetryPolicy", "RunPlan", "RunSummary", "run_once"),
-    "harness.runner": ("MatrixOverrides", "MatrixResult", "expand_matrix", "run_matrix"),
+    "harness.loop": ("CircuitBreaker", "RetryPolicy", "RunOptions", "RunPlan", "RunSummary", "run_once"),
+    "harness.matrix": ("MatrixOverrides",),
+    "harness.runner": ("MatrixEvents", "MatrixResult", "expand_matrix", "run_matrix"),
     "harness.scenarios": ("Scenario", "load_scenario"),
+    "harness.vocab": ("OUTCOMES",),
 }
 _WHERE = {name: module for module, names in _HOMES.items() for name in names}
 

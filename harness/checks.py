@@ -111,16 +111,18 @@ def validate_check(check: Any) -> str | None:
     if kind not in CHECK_TYPES:
         return f"check type {kind!r} is unknown; expected one of {', '.join(CHECK_TYPES)}"
     required, optional = CHECK_TYPES[kind]
-    for key, expected in required.items():
+    for key in required:
         if key not in check:
             return f"check {kind!r} needs the parameter {key!r}"
     for key, value in check.items():
         if key == "type":
             continue
-        expected = required.get(key) or optional.get(key)
-        if expected is None:
+        known = required.get(key) or optional.get(key)
+        if known is None:
             return f"check {kind!r} has an unknown parameter {key!r}"
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        expected = known
+        typed = isinstance(value, expected) and not (expected is int and isinstance(value, bool))  # not narrowed on purpose
+        if not typed:
             names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
             return f"check {kind!r} parameter {key!r} must be of type {names}, got {type(value).__name__}"
         if expected is list and (not value or not all(isinstance(v, str) and v for v in value)):

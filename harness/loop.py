@@ -15,18 +15,14 @@ One run::
         stop when calls is empty
     evaluate the done checks; append the run's end row with the outcome
 
-Outcomes: ``pass`` (the loop ended by itself and every check holds), ``task_failed``,
-``turn_limit``, ``token_limit``, ``infra_error`` (the server failed: never a model failure),
-``interrupted`` (Ctrl-C). In ``prompt`` tool mode the tool results go back as user messages
-wrapped in ``<tool_response>`` tags, since the model's template knows no tool role; in
-``native`` mode they are ``role: "tool"`` messages answering each call id.
+Outcomes are :data:`harness.vocab.OUTCOMES`. How calls and results are written into the
+messages in each tool mode is :mod:`harness.tool_protocol`'s business; what the run is
+(:class:`RunPlan`) is kept apart from how it is executed (:class:`RunOptions`).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import random
 import socket
@@ -34,26 +30,29 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness import __version__
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
+from harness.backends.replay import CassetteRecorder
+from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.errors import BackendError, BackendResponseError, BreakerTripped, TokenLimitExceeded, TurnLimitExceeded
-from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, canonical_json, utc_now
+from harness.ledger import Attempt, ClaimPolicy, Ledger, RunEnd, RunStart, TurnRecord, utc_now
 from harness.scenarios import Scenario
+from harness.tool_protocol import assistant_message, request_hash, result_message
 from harness.tools import Sandbox, ToolResult
+from harness.vocab import Outcome, ParserPolicy, ToolMode
 
 __all__ = [
-    "DEFAULT_RETRY", "IDENTITY_VERSION", "OUTCOMES", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunPlan", "RunSummary",
-    "rebuild_history", "request_hash", "run_once",
+    "DEFAULT_RETRY", "IDENTITY_VERSION", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunOptions", "RunPlan", "RunSummary",
+    "run_once",
 ]  # fmt: skip
 
-OUTCOMES = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted")
 IDENTITY_VERSION = "1"
 
 
@@ -87,7 +86,7 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 class IdentityTaken(Exception):
-    """Another run (finished, or in flight in a live process) already holds this run identity."""
+    """The claim policy refused the run: another run already holds its identity (nothing was written)."""
 
 
 class _Interrupted(Exception):
@@ -153,8 +152,8 @@ class RunPlan:
     model: str
     temperature: float
     seed: int = 0
-    tool_mode: str = "native"
-    parser: str = "lenient"
+    tool_mode: ToolMode = "native"
+    parser: ParserPolicy = "lenient"
     repetition: int = 0
 
     def options(self) -> GenerateOptions:
@@ -185,7 +184,7 @@ class RunPlan:
             "parser": self.parser,
             "repetition": self.repetition,
         }
-        return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+        return sha256_of(payload)
 
 
 @dataclass
@@ -195,7 +194,7 @@ class RunSummary:
     Attributes:
         run_id: the run's id in the ledger.
         plan: what was run.
-        outcome: one of :data:`OUTCOMES`.
+        outcome: one of :data:`harness.vocab.OUTCOMES`.
         turns: model calls made.
         tokens: prompt + completion tokens spent.
         failure_modes: every failure-mode label seen in the run, first-seen order.
@@ -207,7 +206,7 @@ class RunSummary:
 
     run_id: str
     plan: RunPlan
-    outcome: str
+    outcome: Outcome
     turns: int
     tokens: int
     failure_modes: list[str]
@@ -217,6 +216,36 @@ class RunSummary:
     elapsed_s: float | None = None
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How runs are executed, as opposed to what they are (:class:`RunPlan`); shared by every run of a matrix.
+
+    Attributes:
+        runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
+        jobs: concurrent runs per model endpoint in a matrix, >= 1 (an embedded server gets this
+            many slots); recorded in each run's ``config``.
+        retry: how infrastructure errors are retried; every failed attempt is recorded.
+        use_cache: reuse the reply recorded for the same run identity and the same request
+            messages (the identity includes the repetition, so repeats stay independent).
+        claim: when set, the run starts only if this policy accepts the runs already recorded
+            under its identity (checked in the start row's transaction; see
+            :func:`harness.runner.identity_free`); None starts it regardless.
+        stop: when set, the run ends as ``interrupted`` before its next model call.
+        record_dir: when set, every reply is also written to ``<record_dir>/<run_id>.jsonl``,
+            a replay cassette.
+        extra_config: extra facts stored in the run's ``config`` column.
+    """
+
+    runs_dir: Path = Path("results") / "runs"
+    jobs: int = 1
+    retry: RetryPolicy = DEFAULT_RETRY
+    use_cache: bool = False
+    claim: ClaimPolicy | None = None
+    stop: threading.Event | None = None
+    record_dir: Path | None = None
+    extra_config: Mapping[str, Any] = field(default_factory=dict)
+
+
 @functools.cache
 def _git_revision() -> tuple[str | None, bool | None]:
     root = Path(__file__).resolve().parent.parent
@@ -224,71 +253,12 @@ def _git_revision() -> tuple[str | None, bool | None]:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None, None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5
+        )
         return sha.stdout.strip(), bool(dirty.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None
-
-
-def request_hash(messages: list[dict[str, Any]]) -> str:
-    """SHA-256 (hex) of the canonical JSON of a request's messages, as stored in ``turns.request_hash``."""
-    return hashlib.sha256(canonical_json(messages).encode()).hexdigest()
-
-
-def _assistant_message(reply: Reply, calls: list[ToolCall], ids: list[str], tool_mode: str) -> dict[str, Any]:
-    if tool_mode == "prompt":
-        # the template knows no tool_calls field: structured calls are written back as the text convention
-        text = reply.content or ""
-        for call in calls:
-            if call.source == "structured":
-                payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False, sort_keys=True)
-                text += ("\n" if text else "") + f"<tool_call>\n{payload}\n</tool_call>"
-        return {"role": "assistant", "content": text}
-    if not calls:
-        return {"role": "assistant", "content": reply.content or ""}
-    return {
-        "role": "assistant",
-        "content": reply.content or "",
-        "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)}}
-            for call, call_id in zip(calls, ids, strict=True)
-        ],
-    }
-
-
-def _result_message(result: ToolResult, call_id: str, tool_mode: str) -> dict[str, Any]:
-    if tool_mode == "prompt":
-        return {"role": "user", "content": f"<tool_response>\n{result.output}\n</tool_response>"}
-    return {"role": "tool", "tool_call_id": call_id, "name": result.name, "content": result.output}
-
-
-def rebuild_history(run: dict[str, Any], turns: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Rebuild the request messages of every turn of a recorded run, as the loop sent them.
-
-    Args:
-        run: the run's ``runs`` row (its ``config`` holds the system prompt and the task).
-        turns: the run's ``turns`` rows in order.
-
-    Returns:
-        ``messages[i]`` is the list sent for turn ``i + 1``; its canonical SHA-256 equals the
-        turn's ``request_hash`` when the ledger is intact.
-
-    Raises:
-        KeyError: the run was recorded without its prompts in ``config``.
-    """
-    config = json.loads(run["config"] or "{}")
-    messages: list[dict[str, Any]] = [{"role": "system", "content": config["system_prompt"]}, {"role": "user", "content": config["task"]}]
-    out = []
-    for turn in turns:
-        out.append(list(messages))
-        executed = json.loads(turn["executed_calls"] or "[]")
-        calls = [ToolCall(name=c["name"], arguments=c["arguments"], source=c.get("source", "structured"), id=c["id"]) for c in executed]
-        reply = Reply(turn["content"], None, None, None, None, 0.0, None, BackendIdentity("ledger", ""))
-        messages.append(_assistant_message(reply, calls, [c["id"] for c in executed], run["tool_mode"]))
-        for c in executed:
-            result = ToolResult(c["name"], c["arguments"], c["output"], c["error"], c["escape_attempt"])
-            messages.append(_result_message(result, c["id"], run["tool_mode"]))
-    return out
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox) -> ToolResult:
@@ -300,18 +270,7 @@ def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox) -> ToolResult
 
 
 def run_once(
-    plan: RunPlan,
-    backend: Backend,
-    ledger: Ledger,
-    *,
-    runs_dir: Path,
-    on_reply: Callable[[Reply], None] | None = None,
-    extra_config: dict[str, Any] | None = None,
-    run_id: str | None = None,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    stop: threading.Event | None = None,
-    use_cache: bool = False,
-    claim: bool = False,
+    plan: RunPlan, backend: Backend, ledger: Ledger, options: RunOptions = RunOptions(), *, run_id: str | None = None
 ) -> RunSummary:
     """Run one scenario once, recording every turn; never raises for model misbehaviour.
 
@@ -319,184 +278,218 @@ def run_once(
         plan: what to run.
         backend: an open backend for ``plan.model``.
         ledger: where the run, its turns and its end go.
-        runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
-        on_reply: called with every reply (``harness run --record`` writes cassettes with it).
-        extra_config: extra facts stored in the run's ``config`` column.
+        options: how to run it (sandbox folder, retries, cache, claim policy, stop event, cassette folder).
         run_id: the id to record the run under (default: a new uuid4 hex).
-        retry: how infrastructure errors are retried; every failed attempt is recorded.
-        stop: when set, the run ends as ``interrupted`` before its next model call.
-        use_cache: reuse the reply recorded for the same run identity and the same request
-            messages (the identity includes the repetition, so repeats stay independent).
-        claim: start only if no finished or in-flight run holds this identity (resume).
 
     Returns:
         The run's summary.
 
     Raises:
-        IdentityTaken: ``claim`` is set and another run holds the identity (nothing written).
+        IdentityTaken: ``options.claim`` refused the run (nothing written, no cassette kept).
         LedgerError: the ledger cannot be written.
         KeyboardInterrupt: re-raised after the run's end row (``interrupted``) is written.
     """
-    scenario = plan.scenario
-    clock = time.perf_counter()
     run_id = run_id or uuid.uuid4().hex
-    sandbox_path = Path(os.path.realpath(Path(runs_dir) / run_id))
-    options = plan.options()
-    tool_schemas = scenario.tool_schemas()
-    system = scenario.system_message(plan.tool_mode)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": scenario.task}]
-    backend.start_run()
-    stop = stop or threading.Event()
-    outcome, error, breach = None, None, None
-    try:
-        ident = backend.identity()
-    except BackendError as exc:
-        ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
-        outcome, error = "infra_error", str(exc)
-    git_sha, git_dirty = _git_revision()
-    identity = plan.identity(ident.model_digest)
-    started_run = ledger.start_run(
-        RunStart(
-            run_id=run_id, identity=identity, scenario=scenario.name,
-            scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.model,
-            backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
-            model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
-            max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
-            repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
-            harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
-            config={"system_prompt": system, "task": scenario.task, "tool_schemas": tool_schemas,
-                    "pid": os.getpid(), "host": socket.gethostname(), **(extra_config or {})},
-        ),
-        claim=claim,
-    )  # fmt: skip
-    if not started_run:
-        raise IdentityTaken(identity)
-    sandbox = Sandbox(sandbox_path)
-    sandbox.seed(scenario.fixtures)
-    breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
-    turns = prompt_tokens = completion_tokens = calls_made = 0
-    labels_seen: list[str] = []
-    final_answer: str | None = None
-    try:
-        while outcome is None:
-            if stop.is_set():
-                raise _Interrupted
-            breaker.before_call(turns_done=turns, tokens_used=prompt_tokens + completion_tokens)
-            started = utc_now()
-            turn_request_hash = request_hash(messages)
-            reply = _cached_reply(ledger, identity, turn_request_hash, backend) if use_cache else None
-            if reply is None:
-                reply = _generate(backend, messages, tool_schemas if plan.tool_mode == "native" else None, options,
-                                  retry=retry, stop=stop, ledger=ledger, run_id=run_id, turn=turns + 1)  # fmt: skip
-            turns += 1
-            if on_reply is not None:
-                on_reply(reply)
-            prompt_tokens += reply.prompt_tokens or 0
-            completion_tokens += reply.completion_tokens or 0
-            final_answer = reply.content
-            verdict: Classification = classify(reply.response_dict(), tools=tool_schemas, history=messages)
-            calls = verdict.calls(plan.parser)
-            ids = [call.id or f"call_{turns}_{i}" for i, call in enumerate(calls)]
-            messages.append(_assistant_message(reply, calls, ids, plan.tool_mode))
-            executed = []
-            for call, call_id in zip(calls, ids, strict=True):
-                result = _execute(call, scenario, sandbox)
-                calls_made += 1
-                messages.append(_result_message(result, call_id, plan.tool_mode))
-                executed.append({"id": call_id, "name": call.name, "arguments": call.arguments, "source": call.source,
-                                 "output": result.output, "error": result.error, "escape_attempt": result.escape_attempt})  # fmt: skip
-            labels_seen.extend(m for m in verdict.failure_modes if m not in labels_seen)
-            ledger.record_turn(
-                TurnRecord(
-                    run_id=run_id, turn=turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
-                    tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
-                    executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
-                    classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
-                    prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                    latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
-                    details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
-                )
-            )  # fmt: skip
-            if stop.is_set():
-                raise _Interrupted  # the reply that was in flight is recorded; the run is not complete
-            if not calls:
-                outcome = "ended"
-    except BreakerTripped as exc:
-        outcome, error = exc.outcome, str(exc)
-        breach = {"kind": exc.outcome, "limit": exc.limit, "observed": exc.observed}
-    except BackendError as exc:
-        outcome, error = "infra_error", str(exc)
-    except _Interrupted:
-        outcome, error = "interrupted", "interrupted by the user"
-    except KeyboardInterrupt:
-        _end(ledger, run_id, "interrupted", turns, prompt_tokens, completion_tokens, None, "interrupted by the user", [], final_answer, sandbox)
-        raise
-    results = evaluate_checks(
-        scenario.checks,
-        CheckContext(sandbox.root, tuple(scenario.fixtures), tuple(sandbox.written), final_answer, calls_made),
-    )
-    checks = [r.as_dict() for r in results]
-    if outcome == "ended":
-        outcome = "pass" if all(r.passed for r in results) else "task_failed"
-    _end(ledger, run_id, outcome, turns, prompt_tokens, completion_tokens, breach, error, checks, final_answer, sandbox)
-    return RunSummary(run_id, plan, outcome, turns, prompt_tokens + completion_tokens, labels_seen, checks, sandbox.root,
-                      error, time.perf_counter() - clock)  # fmt: skip
+    if options.record_dir is None:
+        return _Run(plan, backend, ledger, options, run_id).execute()
+    cassette = Path(options.record_dir) / f"{run_id}.jsonl"
+    with CassetteRecorder(cassette) as recorder:
+        try:
+            return _Run(plan, backend, ledger, options, run_id, on_reply=recorder.record).execute()
+        except IdentityTaken:
+            cassette.unlink(missing_ok=True)
+            raise
 
 
-def _generate(backend: Backend, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-              options: GenerateOptions, *, retry: RetryPolicy, stop: threading.Event, ledger: Ledger,
-              run_id: str, turn: int) -> Reply:  # fmt: skip
+class _Run:
+    """The state of one run in progress: messages, counters, sandbox; its steps are the methods."""
+
+    def __init__(self, plan: RunPlan, backend: Backend, ledger: Ledger, options: RunOptions, run_id: str,
+                 on_reply: Callable[[Reply], None] | None = None) -> None:  # fmt: skip
+        self.plan, self.backend, self.ledger, self.options, self.run_id = plan, backend, ledger, options, run_id
+        self.on_reply = on_reply
+        self.stop = options.stop or threading.Event()
+        self.tool_schemas = plan.scenario.tool_schemas()
+        self.system = plan.scenario.system_message(plan.tool_mode)
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": plan.scenario.task},
+        ]
+        self.turns = self.prompt_tokens = self.completion_tokens = self.calls_made = 0
+        self.labels_seen: list[str] = []
+        self.final_answer: str | None = None
+        self.identity = ""
+        self.sandbox: Sandbox | None = None
+
+    def execute(self) -> RunSummary:
+        clock = time.perf_counter()
+        self.backend.start_run()
+        outcome, error = self._start()
+        assert self.sandbox is not None
+        breach = None
+        try:
+            while outcome is None:
+                outcome = self._turn()
+        except BreakerTripped as exc:
+            outcome, error = exc.outcome, str(exc)
+            breach = {"kind": exc.outcome, "limit": exc.limit, "observed": exc.observed}
+        except BackendError as exc:
+            outcome, error = "infra_error", str(exc)
+        except _Interrupted:
+            outcome, error = "interrupted", "interrupted by the user"
+        except KeyboardInterrupt:
+            self._end("interrupted", None, "interrupted by the user", [])
+            raise
+        results = evaluate_checks(
+            self.plan.scenario.checks,
+            CheckContext(
+                self.sandbox.root,
+                tuple(self.plan.scenario.fixtures),
+                tuple(self.sandbox.written),
+                self.final_answer,
+                self.calls_made,
+            ),
+        )
+        checks = [r.as_dict() for r in results]
+        if outcome == "ended":
+            outcome = "pass" if all(r.passed for r in results) else "task_failed"
+        self._end(outcome, breach, error, checks)
+        return RunSummary(self.run_id, self.plan, cast(Outcome, outcome), self.turns, self.prompt_tokens + self.completion_tokens, self.labels_seen,
+                          checks, self.sandbox.root, error, time.perf_counter() - clock)  # fmt: skip
+
+    def _start(self) -> tuple[str | None, str | None]:
+        """Append the start row and seed the sandbox; returns ``(outcome, error)`` when the server already failed."""
+        plan, scenario = self.plan, self.plan.scenario
+        options = plan.options()
+        sandbox_path = Path(os.path.realpath(Path(self.options.runs_dir) / self.run_id))
+        outcome = error = None
+        try:
+            ident = self.backend.identity()
+        except BackendError as exc:
+            ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
+            outcome, error = "infra_error", str(exc)
+        git_sha, git_dirty = _git_revision()
+        self.identity = plan.identity(ident.model_digest)
+        started = self.ledger.start_run(
+            RunStart(
+                run_id=self.run_id, identity=self.identity, scenario=scenario.name,
+                scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.model,
+                backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
+                model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
+                max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
+                repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
+                harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
+                config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
+                        "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config},
+            ),
+            claim=self.options.claim,
+        )  # fmt: skip
+        if not started:
+            raise IdentityTaken(self.identity)
+        self.sandbox = Sandbox(sandbox_path)
+        self.sandbox.seed(scenario.fixtures)
+        self.breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
+        return outcome, error
+
+    def _turn(self) -> str | None:
+        """One model call and its tool calls; returns ``"ended"`` when the reply holds no call."""
+        assert self.sandbox is not None
+        if self.stop.is_set():
+            raise _Interrupted
+        self.breaker.before_call(turns_done=self.turns, tokens_used=self.prompt_tokens + self.completion_tokens)
+        started = utc_now()
+        turn_request_hash = request_hash(self.messages)
+        plan = self.plan
+        reply = self._cached_reply(turn_request_hash) if self.options.use_cache else None
+        if reply is None:
+            reply = _generate(self, self.tool_schemas if plan.tool_mode == "native" else None, plan.options())
+        self.turns += 1
+        if self.on_reply is not None:
+            self.on_reply(reply)
+        self.prompt_tokens += reply.prompt_tokens or 0
+        self.completion_tokens += reply.completion_tokens or 0
+        self.final_answer = reply.content
+        verdict: Classification = classify(reply.response_dict(), tools=self.tool_schemas, history=self.messages)
+        calls = verdict.calls(plan.parser)
+        ids = [call.id or f"call_{self.turns}_{i}" for i, call in enumerate(calls)]
+        self.messages.append(assistant_message(reply.content, calls, ids, plan.tool_mode))
+        executed = []
+        for call, call_id in zip(calls, ids, strict=True):
+            result = _execute(call, plan.scenario, self.sandbox)
+            self.calls_made += 1
+            self.messages.append(result_message(result.output, name=result.name, call_id=call_id, tool_mode=plan.tool_mode))
+            executed.append({"id": call_id, "name": call.name, "arguments": call.arguments, "source": call.source,
+                             "output": result.output, "error": result.error, "escape_attempt": result.escape_attempt})  # fmt: skip
+        self.labels_seen.extend(m for m in verdict.failure_modes if m not in self.labels_seen)
+        self.ledger.record_turn(
+            TurnRecord(
+                run_id=self.run_id, turn=self.turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
+                tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
+                executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
+                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
+                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
+                details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
+            )
+        )  # fmt: skip
+        if self.stop.is_set():
+            raise _Interrupted  # the reply that was in flight is recorded; the run is not complete
+        return None if calls else "ended"
+
+    def _cached_reply(self, turn_request_hash: str) -> Reply | None:
+        row = self.ledger.cached_turn(self.identity, turn_request_hash)
+        if row is None:
+            return None
+        return Reply(
+            content=row.content,
+            tool_calls=row.tool_calls,
+            finish_reason=row.finish_reason,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            latency_ms=row.latency_ms,  # the latency measured when the reply was recorded (null if unknown)
+            raw=row.raw_reply,
+            identity=self.backend.identity(),
+            extra={"cache_hit": True},
+        )
+
+    def _end(self, outcome: str, breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]]) -> None:
+        assert self.sandbox is not None
+        self.ledger.end_run(
+            RunEnd(
+                run_id=self.run_id, outcome=outcome, turns=self.turns, prompt_tokens=self.prompt_tokens,
+                completion_tokens=self.completion_tokens, breach=breach, error=error, checks=checks,
+                final_answer=self.final_answer, escape_attempts=list(self.sandbox.escape_attempts),
+                files_written=list(self.sandbox.written),
+            )
+        )  # fmt: skip
+
+
+def _generate(run: _Run, tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
     """Call the backend, retrying retryable infrastructure errors; record every failed attempt."""
+    backend, retry, turn = run.backend, run.options.retry, run.turns + 1
     for attempt in range(1, retry.max_attempts + 1):
         try:
             try:
-                return backend.generate(messages, tools, options)
+                return backend.generate(run.messages, tools, options)
             except BackendError:
                 raise
             except Exception as bug:  # a backend bug is still the infrastructure's failure, never the model's
                 error = BackendResponseError(
                     f"the {type(backend).__name__} backend failed unexpectedly ({type(bug).__name__}: {bug}); "
-                    "this is a harness bug, please report it", status_code=None,
+                    "this is a harness bug, please report it",
+                    status_code=None,
                 )
                 error.retryable = False
                 raise error from bug
         except BackendError as exc:
             last = attempt == retry.max_attempts or not exc.retryable
             delay = None if last else retry.delay_s(attempt, getattr(exc, "retry_after_s", None))
-            ledger.record_attempt(run_id=run_id, turn=turn, attempt=attempt, error_type=type(exc).__name__, error=str(exc),
-                                  status_code=getattr(exc, "status_code", None),
-                                  retry_in_ms=None if delay is None else delay * 1000)  # fmt: skip
+            run.ledger.record_attempt(
+                Attempt(run_id=run.run_id, turn=turn, attempt=attempt, error_type=type(exc).__name__, error=str(exc),
+                        status_code=getattr(exc, "status_code", None), retry_in_ms=None if delay is None else delay * 1000)
+            )  # fmt: skip
             if last:
                 raise
-            if stop.wait(delay):
+            if run.stop.wait(delay):
                 raise _Interrupted from exc
     raise AssertionError("unreachable: max_attempts >= 1")
-
-
-def _cached_reply(ledger: Ledger, identity: str, request_hash: str, backend: Backend) -> Reply | None:
-    row = ledger.cached_turn(identity, request_hash)
-    if row is None:
-        return None
-    return Reply(
-        content=row["content"],
-        tool_calls=None if row["tool_calls"] is None else json.loads(row["tool_calls"]),
-        finish_reason=row["finish_reason"],
-        prompt_tokens=row["prompt_tokens"],
-        completion_tokens=row["completion_tokens"],
-        latency_ms=row["latency_ms"],  # the latency measured when the reply was recorded (null if unknown)
-        raw=None if row["raw_reply"] is None else json.loads(row["raw_reply"]),
-        identity=backend.identity(),
-        extra={"cache_hit": True},
-    )
-
-
-def _end(ledger: Ledger, run_id: str, outcome: str, turns: int, prompt_tokens: int, completion_tokens: int,
-         breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]], final_answer: str | None,
-         sandbox: Sandbox) -> None:  # fmt: skip
-    ledger.end_run(
-        RunEnd(
-            run_id=run_id, outcome=outcome, turns=turns, prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, breach=breach, error=error, checks=checks,
-            final_answer=final_answer, escape_attempts=list(sandbox.escape_attempts), files_written=list(sandbox.written),
-        )
-    )  # fmt: skip

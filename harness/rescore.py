@@ -2,19 +2,19 @@
 
 The ledger keeps each turn's raw reply and enough of the run (system prompt, task, tool
 schemas, executed calls and their outputs) to rebuild the exact messages each reply answered
-(:func:`harness.loop.rebuild_history`; checked against the stored request hash). Improving the
+(:func:`harness.tool_protocol.rebuild_history`; checked against the stored request hash). Improving the
 classifier therefore never requires re-running models: ``harness rescore`` appends a
 ``labels`` row per turn carrying the new classifier version, and reports use the newest.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any
 
 from harness.classifier import CLASSIFIER_VERSION, classify
-from harness.ledger import Ledger
-from harness.loop import rebuild_history, request_hash
+from harness.ledger import Labels, Ledger, RunRow, TurnRow
+from harness.tool_protocol import rebuild_history, request_hash
 
 __all__ = ["RescoreResult", "rescore"]
 
@@ -53,36 +53,48 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
         LedgerError: the ledger cannot be written.
     """
     done = changed = skipped = mismatched = 0
-    for run in ledger.query("SELECT * FROM runs ORDER BY seq"):
-        turns = ledger.turns(run["run_id"])
+    for run in ledger.runs():
+        turns = ledger.turns(run.run_id)
         if not turns:
             continue
-        config: object = None
-        try:
-            config = json.loads(run["config"] or "{}")
-            tools = config.get("tool_schemas", []) if isinstance(config, dict) else []
-            histories = rebuild_history(run, turns)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            # recorded without its prompts, or edited: classify without history (counted as a mismatch)
-            tools, histories = (config.get("tool_schemas", []) if isinstance(config, dict) else []), [[] for _ in turns]
+        tools, histories = _tools_and_histories(run, turns)
         for turn, history in zip(turns, histories, strict=True):
-            if turn["labels_version"] == CLASSIFIER_VERSION and not force:
+            if turn.labels_version == CLASSIFIER_VERSION and not force:
                 skipped += 1
                 continue
-            if request_hash(history) != turn["request_hash"]:
+            record = turn.record
+            if request_hash(history) != record.request_hash:
                 mismatched += 1
             response = {
-                "content": turn["content"],
-                "tool_calls": json.loads(turn["tool_calls"]) if turn["tool_calls"] else None,
-                "finish_reason": turn["finish_reason"],
-                "usage": {"prompt_tokens": turn["prompt_tokens"], "completion_tokens": turn["completion_tokens"]},
+                "content": record.content,
+                "tool_calls": record.tool_calls,
+                "finish_reason": record.finish_reason,
+                "usage": {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens},
             }
             verdict = classify(response, tools=tools, history=history)
             ledger.record_labels(
-                run_id=run["run_id"], turn=turn["turn"], classifier_version=verdict.classifier_version,
-                failure_modes=verdict.failure_modes, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
-                recovered_by=verdict.recovered_by, details=verdict.details,
+                Labels(
+                    run_id=run.run_id, turn=record.turn, classifier_version=verdict.classifier_version,
+                    failure_modes=verdict.failure_modes, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
+                    recovered_by=verdict.recovered_by, details=verdict.details,
+                )
             )  # fmt: skip
             done += 1
-            changed += json.loads(turn["labels"]) != verdict.failure_modes
+            changed += turn.labels != verdict.failure_modes
     return RescoreResult(done, changed, skipped, mismatched, CLASSIFIER_VERSION)
+
+
+def _tools_and_histories(run: RunRow, turns: list[TurnRow]) -> tuple[Any, list[list[dict[str, Any]]]]:
+    """The run's offered tools and each turn's rebuilt request messages.
+
+    A run recorded without its prompts (or edited) is classified without history, which
+    counts as a request-hash mismatch.
+    """
+    config = run.start.config
+    tools = config.get("tool_schemas", []) if isinstance(config, dict) else []
+    try:
+        histories = rebuild_history(config["system_prompt"], config["task"], run.start.tool_mode,
+                                    [(t.record.content, t.record.executed_calls) for t in turns])  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError):
+        histories = [[] for _ in turns]
+    return tools, histories

@@ -11,7 +11,7 @@ A frame is always the same five parts, built only from the ledger and the scenar
 4. **The evidence**: every turn with its newest labels and a short excerpt.
 5. **The open questions**: derived from failure modes, failed checks and how the run ended.
 
-The frame is a plain dict; its SHA-256 is taken over :func:`harness.ledger.canonical_json`, so
+The frame is a plain dict; its SHA-256 is taken over :func:`harness.canonical.canonical_json`, so
 any change to what a reviewer saw (a relabelled turn, an edited scenario file) changes the hash.
 ``harness attest`` appends that hash to the ledger's ``attestations`` table; ``harness review
 --verify`` recomputes it and says whether the frame changed since.
@@ -20,13 +20,12 @@ any change to what a reviewer saw (a relabelled turn, an edited scenario file) c
 from __future__ import annotations
 
 import hashlib
-import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+from harness.canonical import sha256_of
 from harness.errors import UsageError
-from harness.ledger import Ledger, canonical_json
+from harness.ledger import Attestation, Ledger, RunRow, TurnRow
 
 __all__ = ["EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "verify_attestation"]
 
@@ -34,47 +33,42 @@ EXCERPT_CHARS = 200
 """Characters of each turn's reply kept in the evidence."""
 
 
-def _find_run(ledger: Ledger, run_id: str) -> dict[str, Any]:
-    sql = ("SELECT r.run_id, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed, r.tool_mode,"
-           " r.parser, r.repetition, e.outcome, e.turns, e.prompt_tokens, e.completion_tokens, e.breach, e.error, e.checks,"
-           " e.final_answer, e.escape_attempts, e.files_written FROM runs r LEFT JOIN run_ends e USING (run_id) ")  # fmt: skip
-    rows = ledger.query(sql + "WHERE r.run_id = ?", (run_id,))
-    if not rows and run_id:
-        rows = ledger.query(sql + "WHERE r.run_id LIKE ? ESCAPE '\\' ORDER BY r.seq LIMIT 2", (_like_prefix(run_id),))
-        if len(rows) > 1:
-            raise UsageError(f"run id prefix '{run_id}' matches several runs; give more characters.")
+def _find_run(ledger: Ledger, run_id: str) -> RunRow:
+    rows = ledger.runs_matching(run_id, limit=2)
+    if len(rows) > 1:
+        raise UsageError(f"run id prefix '{run_id}' matches several runs; give more characters.")
     if not rows:
         raise UsageError(f"no run '{run_id}' in the ledger {ledger.path}; `harness export` lists run ids.")
     return rows[0]
 
 
-def _like_prefix(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def _promise(run: dict[str, Any], ledger_path: Path) -> dict[str, Any]:
-    stored = run["scenario_path"] or ""
+def _promise(run: RunRow, ledger_path: Path) -> dict[str, Any]:
+    stored = run.start.scenario_path or ""
     candidates = [Path(stored)]
     if not Path(stored).is_absolute():
         candidates.append(ledger_path.resolve().parent.parent / stored)  # runs usually start in the ledger's project
     path = next((p for p in candidates if p.is_file()), None)
-    base = {"scenario_path": stored, "scenario_sha256": run["scenario_hash"]}
+    base = {"scenario_path": stored, "scenario_sha256": run.start.scenario_hash}
     if path is None:
         return {**base, "status": "missing", "note": f"the scenario file {stored} is gone; the promise cannot be shown."}
     raw = path.read_bytes()
-    if hashlib.sha256(raw).hexdigest() != run["scenario_hash"]:
+    if hashlib.sha256(raw).hexdigest() != run.start.scenario_hash:
         return {**base, "status": "changed", "note": f"the scenario file {stored} changed since the run (its SHA-256 differs); "
                 "the promise cannot be shown as it was."}  # fmt: skip
     import tomllib
 
     data = tomllib.loads(raw.decode("utf-8"))
-    return {**base, "status": "unchanged", **{k: str(data.get(k, "")).strip() for k in ("what_it_does", "what_it_does_not", "done_looks_like")}}
+    return {
+        **base,
+        "status": "unchanged",
+        **{k: str(data.get(k, "")).strip() for k in ("what_it_does", "what_it_does_not", "done_looks_like")},
+    }
 
 
-def _excerpt(turn: dict[str, Any]) -> str:
-    text = (turn["content"] or "").strip()
+def _excerpt(turn: TurnRow) -> str:
+    text = (turn.record.content or "").strip()
     if not text:
-        calls = json.loads(turn["executed_calls"] or "[]")
+        calls = turn.record.executed_calls
         text = "(no text) calls: " + ", ".join(c.get("name", "?") for c in calls) if calls else "(empty reply)"
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
 
@@ -100,31 +94,33 @@ def review_frame(ledger_path: str | Path, run_id: str) -> dict[str, Any]:
 
 def _frame(ledger: Ledger, run_id: str) -> dict[str, Any]:
     run = _find_run(ledger, run_id)
-    turns = ledger.turns(run["run_id"])
-    checks = json.loads(run["checks"] or "[]")
+    start, end = run.start, run.end
+    turns = ledger.turns(run.run_id)
     evidence = [{
-        "turn": t["turn"], "labels": json.loads(t["labels"]), "finish_reason": t["finish_reason"],
-        "tokens": (t["prompt_tokens"] or 0) + (t["completion_tokens"] or 0),
-        "calls": [c.get("name") for c in json.loads(t["executed_calls"] or "[]")], "excerpt": _excerpt(t),
+        "turn": t.record.turn, "labels": t.labels, "finish_reason": t.record.finish_reason,
+        "tokens": (t.record.prompt_tokens or 0) + (t.record.completion_tokens or 0),
+        "calls": [c.get("name") for c in t.record.executed_calls], "excerpt": _excerpt(t),
     } for t in turns]  # fmt: skip
     diff = {
-        "first_input_sha256": turns[0]["request_hash"] if turns else None,
-        "files_written": json.loads(run["files_written"] or "[]"),
-        "final_answer": run["final_answer"],
-        "turns": run["turns"] if run["turns"] is not None else len(turns),
-        "prompt_tokens": run["prompt_tokens"], "completion_tokens": run["completion_tokens"],
-        "outcome": run["outcome"] or "unfinished",
-        "breach": json.loads(run["breach"]) if run["breach"] else None,
-        "error": run["error"],
-        "escape_attempts": json.loads(run["escape_attempts"] or "[]"),
+        "first_input_sha256": turns[0].record.request_hash if turns else None,
+        "files_written": end.files_written if end else [],
+        "final_answer": end.final_answer if end else None,
+        "turns": end.turns if end and end.turns is not None else len(turns),
+        "prompt_tokens": end.prompt_tokens if end else None, "completion_tokens": end.completion_tokens if end else None,
+        "outcome": end.outcome if end and end.outcome else "unfinished",
+        "breach": end.breach if end else None,
+        "error": end.error if end else None,
+        "escape_attempts": end.escape_attempts if end else [],
     }  # fmt: skip
     frame = {
-        "run": {k: run[k] for k in ("run_id", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "repetition")},
+        "run": {"run_id": start.run_id, "scenario": start.scenario, "model": start.model, "temperature": start.temperature,
+                "seed": start.seed, "tool_mode": start.tool_mode, "parser": start.parser, "repetition": start.repetition},
         "promise": _promise(run, ledger.path),
-        "acceptance": [{"check": c.get("check"), "passed": bool(c.get("passed")), "detail": c.get("detail")} for c in checks],
+        "acceptance": [{"check": c.get("check"), "passed": bool(c.get("passed")), "detail": c.get("detail")} for c in end.checks]
+        if end else [],
         "diff": diff,
         "evidence": evidence,
-    }
+    }  # fmt: skip
     frame["open_questions"] = _open_questions(frame)
     return frame
 
@@ -140,33 +136,36 @@ def _open_questions(frame: dict[str, Any]) -> list[str]:
         questions.append("The run was interrupted by the user: it says nothing about the model.")
     if diff["breach"]:
         b = diff["breach"]
-        questions.append(f"The breaker stopped the run ({b.get('kind')}: {b.get('observed')} > {b.get('limit')}): was the model looping or was the limit too tight?")
+        questions.append(
+            f"The breaker stopped the run ({b.get('kind')}: {b.get('observed')} > {b.get('limit')}): was the model looping or was the limit too tight?"
+        )
     modes: dict[str, list[int]] = {}
     for turn in frame["evidence"]:
         for mode in turn["labels"]:
             modes.setdefault(mode, []).append(turn["turn"])
     for mode, turns in modes.items():
-        questions.append(f"`{mode}` on turn{'s' if len(turns) > 1 else ''} {', '.join(map(str, turns))}: is the label right, and did it change the outcome?")
+        questions.append(
+            f"`{mode}` on turn{'s' if len(turns) > 1 else ''} {', '.join(map(str, turns))}: is the label right, and did it change the outcome?"
+        )
     for check in frame["acceptance"]:
         if not check["passed"]:
-            questions.append(f"Check `{check['check']}` failed ({check['detail']}): is the check right, or did the model miss the task?")
+            questions.append(
+                f"Check `{check['check']}` failed ({check['detail']}): is the check right, or did the model miss the task?"
+            )
     if diff["escape_attempts"]:
-        questions.append(f"Paths outside the sandbox were refused: {', '.join(diff['escape_attempts'])}. Why did the model reach for them?")
+        questions.append(
+            f"Paths outside the sandbox were refused: {', '.join(diff['escape_attempts'])}. Why did the model reach for them?"
+        )
     if frame["promise"]["status"] != "unchanged":
-        questions.append("The scenario file is missing or not the one that ran: judge the checks against the run's stored scenario hash, not today's file.")
+        questions.append(
+            "The scenario file is missing or not the one that ran: judge the checks against the run's stored scenario hash, not today's file."
+        )
     return questions
 
 
 def frame_sha256(frame: dict[str, Any]) -> str:
     """SHA-256 (hex) of the frame's canonical JSON (sorted keys, no whitespace)."""
-    return hashlib.sha256(canonical_json(frame).encode("utf-8")).hexdigest()
-
-
-def _attestations(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
-    try:
-        return ledger.query("SELECT reviewer, notes, frame_sha256, attested_at FROM attestations WHERE run_id = ? ORDER BY seq", (run_id,))
-    except sqlite3.OperationalError:  # an older ledger opened read-only: no attestations table yet
-        return []
+    return sha256_of(frame)
 
 
 def attest(ledger_path: str | Path, run_id: str, *, reviewer: str, notes: str | None = None) -> tuple[str, str]:
@@ -184,7 +183,9 @@ def attest(ledger_path: str | Path, run_id: str, *, reviewer: str, notes: str | 
     frame = review_frame(ledger_path, run_id)
     digest = frame_sha256(frame)
     with Ledger(ledger_path) as ledger:
-        ledger.record_attestation(run_id=frame["run"]["run_id"], reviewer=reviewer.strip(), notes=notes, frame_sha256=digest)
+        ledger.record_attestation(
+            Attestation(run_id=frame["run"]["run_id"], reviewer=reviewer.strip(), notes=notes, frame_sha256=digest)
+        )
     return frame["run"]["run_id"], digest
 
 
@@ -201,19 +202,19 @@ def verify_attestation(ledger_path: str | Path, run_id: str) -> tuple[bool, str]
     with Ledger(ledger_path, readonly=True) as ledger:
         frame = _frame(ledger, run_id)
         rid = frame["run"]["run_id"]
-        rows = _attestations(ledger, rid)
+        rows = ledger.attestations(rid)
     if not rows:
         return False, f"run {rid} has no attestation; `harness attest {rid} --reviewer NAME` records one."
     last = rows[-1]
     now = frame_sha256(frame)
-    who = f"{last['reviewer']} at {last['attested_at']}"
-    if now == last["frame_sha256"]:
+    who = f"{last.reviewer} at {last.attested_at}"
+    if now == last.frame_sha256:
         return True, f"run {rid}: the frame is unchanged since attested by {who} (SHA-256 {now[:16]}…)."
-    return False, (f"run {rid}: the frame CHANGED since attested by {who} (attested {last['frame_sha256'][:16]}…, now {now[:16]}…); "
+    return False, (f"run {rid}: the frame CHANGED since attested by {who} (attested {last.frame_sha256[:16]}…, now {now[:16]}…); "
                    "review it again.")  # fmt: skip
 
 
-def format_frame(frame: dict[str, Any], attestations: list[dict[str, Any]] | None = None) -> str:
+def format_frame(frame: dict[str, Any], attestations: list[Attestation] | None = None) -> str:
     """Render a frame as markdown, always in the same five parts, then its SHA-256."""
     run, promise, diff = frame["run"], frame["promise"], frame["diff"]
     lines = [f"# Review of run {run['run_id']}", "",
@@ -226,7 +227,9 @@ def format_frame(frame: dict[str, Any], attestations: list[dict[str, Any]] | Non
     else:
         lines.append(f"- Not shown: {promise['note']}")
     lines += ["", "## 2. The acceptance criteria", ""]
-    lines += [f"- [{'x' if c['passed'] else ' '}] `{c['check']}`: {c['detail']}" for c in frame["acceptance"]] or ["- (no check results recorded)"]
+    lines += [f"- [{'x' if c['passed'] else ' '}] `{c['check']}`: {c['detail']}" for c in frame["acceptance"]] or [
+        "- (no check results recorded)"
+    ]
     breach = diff["breach"]
     breach_text = "none" if not breach else f"{breach.get('kind')} ({breach.get('observed')} > {breach.get('limit')})"
     lines += ["", "## 3. The diff", "",
@@ -239,14 +242,18 @@ def format_frame(frame: dict[str, Any], attestations: list[dict[str, Any]] | Non
     for t in frame["evidence"]:
         labels = ", ".join(t["labels"]) or "no failure mode"
         calls = f"; calls: {', '.join(map(str, t['calls']))}" if t["calls"] else ""
-        lines.append(f"- Turn {t['turn']} [{labels}] finish {t['finish_reason']}, {t['tokens']} tokens{calls}: {_one_line(t['excerpt'])}")
+        lines.append(
+            f"- Turn {t['turn']} [{labels}] finish {t['finish_reason']}, {t['tokens']} tokens{calls}: {_one_line(t['excerpt'])}"
+        )
     if not frame["evidence"]:
         lines.append("- (no turns recorded)")
     lines += ["", "## 5. The open questions", ""]
     lines += [f"- {q}" for q in frame["open_questions"]] or ["- None: every check passed and no failure mode was labelled."]
     lines += ["", f"Frame SHA-256: {frame_sha256(frame)}"]
     for a in attestations or []:
-        lines.append(f"Attested by {a['reviewer']} at {a['attested_at']} (frame {a['frame_sha256'][:16]}…)" + (f": {a['notes']}" if a["notes"] else ""))
+        lines.append(
+            f"Attested by {a.reviewer} at {a.attested_at} (frame {a.frame_sha256[:16]}…)" + (f": {a.notes}" if a.notes else "")
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -260,6 +267,5 @@ def review_text(ledger_path: str | Path, run_id: str) -> str:
     """The frame rendered with the run's attestations listed under it (for ``harness review``)."""
     with Ledger(ledger_path, readonly=True) as ledger:
         frame = _frame(ledger, run_id)
-        rows = _attestations(ledger, frame["run"]["run_id"])
+        rows = ledger.attestations(frame["run"]["run_id"])
     return format_frame(frame, rows)
-

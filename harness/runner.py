@@ -1,59 +1,42 @@
 """Matrix expansion and execution: scenarios x models x temperatures x seeds x tool modes x
 parsers x repetitions, each cell run through :func:`harness.loop.run_once`.
 
-A scenario file declares its default axes in ``[matrix]``; :class:`MatrixOverrides` (the CLI
-flags) replace any axis for every scenario. Runs are grouped by model so that each backend is
-opened (and an embedded server started) once.
+A scenario file declares its default axes in ``[matrix]``; :class:`~harness.matrix.MatrixOverrides`
+(the CLI flags) replace any axis for every scenario. Runs are grouped by model so that each
+backend is opened (and an embedded server started) once. The runner prints nothing: it reports
+progress through :class:`MatrixEvents` and raises on interrupts; :mod:`harness.console` and the
+CLI turn those into terminal output. It also decides run ownership (:func:`identity_free`), the
+policy the ledger applies inside the start row's transaction.
 """
 
 from __future__ import annotations
 
-import uuid
 import os
-import sys
+import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from pathlib import Path
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.backends import open_backend, parse_model_spec
 from harness.backends.base import Backend
-from harness.backends.replay import CassetteRecorder
 from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelNotFound, UsageError
-from harness.ledger import Ledger, RunEnd
-from harness.loop import DEFAULT_RETRY, IdentityTaken, RetryPolicy, RunPlan, RunSummary, run_once
+from harness.ledger import IdentityHolder, Ledger, RunEnd
+from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
+from harness.matrix import MatrixOverrides
 from harness.scenarios import Scenario
+from harness.vocab import is_scored
 
 __all__ = [
-    "MatrixOverrides", "MatrixResult", "PlannedRun", "expand_matrix", "format_run_line", "plan_matrix", "plural", "run_matrix",
-    "summary_rows",
+    "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "expand_matrix",
+    "identity_free", "plan_matrix", "run_matrix",
 ]  # fmt: skip
 
-
 MAX_PLANNED_RUNS = 1_000_000
-
-
-@dataclass(frozen=True)
-class MatrixOverrides:
-    """Axes given on the command line; ``None`` keeps the scenario's own axis.
-
-    Attributes:
-        models: model spec strings.
-        temperatures: sampling temperatures.
-        repeats: repetitions per cell.
-        seeds: base seeds.
-        tool_modes: ``native`` / ``prompt``.
-        parsers: ``strict`` / ``lenient``.
-    """
-
-    models: Sequence[str] | None = None
-    temperatures: Sequence[float] | None = None
-    repeats: int | None = None
-    seeds: Sequence[int] | None = None
-    tool_modes: Sequence[str] | None = None
-    parsers: Sequence[str] | None = None
+BackendFactory = Callable[..., Backend]
+"""Opens a backend from a spec; called as ``factory(spec, api_key_env=, num_ctx=, parallel=)`` (like :func:`open_backend`)."""
 
 
 def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = MatrixOverrides()) -> list[RunPlan]:
@@ -62,34 +45,98 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
     Order: scenario, model, tool mode, parser, temperature, seed, repetition.
 
     Raises:
-        UsageError: a model spec is malformed, or the matrix has more than
-            :data:`MAX_PLANNED_RUNS` runs.
+        UsageError: an override is out of range, a model spec is malformed, or the matrix has
+            more than :data:`MAX_PLANNED_RUNS` runs.
     """
-    scenarios = list(scenarios)
-    total = 0
-    for scenario in scenarios:
-        m = scenario.matrix
-        total += (len(overrides.models or m.models) * len(overrides.tool_modes or m.tool_modes) * len(overrides.parsers or m.parsers)
-                  * len(overrides.temperatures or m.temperatures) * len(overrides.seeds or m.seeds) * (overrides.repeats or m.repeats))  # fmt: skip
+    matrices = [(scenario, scenario.matrix.merge(overrides)) for scenario in scenarios]
+    total = sum(m.size for _, m in matrices)
     if total > MAX_PLANNED_RUNS:
         raise UsageError(f"the matrix has {total:,} runs; the limit is {MAX_PLANNED_RUNS:,}. Use fewer axis values or repeats.")
     plans = []
-    for scenario in scenarios:
-        m = scenario.matrix
-        models = overrides.models or m.models
-        for model in models:
+    for scenario, m in matrices:
+        for model in m.models:
             parse_model_spec(model)
-        for model in models:
-            for tool_mode in overrides.tool_modes or m.tool_modes:
-                for parser in overrides.parsers or m.parsers:
-                    for temperature in overrides.temperatures or m.temperatures:
-                        for seed in overrides.seeds or m.seeds:
-                            for repetition in range(overrides.repeats or m.repeats):
-                                plans.append(RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, repetition))
+        for model in m.models:
+            for tool_mode in m.tool_modes:
+                for parser in m.parsers:
+                    for temperature in m.temperatures:
+                        for seed in m.seeds:
+                            for repetition in range(m.repeats):
+                                plans.append(
+                                    RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, repetition)
+                                )
     unique: dict[tuple[Any, ...], RunPlan] = {}
     for p in plans:  # the same file given twice (or two identical files) plans each run once
         unique.setdefault((p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition), p)
     return list(unique.values())
+
+
+def identity_free(holders: Sequence[IdentityHolder]) -> bool:
+    """The resume policy: may a run start, given the runs already recorded under its identity?
+
+    An identity is taken by a run that ended with a scored outcome (:func:`harness.vocab.is_scored`;
+    ``infra_error`` and ``interrupted`` runs are redone), or by an unfinished run whose owner
+    (``config["pid"]`` on ``config["host"]``) is a live process on this host. An unfinished run
+    without owner facts is a crashed run, free to redo.
+
+    Args:
+        holders: every run recorded under the identity.
+
+    Returns:
+        True when none of them holds it.
+    """
+    for holder in holders:
+        if holder.outcome is not None:
+            if is_scored(holder.outcome):
+                return False
+            continue
+        try:
+            if holder.config.get("host") == socket.gethostname() and _process_alive(int(holder.config["pid"])):
+                return False  # in flight in another matrix (or another thread of this one)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return True
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return pid > 0
+
+
+class MatrixEvents:
+    """What :func:`run_matrix` reports while it runs; subclass and override what you need (each default does nothing).
+
+    Methods are called from one thread at a time.
+    """
+
+    def planned(self, result: MatrixResult) -> None:
+        """Identities are resolved (``result.planned``, ``result.already_done``); no run has started yet."""
+
+    def run_finished(self, summary: RunSummary) -> None:
+        """A run has ended and its end row is in the ledger."""
+
+    def stopping(self, in_flight: int) -> None:
+        """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
+
+
+class MatrixQuit(KeyboardInterrupt):
+    """A second Ctrl-C: the runs still waiting on a model call were recorded as ``interrupted``.
+
+    Worker threads may still be blocked in a model call, so the caller should exit the process
+    at once (the CLI calls ``os._exit(130)``); every committed turn is safe in the ledger.
+
+    Attributes:
+        abandoned: runs in flight recorded as interrupted without their pending reply.
+    """
+
+    def __init__(self, abandoned: int) -> None:
+        super().__init__(abandoned)
+        self.abandoned = abandoned
 
 
 @dataclass
@@ -135,7 +182,7 @@ class _Endpoint:
 
 
 def _open_endpoints(
-    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int, backend_factory: Callable[..., Backend], result: MatrixResult
+    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int, backend_factory: BackendFactory, result: MatrixResult
 ) -> dict[str, _Endpoint]:
     """Open one backend per model, preflight it, and resolve every plan's identity."""
     finished = ledger.finished_identities() if ledger is not None else {}
@@ -161,7 +208,7 @@ def _ollama_num_parallel() -> int:
 
 
 def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoint], finished: dict[str, int], *,
-               jobs: int, backend_factory: Callable[..., Backend], result: MatrixResult) -> None:  # fmt: skip
+               jobs: int, backend_factory: BackendFactory, result: MatrixResult) -> None:  # fmt: skip
     for model, model_plans in by_model.items():
         api_key_env = next((p.scenario.api_key_env for p in model_plans if p.scenario.api_key_env), None)
         num_ctx = max(p.scenario.num_ctx for p in model_plans)
@@ -190,7 +237,9 @@ def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoin
         endpoints[model] = _Endpoint(backend, planned, parallel)
 
 
-def plan_matrix(plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: Callable[..., Backend] = open_backend) -> MatrixResult:
+def plan_matrix(
+    plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: BackendFactory = open_backend
+) -> MatrixResult:
     """Resolve identities and what is already done, without running anything (``--dry-run``).
 
     Args:
@@ -208,187 +257,133 @@ def plan_matrix(plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_fact
 def run_matrix(
     plans: Sequence[RunPlan],
     ledger: Ledger,
+    options: RunOptions = RunOptions(),
     *,
-    runs_dir: Path,
-    record_dir: Path | None = None,
-    on_run: Callable[[RunSummary], None] | None = None,
-    on_planned: Callable[[MatrixResult], None] | None = None,
-    backend_factory: Callable[..., Backend] = open_backend,
-    jobs: int = 1,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    use_cache: bool = False,
     resume: bool = True,
-    stop: threading.Event | None = None,
+    events: MatrixEvents | None = None,
+    backend_factory: BackendFactory = open_backend,
 ) -> MatrixResult:
-    """Run every plan not already in the ledger, up to ``jobs`` at once per model endpoint.
+    """Run every plan not already in the ledger, up to ``options.jobs`` at once per model endpoint.
 
     Each model gets one backend (an embedded server is started with ``jobs`` slots); runs of
-    different models proceed side by side, each endpoint with its own limit. Re-running the
-    same matrix skips every run whose identity already has a finished outcome other than
-    ``infra_error``/``interrupted`` (those are retried), so a matrix killed halfway completes
-    exactly the planned set.
+    different models proceed side by side, each endpoint with its own limit. With ``resume``,
+    every run whose identity the ledger already holds is skipped (:func:`identity_free`;
+    ``infra_error``/``interrupted`` runs are redone) and each run claims its identity as it
+    starts, so a matrix killed halfway completes exactly the planned set and two matrices on
+    one ledger never run an identity twice.
 
     Args:
         plans: from :func:`expand_matrix`.
         ledger: an open, writable ledger (thread-safe).
-        runs_dir: parent folder for run sandboxes.
-        record_dir: when set, one cassette per run is written there as ``<run_id>.jsonl``.
-        on_run: called (from one thread at a time) with each finished run's summary.
-        on_planned: called once identities are resolved, before the first run starts.
-        backend_factory: opens a backend from a spec; called as ``factory(spec, api_key_env=,
-            num_ctx=, parallel=)``.
-        jobs: concurrent runs per endpoint, >= 1.
-        retry: retry policy for infrastructure errors.
-        use_cache: reuse recorded replies for identical requests of the same run identity.
-        resume: skip runs already finished in the ledger.
-        stop: set it to stop; runs in flight end as ``interrupted`` before their next call.
+        options: how runs are executed (sandbox folder, concurrency, retries, cache, cassettes);
+            its ``stop`` event, when set, stops the matrix (runs in flight end as ``interrupted``
+            before their next call).
+        resume: skip and claim as above; False runs every plan.
+        events: receives progress (see :class:`MatrixEvents`).
+        backend_factory: opens a backend from a spec (tests pass their own).
 
     Returns:
         The planned set, the summaries of runs executed now, and what was skipped.
 
     Raises:
         LedgerError: the ledger cannot be written.
-        KeyboardInterrupt: after runs in flight were recorded as ``interrupted``.
+        KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
+        MatrixQuit: a second Ctrl-C; the caller should exit at once.
     """
     result = MatrixResult()
-    stop = stop or threading.Event()
-    endpoints = _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result)
-    lock = threading.Lock()
-    running_ids: set[str] = set()
+    events = events or MatrixEvents()
+    stop = options.stop or threading.Event()
+    endpoints = _open_endpoints(plans, ledger, jobs=options.jobs, backend_factory=backend_factory, result=result)
+    matrix = _MatrixRun(ledger, replace(options, stop=stop, claim=identity_free if resume else None), result, events)
+    todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
+    result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
+    events.planned(result)
+    try:
+        matrix.run(endpoints, todos)
+    finally:
+        if not matrix.quitting:  # after a second Ctrl-C the caller exits at once; a backend's close could wait on calls in flight
+            for endpoint in endpoints.values():
+                endpoint.backend.close()
+    return result
 
-    def execute(planned: PlannedRun, endpoint: _Endpoint) -> None:
-        if stop.is_set():
+
+class _MatrixRun:
+    """The thread pools of one :func:`run_matrix` call and the runs they have in flight."""
+
+    def __init__(self, ledger: Ledger, options: RunOptions, result: MatrixResult, events: MatrixEvents) -> None:
+        assert options.stop is not None
+        self.ledger, self.options, self.result, self.events, self.stop = ledger, options, result, events, options.stop
+        self.lock = threading.Lock()
+        self.running_ids: set[str] = set()
+        self.pools: list[ThreadPoolExecutor] = []
+        self.futures: list[Future[None]] = []
+        self.quitting = False
+
+    def run(self, endpoints: dict[str, _Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
+        try:
+            for model, endpoint in endpoints.items():
+                if not todos[model]:
+                    continue
+                pool = ThreadPoolExecutor(max_workers=self.options.jobs, thread_name_prefix="run")
+                self.pools.append(pool)
+                self.futures.extend(pool.submit(self.execute, p, endpoint) for p in todos[model])
+            pending = set(self.futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                for future in finished:
+                    future.result()  # re-raise LedgerError or a harness bug from a worker
+        except KeyboardInterrupt:
+            self.stop.set()
+            self.events.stopping(sum(f.running() for f in self.futures))
+            try:
+                for pool in self.pools:
+                    pool.shutdown(wait=True, cancel_futures=True)
+            except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now and let the caller quit at once
+                with self.lock:
+                    abandoned = sorted(self.running_ids)
+                _end_abandoned(self.ledger, abandoned)
+                self.quitting = True
+                raise MatrixQuit(len(abandoned)) from None
+            raise
+        except BaseException:
+            self.stop.set()
+            raise
+        finally:
+            for pool in self.pools:  # after a second Ctrl-C, do not wait for the model calls in flight
+                pool.shutdown(wait=not self.quitting, cancel_futures=True)
+
+    def execute(self, planned: PlannedRun, endpoint: _Endpoint) -> None:
+        if self.stop.is_set():
             return
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
-        with lock:
-            running_ids.add(run_id)
+        options = replace(self.options, extra_config={"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel})
+        with self.lock:
+            self.running_ids.add(run_id)
         try:
-            _execute_one(planned, endpoint, handle, run_id)
-        finally:
-            with lock:
-                running_ids.discard(run_id)
-
-    def _execute_one(planned: PlannedRun, endpoint: _Endpoint, handle: Backend, run_id: str) -> None:
-        config = {"jobs": jobs, "endpoint_parallel": endpoint.parallel}
-        kwargs = dict(runs_dir=runs_dir, run_id=run_id, retry=retry, stop=stop, use_cache=use_cache, extra_config=config, claim=resume)
-        try:
-            if record_dir is None:
-                summary = run_once(planned.plan, handle, ledger, **kwargs)
-            else:
-                cassette = Path(record_dir) / f"{run_id}.jsonl"
-                with CassetteRecorder(cassette) as recorder:
-                    try:
-                        summary = run_once(planned.plan, handle, ledger, on_reply=recorder.record, **kwargs)
-                    except IdentityTaken:
-                        cassette.unlink(missing_ok=True)
-                        raise
+            summary = run_once(planned.plan, handle, self.ledger, options, run_id=run_id)
         except IdentityTaken:  # another matrix on this ledger finished it or is running it now
-            with lock:
-                result.already_done += 1
+            with self.lock:
+                self.result.already_done += 1
             return
-        with lock:
-            result.summaries.append(summary)
-            if on_run:
-                on_run(summary)
-
-    executors = []
-    futures = []
-    todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
-    result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
-    if on_planned:
-        on_planned(result)
-    try:
-        for model, endpoint in endpoints.items():
-            todo = todos[model]
-            if not todo:
-                continue
-            pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="run")
-            executors.append(pool)
-            futures.extend(pool.submit(execute, p, endpoint) for p in todo)
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                future.result()  # re-raise LedgerError or a harness bug from a worker
-    except KeyboardInterrupt:
-        stop.set()
-        in_flight = sum(f.running() for f in futures)
-        if in_flight:
-            print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
-                  "Press Ctrl-C again to quit at once (they are recorded as interrupted without that reply).", file=sys.stderr, flush=True)  # fmt: skip
-        try:
-            for pool in executors:
-                pool.shutdown(wait=True, cancel_futures=True)
-        except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now, then quit at once
-            with lock:
-                abandoned = sorted(running_ids)
-            _end_abandoned(ledger, abandoned)
-            print(f"harness: quit; {plural(len(abandoned), 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True)
-            os._exit(130)  # every committed turn is safe in the ledger (SQLite WAL)
-        raise
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        for pool in executors:
-            pool.shutdown(wait=True, cancel_futures=True)
-        for endpoint in endpoints.values():
-            endpoint.backend.close()
-    return result
+        finally:
+            with self.lock:
+                self.running_ids.discard(run_id)
+        with self.lock:
+            self.result.summaries.append(summary)
+            self.events.run_finished(summary)
 
 
 def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> None:
     """Append an ``interrupted`` end row for runs whose worker is still waiting on a model call."""
     for run_id in run_ids:
-        if not ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+        totals = ledger.turn_totals(run_id)
+        if totals is None:
             continue  # claimed by no one yet: nothing was started
-        turns = ledger.query(
-            "SELECT COUNT(*) AS n, COALESCE(SUM(prompt_tokens), 0) AS p, COALESCE(SUM(completion_tokens), 0) AS c"
-            " FROM turns WHERE run_id = ?", (run_id,))[0]  # fmt: skip
+        turns, prompt, completion = totals
         try:
-            ledger.end_run(RunEnd(run_id=run_id, outcome="interrupted", turns=turns["n"], prompt_tokens=turns["p"],
-                                  completion_tokens=turns["c"], breach=None, error="interrupted by the user (second Ctrl-C)",
+            ledger.end_run(RunEnd(run_id=run_id, outcome="interrupted", turns=turns, prompt_tokens=prompt,
+                                  completion_tokens=completion, breach=None, error="interrupted by the user (second Ctrl-C)",
                                   checks=[], final_answer=None, escape_attempts=[], files_written=[]))  # fmt: skip
         except LedgerError:
             pass  # its worker wrote the end row meanwhile, or the run never started
-
-
-def plural(count: int, word: str) -> str:
-    """``"1 run"``, ``"3 runs"``: a count with its noun."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
-def format_run_line(index: int, total: int, summary: RunSummary) -> str:
-    """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed``."""
-    p = summary.plan
-    modes = ", ".join(summary.failure_modes) or "none"
-    timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
-    extra = f" ({summary.error})" if summary.outcome == "infra_error" and summary.error else ""
-    return (
-        f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
-        f"{p.tool_mode}/{p.parser} rep={p.repetition} -> {summary.outcome}{extra} "
-        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}"
-    )
-
-
-def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
-    """One row per cell (scenario, model, temperature, tool mode, parser) with outcome counts.
-
-    ``pass_rate`` is passes / runs that were not ``infra_error`` (in [0, 1], or None when none).
-    """
-    cells: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for s in summaries:
-        p = s.plan
-        key = (p.scenario.name, p.model, p.temperature, p.tool_mode, p.parser)
-        row = cells.setdefault(key, {
-            "scenario": key[0], "model": key[1], "temperature": key[2], "tool_mode": key[3], "parser": key[4],
-            "runs": 0, "pass": 0, "task_failed": 0, "turn_limit": 0, "token_limit": 0, "infra_error": 0, "interrupted": 0,
-        })  # fmt: skip
-        row["runs"] += 1
-        row[s.outcome] += 1
-    for row in cells.values():
-        scored = row["runs"] - row["infra_error"] - row["interrupted"]
-        row["pass_rate"] = row["pass"] / scored if scored else None
-    return list(cells.values())
-

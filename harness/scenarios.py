@@ -57,49 +57,23 @@ from typing import Any
 
 import jsonschema
 
-from harness.checks import validate_check
 from harness.backends import parse_model_spec
+from harness.checks import validate_check
 from harness.errors import ScenarioError, UsageError
+from harness.matrix import AXES, Matrix, expected_value, value_problem
+from harness.tool_protocol import render_tools_prompt
 from harness.tools import BUILTIN_TOOLS, Tool
+from harness.vocab import ToolMode
 
 __all__ = [
-    "DEFAULT_MODEL",
     "DEFAULT_SCENARIO",
-    "PARSERS",
-    "TOOL_MODES",
-    "Matrix",
     "Scenario",
+    "fixture_path_problem",
     "load_scenario",
-    "render_tools_prompt",
 ]
 
 DEFAULT_SCENARIO = Path("scenarios") / "list_and_report.toml"
-DEFAULT_MODEL = "embedded:smollm2-135m"
-TOOL_MODES = ("native", "prompt")
-PARSERS = ("strict", "lenient")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """A scenario's default matrix axes; CLI flags override any of them.
-
-    Attributes:
-        models: model spec strings.
-        temperatures: sampling temperatures.
-        repeats: repetitions per cell (>= 1).
-        seeds: base seeds (an axis); repetition ``r`` is sent seed ``base + r``, so repeats
-            are independent samples that are still reproducible.
-        tool_modes: ``native`` and/or ``prompt``.
-        parsers: ``strict`` and/or ``lenient``.
-    """
-
-    models: tuple[str, ...] = (DEFAULT_MODEL,)
-    temperatures: tuple[float, ...] = (0.0,)
-    repeats: int = 1
-    seeds: tuple[int, ...] = (0,)
-    tool_modes: tuple[str, ...] = ("native",)
-    parsers: tuple[str, ...] = ("lenient",)
 
 
 @dataclass(frozen=True)
@@ -133,45 +107,21 @@ class Scenario:
         """OpenAI-style tool definitions for the tools offered."""
         return [tool.schema() for tool in self.tools]
 
-    def system_message(self, tool_mode: str) -> str:
+    def system_message(self, tool_mode: ToolMode) -> str:
         """The system prompt sent to the model: prompt, scope statement, and (prompt mode) tools.
 
         Args:
             tool_mode: ``native`` (tools go in the API field) or ``prompt`` (rendered here).
         """
         text = (
-            f"{self.system_prompt.strip()}\n\n"
-            f"Scope: {self.what_it_does.strip()}\n"
-            f"Out of scope: {self.what_it_does_not.strip()}"
+            f"{self.system_prompt.strip()}\n\nScope: {self.what_it_does.strip()}\nOut of scope: {self.what_it_does_not.strip()}"
         )
         if tool_mode == "prompt" and self.tools:
             text += "\n\n" + render_tools_prompt(self.tool_schemas())
         return text
 
 
-def render_tools_prompt(tool_schemas: list[dict[str, Any]]) -> str:
-    """Render tool schemas and the calling convention into system-prompt text (Hermes/Qwen style).
-
-    Used in ``prompt`` tool mode for models whose chat template renders no tools.
-    """
-    lines = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in tool_schemas)
-    return (
-        "# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n"
-        f"<tools>\n{lines}\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments within "
-        "<tool_call></tool_call> XML tags:\n"
-        '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n\n'
-        "Function results come back inside <tool_response></tool_response> tags. "
-        "When the task is done, answer without a tool call."
-    )
-
-
 MAX_INT = 2**31 - 1
-MAX_SEED = 2**31 - 1
-"""Seeds are sent as ``seed + repetition``; both stay well inside every server's integer range."""
-MAX_REPEATS = 10_000
 
 
 def fixture_path_problem(paths: list[str]) -> str | None:
@@ -222,35 +172,34 @@ class _Fields:
             raise self.fail(key, expected, value)
         return value
 
-    def string_list(self, key: str, default: tuple[str, ...], *, allowed: tuple[str, ...] | None = None, nonempty: bool = True) -> tuple[str, ...]:
+    def string_list(self, key: str, default: tuple[str, ...], *, nonempty: bool = True) -> tuple[str, ...]:
         value = self.data.get(key, list(default))
-        what = "a list of strings" + (f" from {list(allowed)}" if allowed else "") + (" (not empty)" if nonempty else "")
+        what = "a list of strings" + (" (not empty)" if nonempty else "")
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or (nonempty and not value):
-            raise self.fail(key, what, value)
-        if allowed and any(v not in allowed for v in value):
             raise self.fail(key, what, value)
         return tuple(value)
 
-    def number_list(self, key: str, default: tuple[float, ...], *, integers: bool = False) -> tuple[Any, ...]:
-        value = self.data.get(key, list(default))
-        kinds = (int,) if integers else (int, float)
-        what = "a non-empty list of " + (f"integers from 0 to {MAX_SEED}" if integers else "finite numbers >= 0")
-        if (
-            not isinstance(value, list)
-            or not value
-            or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value)
-            or (integers and any(not 0 <= v <= MAX_SEED for v in value))
-            or (not integers and any(not (0 <= v < math.inf) for v in value))  # also refuses NaN
-        ):
-            raise self.fail(key, what, value)
-        return tuple(value if integers else (float(v) for v in value))
+    def axis(self, key: str, default: Any) -> Any:
+        """A ``[matrix]`` axis checked by :func:`harness.matrix.value_problem` (lists must be non-empty)."""
+        value = self.data.get(key, default)
+        if key == "repeats":
+            problem = value_problem(key, value)
+            if problem is not None:
+                raise self.fail(key, problem, value)
+            return value
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, f"a non-empty list, each {expected_value(key)}", value)
+        for item in value:
+            if value_problem(key, item) is not None:
+                raise self.fail(key, f"a non-empty list, each {expected_value(key)}", value)
+        return tuple(float(v) for v in value) if key == "temperatures" else tuple(value)
 
 
 _TOP_LEVEL = {
     "name", "what_it_does", "what_it_does_not", "done_looks_like", "system_prompt", "task", "tools",
     "fixtures", "checks", "turn_limit", "token_limit", "max_tokens", "num_ctx", "api_key_env", "matrix", "description", "tool_data",
 }  # fmt: skip
-_MATRIX = {"models", "temperatures", "repeats", "seeds", "tool_modes", "parsers"}
+_MATRIX = set(AXES)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -309,20 +258,7 @@ def load_scenario(path: str | Path) -> Scenario:
     unknown = sorted(set(matrix_data) - _MATRIX)
     if unknown:
         raise ScenarioError(f"{path}: unknown field 'matrix.{unknown[0]}'; expected only {', '.join(sorted(_MATRIX))}.")
-    m = _Fields(path, matrix_data, "matrix.")
-    matrix = Matrix(
-        models=m.string_list("models", Matrix.models),
-        temperatures=m.number_list("temperatures", Matrix.temperatures),
-        repeats=m.integer("repeats", Matrix.repeats, maximum=MAX_REPEATS),
-        seeds=m.number_list("seeds", Matrix.seeds, integers=True),
-        tool_modes=m.string_list("tool_modes", Matrix.tool_modes, allowed=TOOL_MODES),
-        parsers=m.string_list("parsers", Matrix.parsers, allowed=PARSERS),
-    )
-    for model in matrix.models:
-        try:
-            parse_model_spec(model)
-        except UsageError as exc:
-            raise ScenarioError(f"{path}: field 'matrix.models': {exc}") from exc
+    matrix = _load_matrix(path, matrix_data)
     api_key_env = f.text("api_key_env", required=False) or None
     return Scenario(
         name=name,
@@ -343,6 +279,24 @@ def load_scenario(path: str | Path) -> Scenario:
         api_key_env=api_key_env,
         matrix=matrix,
     )
+
+
+def _load_matrix(path: Path, table: dict[str, Any]) -> Matrix:
+    """The scenario's ``[matrix]`` table, each axis checked with the same rules as the CLI flags.
+
+    Raises:
+        ScenarioError: an axis value is wrong or a model spec is malformed.
+    """
+    m = _Fields(path, table, "matrix.")
+    matrix = Matrix(
+        **{axis: m.axis(axis, getattr(Matrix, axis) if axis == "repeats" else list(getattr(Matrix, axis))) for axis in AXES}
+    )
+    for model in matrix.models:
+        try:
+            parse_model_spec(model)
+        except UsageError as exc:
+            raise ScenarioError(f"{path}: field 'matrix.models': {exc}") from exc
+    return matrix
 
 
 def _non_finite(value: Any, where: str = "") -> str | None:

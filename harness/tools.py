@@ -185,7 +185,9 @@ class Tool:
             allowed = set(self.parameters.get("properties", {}))
             unexpected = sorted(set(arguments) - allowed)
             if unexpected:
-                raise ToolError(f"unexpected argument(s) {', '.join(unexpected)}; {self.name} takes {', '.join(sorted(allowed)) or 'none'}")
+                raise ToolError(
+                    f"unexpected argument(s) {', '.join(unexpected)}; {self.name} takes {', '.join(sorted(allowed)) or 'none'}"
+                )
             missing = [k for k in self.parameters.get("required", []) if k not in arguments]
             if missing:
                 raise ToolError(f"missing required argument(s) {', '.join(missing)}")
@@ -195,7 +197,7 @@ class Tool:
                 output = self.function(sandbox, **arguments)
         except ToolError as exc:
             return ToolResult(self.name, arguments, f"ERROR: {exc}", error=True, escape_attempt=exc.escape_attempt)
-        except Exception as exc:  # a tool bug must not crash the loop; it is data
+        except Exception as exc:  # noqa: BLE001 - a tool bug must not crash the loop; it is data
             return ToolResult(self.name, arguments, f"ERROR: {type(exc).__name__}: {exc}", error=True)
         return ToolResult(self.name, arguments, output)
 

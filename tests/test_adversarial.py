@@ -28,16 +28,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import IDEAL, REPO, SCENARIO_FILE, call_line, text_line, write_cassette
+from tests.helpers import IDEAL, REPO, SCENARIO_FILE, call_line, text_line, write_cassette
 
 from harness.backends import open_backend, parse_model_spec
 from harness.classifier import classify
 from harness.cli import main
 from harness.errors import ScenarioError, UsageError
-from harness.fake_server import FakeAgentServer
+from tests.fake_agent_server import FakeAgentServer
 from harness.ledger import Ledger
-from harness.loop import OUTCOMES, RetryPolicy, RunPlan, run_once
-from harness.runner import MatrixOverrides, expand_matrix, run_matrix
+from harness.loop import RetryPolicy, RunOptions, RunPlan, run_once
+from harness.vocab import OUTCOMES
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -50,13 +53,13 @@ def scenario():
 
 
 def _ledger_counts(ledger: Ledger) -> dict[str, int]:
-    return {t: ledger.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in ("runs", "turns", "run_ends")}
+    return {t: n for t, n in ledger.row_counts().items() if t in ("runs", "turns", "run_ends")}
 
 
 def _run_plan(tmp_path, plan, backend):
     """Run one plan; return (summary, ledger facts). Any exception escapes (that is the finding)."""
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        summary = run_once(plan, backend, ledger, runs_dir=tmp_path / "runs", retry=FAST_RETRY)
+        summary = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs", retry=FAST_RETRY))
         facts = {"verify": ledger.verify(), **_ledger_counts(ledger), "turn_rows": ledger.turns(summary.run_id)}
     return summary, facts
 
@@ -216,7 +219,7 @@ def test_negative_token_counts_do_not_buy_extra_budget(tmp_path, scenario):
     except UsageError:
         return  # refusing the cassette outright is fine too
     assert summary.tokens >= 0
-    assert all((t["prompt_tokens"] or 0) >= 0 for t in facts["turn_rows"])
+    assert all((t.record.prompt_tokens or 0) >= 0 for t in facts["turn_rows"])
     assert summary.outcome == "token_limit"
 
 
@@ -225,7 +228,7 @@ def test_negative_token_counts_from_a_server_are_not_recorded_as_spent(tmp_path,
     body = chat_body({"role": "assistant", "content": "done"}, usage={"prompt_tokens": -5, "completion_tokens": 1})
     summary, facts = run_server(tmp_path, scenario, [body])
     assert summary.tokens >= 0
-    assert facts["turn_rows"][0]["prompt_tokens"] in (None, 0) or facts["turn_rows"][0]["prompt_tokens"] > 0
+    assert facts["turn_rows"][0].record.prompt_tokens in (None, 0) or facts["turn_rows"][0].record.prompt_tokens > 0
 
 
 # FINDING 4
@@ -513,7 +516,7 @@ def test_guard_path_escapes_are_refused_and_nothing_is_written_outside(tmp_path,
     assert not outside.exists()
     assert "sandbox_escape_attempt" in summary.failure_modes
     assert not (summary.sandbox / "big.txt").exists()
-    outputs = [c["output"] for t in facts["turn_rows"][:-1] for c in json.loads(t["executed_calls"])]
+    outputs = [c["output"] for t in facts["turn_rows"][:-1] for c in t.record.executed_calls]
     assert all(o.startswith("ERROR: ") for o in outputs)
 
 
@@ -588,8 +591,7 @@ def test_guard_server_faults_mid_matrix_end_as_outcomes(tmp_path, scenario):
         plans = expand_matrix([scenario], MatrixOverrides(models=[f"openai:m@{server.base_url}"], repeats=4,
                                                           temperatures=[0.0], tool_modes=["native"]))  # fmt: skip
         with Ledger(tmp_path / "ledger.sqlite") as ledger:
-            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4,
-                                retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05))  # fmt: skip
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=4, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)))  # fmt: skip
             assert len(result.summaries) == 4 and all(s.outcome in OUTCOMES for s in result.summaries)
             assert _ledger_counts(ledger)["run_ends"] == 4
             assert ledger.verify().ok

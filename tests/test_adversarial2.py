@@ -24,17 +24,19 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import IDEAL, REPO, SCENARIO_FILE, write_cassette
+from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
 from ledger_builders import BIG, SMALL, add_run, build_two_model_ledger
 
 from harness.backends import open_backend
 from harness.checks import CheckContext, evaluate_checks
 from harness.cli import main
-from harness.compare import compare_models, format_comparison
-from harness.fake_server import FakeAgentServer
+from harness.report import compare_models, format_comparison
+from tests.fake_agent_server import FakeAgentServer
 from harness.ledger import Ledger, RunStart, TurnRecord
-from harness.reports import load_frames, summary_table, write_report
-from harness.runner import MatrixOverrides, expand_matrix, run_matrix
+from harness.report import load_frames, summary_table, write_report
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from harness.stats import mcnemar_midp, newcombe_paired_diff, pass_hat_k, wilson_interval
 
@@ -173,13 +175,13 @@ def test_a_backend_bug_leaves_no_run_without_an_end_row(tmp_path):
 
     with Ledger(tmp_path / "l.sqlite") as ledger:
         try:
-            run_matrix(_plans(f"replay:{cassette}", 4), ledger, runs_dir=tmp_path / "runs", backend_factory=factory, jobs=2)
+            run_matrix(_plans(f"replay:{cassette}", 4), ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory)
         except Exception:
             pass  # raising is acceptable; what the ledger says is not
         runs = ledger.runs()
     assert runs, "no run was recorded at all"
-    assert [r["run_id"] for r in runs if r["outcome"] is None] == []
-    assert not any(r["error"] == "interrupted by the user" for r in runs)
+    assert [r.run_id for r in runs if r.outcome is None] == []
+    assert not any(r.end.error == "interrupted by the user" for r in runs)
 
 
 # FINDING 4
@@ -201,7 +203,7 @@ def test_two_matrices_on_one_ledger_do_not_run_each_identity_twice(tmp_path):
 
     def one_matrix():
         with Ledger(tmp_path / "l.sqlite") as ledger:
-            run_matrix(plans, ledger, runs_dir=tmp_path / "runs", backend_factory=factory, jobs=2)
+            run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory)
 
     threads = [threading.Thread(target=one_matrix) for _ in range(2)]
     for t in threads:
@@ -223,7 +225,7 @@ def test_the_same_scenario_given_twice_runs_once(tmp_path, capsys):
     main(["run", "s.toml", "./s.toml", "--model", f"replay:{cassette}", "--repeats", "2", *RUN_FLAGS])
     with Ledger(tmp_path / "results" / "ledger.sqlite") as ledger:
         runs = ledger.runs()
-    assert len(runs) == len({r["identity"] for r in runs}) == 2
+    assert len(runs) == len({r.start.identity for r in runs}) == 2
 
 
 # FINDING 6
@@ -277,7 +279,7 @@ def test_review_verify_does_not_depend_on_the_working_directory(tmp_path, monkey
     monkeypatch.chdir(project)
     assert main(["run", "s.toml", "--model", f"replay:{cassette}", "--repeats", "1", "--ledger", str(ledger), *RUN_FLAGS]) == 0
     with Ledger(ledger) as led:
-        run_id = led.runs()[0]["run_id"]
+        run_id = led.runs()[0].run_id
     assert main(["attest", run_id, "--reviewer", "alice", "--ledger", str(ledger)]) == 0
     assert main(["review", run_id, "--verify", "--ledger", str(ledger)]) == 0
     monkeypatch.chdir(elsewhere)
@@ -374,7 +376,7 @@ def test_plots_stay_readable_with_realistic_model_specs(tmp_path, monkeypatch):
     """The outcomes plot puts each full model spec as an x tick label on a fixed 8-inch figure: four
     ordinary specs (`openai:bartowski/Qwen2.5-Coder-7B-Instruct-GGUF@http://127.0.0.1:8080/v1`, ...)
     print on top of each other and no model can be read."""
-    from harness import _plots
+    from harness.report import plots as _plots
 
     figures = {}
     save = _plots._save
@@ -492,7 +494,7 @@ def test_guard_attest_big_notes_and_verify_after_an_idempotent_rescore(tmp_path,
     assert main(["run", "s.toml", "--model", f"replay:{cassette}", "--repeats", "1", *RUN_FLAGS]) == 0
     ledger = tmp_path / "results" / "ledger.sqlite"
     with Ledger(ledger) as led:
-        run_id = led.runs()[0]["run_id"]
+        run_id = led.runs()[0].run_id
     from harness.review import attest
 
     attest(ledger, run_id[:6], reviewer="alice", notes="n" * 1_000_000)
@@ -524,8 +526,7 @@ def test_guard_reports_of_only_unfinished_or_interrupted_runs(tmp_path):
 def test_guard_sixteen_jobs_on_a_replay_model(tmp_path):
     cassette = write_cassette(tmp_path / "c.jsonl", IDEAL)
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        result = run_matrix(_plans(f"replay:{cassette}", 48), ledger, runs_dir=tmp_path / "runs", jobs=16,
-                            record_dir=tmp_path / "rec")  # fmt: skip
+        result = run_matrix(_plans(f"replay:{cassette}", 48), ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=16, record_dir=tmp_path / "rec"))  # fmt: skip
         assert [s.outcome for s in result.summaries] == ["pass"] * 48
         assert ledger.verify().ok
         assert sorted(ledger.finished_identities().values()) == [1] * 48

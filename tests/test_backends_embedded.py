@@ -7,7 +7,7 @@ import hashlib
 import httpx
 import pytest
 
-from harness import models
+from harness.backends import models
 from harness.backends import EmbeddedBackend, GenerateOptions
 from harness.errors import BackendUnavailable, UsageError
 

@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from tests.helpers import REPO
 
 from harness.ledger import Ledger
-from harness.loop import OUTCOMES
+from harness.vocab import OUTCOMES
 
 pytestmark = pytest.mark.slow
 
@@ -29,16 +29,16 @@ def test_harness_run_on_the_embedded_model_records_every_turn(tmp_path):
     assert "| list_and_report | embedded:smollm2-135m |" in done.stdout
     with Ledger(ledger, readonly=True) as db:
         [run] = db.runs()
-        turns = db.turns(run["run_id"])
+        turns = db.turns(run.run_id)
         assert db.verify().ok
-    assert run["outcome"] in OUTCOMES and run["outcome"] != "infra_error"
-    assert run["backend"] == "embedded" and run["model_digest"].startswith("sha256:b179c952")
-    assert run["server_version"] and run["tool_mode"] == "prompt"
-    assert len(turns) == run["turns"] >= 1
+    assert run.outcome in OUTCOMES and run.outcome != "infra_error"
+    assert run.start.backend == "embedded" and run.start.model_digest.startswith("sha256:b179c952")
+    assert run.start.server_version and run.start.tool_mode == "prompt"
+    assert len(turns) == run.end.turns >= 1
     for turn in turns:
-        raw = json.loads(turn["raw_reply"])
+        raw = turn.record.raw_reply
         assert raw["choices"][0]["message"]["role"] == "assistant"
-        assert turn["prompt_tokens"] > 0 and turn["completion_tokens"] >= 0 and turn["latency_ms"] > 0
+        assert turn.record.prompt_tokens > 0 and turn.record.completion_tokens >= 0 and turn.record.latency_ms > 0
     [cassette] = (tmp_path / "cassettes").glob("*.jsonl")
     assert len(cassette.read_text().splitlines()) == len(turns)
 
@@ -49,10 +49,10 @@ def test_harness_run_on_the_embedded_model_records_every_turn(tmp_path):
     assert done.returncode == 0, done.stderr
     with Ledger(replayed_ledger, readonly=True) as db:
         [replayed] = db.runs()
-        replayed_turns = db.turns(replayed["run_id"])
-    assert replayed["outcome"] == run["outcome"]
-    assert [t["content"] for t in replayed_turns] == [t["content"] for t in turns]
-    assert [t["failure_modes"] for t in replayed_turns] == [t["failure_modes"] for t in turns]
+        replayed_turns = db.turns(replayed.run_id)
+    assert replayed.outcome == run.outcome
+    assert [t.record.content for t in replayed_turns] == [t.record.content for t in turns]
+    assert [t.record.failure_modes for t in replayed_turns] == [t.record.failure_modes for t in turns]
 
     exported = harness("export", "--ledger", str(ledger), "--format", "csv", cwd=tmp_path)
     assert exported.returncode == 0

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from harness.errors import LedgerError
-from harness.ledger import Ledger, RunEnd, RunStart, TurnRecord, record_fields
+from harness.ledger import Attempt, Attestation, Labels, Ledger, RunEnd, RunStart, TurnRecord, record_fields
 
 
 def run_start(run_id: str = "r1", **overrides) -> RunStart:
@@ -55,20 +55,22 @@ def test_blank_ledger_gets_the_whole_schema(ledger_path):
     with Ledger(ledger_path) as ledger:
         assert ledger.applied_migrations() == ["m001_initial", "m002_attestations", "m003_attempts"]
         assert ledger.migrate() == []  # second open: nothing pending
-        cols = {r["name"] for r in ledger.query("PRAGMA table_info(turns)")}
-        assert set(record_fields(TurnRecord)) <= cols
-        assert ledger.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
         assert ledger.verify().ok
+    db = sqlite3.connect(ledger_path)
+    cols = {r[1] for r in db.execute("PRAGMA table_info(turns)")}
+    assert set(record_fields(TurnRecord)) <= cols
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
 
 
 def test_rows_round_trip(filled):
     with Ledger(filled, readonly=True) as ledger:
         [run] = ledger.runs()
-        assert (run["run_id"], run["outcome"], run["temperature"], run["turns"]) == ("r1", "task_failed", 0.7, 2)
+        assert (run.run_id, run.outcome, run.start.temperature, run.end.turns) == ("r1", "task_failed", 0.7, 2)
         turns = ledger.turns("r1")
-        assert [t["turn"] for t in turns] == [1, 2]
-        assert turns[0]["raw_reply"] == '{"choices":[{"message":{"content":"hé"}}]}'
-        assert turns[0]["started_at"].endswith("+00:00")
+        assert [t.record.turn for t in turns] == [1, 2]
+        assert turns[0].record.raw_reply == {"choices": [{"message": {"content": "hé"}}]}
+        assert turns[0].record.started_at.endswith("+00:00")
         rows = list(ledger.export_rows())
         assert rows[1]["failure_modes"] == ["narration_without_call"] and rows[1]["outcome"] == "task_failed"
 
@@ -77,9 +79,9 @@ def test_rows_round_trip(filled):
 def test_update_and_delete_are_rejected(filled, table):
     db = sqlite3.connect(filled)
     with Ledger(filled) as ledger:
-        ledger.record_labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={})
-        ledger.record_attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="f" * 64)
-        ledger.record_attempt(run_id="r1", turn=1, attempt=1, error_type="BackendTimeout", error="slow", status_code=None, retry_in_ms=500.0)
+        ledger.record_labels(Labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={}))
+        ledger.record_attestation(Attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="f" * 64))
+        ledger.record_attempt(Attempt(run_id="r1", turn=1, attempt=1, error_type="BackendTimeout", error="slow", status_code=None, retry_in_ms=500.0))
     column = "name" if table == "_migrations" else "run_id"
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         db.execute(f"UPDATE {table} SET {column} = 'x'")
@@ -132,10 +134,10 @@ def test_a_run_ends_once(filled):
 
 def test_newest_labels_win(filled):
     with Ledger(filled) as ledger:
-        ledger.record_labels(run_id="r1", turn=2, classifier_version="9", failure_modes=["empty_response"],
-                             recovered_calls=[], recovered_by=None, details={})  # fmt: skip
+        ledger.record_labels(Labels(run_id="r1", turn=2, classifier_version="9", failure_modes=["empty_response"],
+                                    recovered_calls=[], recovered_by=None, details={}))  # fmt: skip
         turns = ledger.turns("r1")
-        assert [t["labels"] for t in turns] == ['["narration_without_call"]', '["empty_response"]']
+        assert [t.labels for t in turns] == [["narration_without_call"], ["empty_response"]]
         assert [r["failure_modes"] for r in ledger.export_rows()] == [["narration_without_call"], ["empty_response"]]
         assert ledger.verify().ok
 
@@ -176,7 +178,7 @@ def test_concurrent_writers_keep_the_chain(ledger_path):
         t.start()
     for t in threads:
         t.join()
-    assert ledger.query("SELECT COUNT(*) AS n FROM turns")[0]["n"] == 320
+    assert ledger.row_counts()["turns"] == 320
     result = ledger.verify()
     assert result.ok and result.rows == 336
     ledger.close()
@@ -184,11 +186,14 @@ def test_concurrent_writers_keep_the_chain(ledger_path):
 
 def test_attestations_are_chained_and_verified(filled):
     with Ledger(filled) as ledger:
-        ledger.record_attestation(run_id="r1", reviewer="ann", notes="looks right", frame_sha256="a" * 64)
-        ledger.record_attestation(run_id="r1", reviewer="bob", notes=None, frame_sha256="b" * 64)
-        rows = ledger.query("SELECT reviewer, notes, frame_sha256, prev_hash, row_hash FROM attestations ORDER BY seq")
-        assert [(r["reviewer"], r["notes"]) for r in rows] == [("ann", "looks right"), ("bob", None)]
-        assert rows[1]["prev_hash"] == rows[0]["row_hash"]
+        ledger.record_attestation(Attestation(run_id="r1", reviewer="ann", notes="looks right", frame_sha256="a" * 64))
+        ledger.record_attestation(Attestation(run_id="r1", reviewer="bob", notes=None, frame_sha256="b" * 64))
+        assert [(a.reviewer, a.notes) for a in ledger.attestations("r1")] == [("ann", "looks right"), ("bob", None)]
+    db = sqlite3.connect(filled)
+    rows = db.execute("SELECT prev_hash, row_hash FROM attestations ORDER BY seq").fetchall()
+    db.close()
+    assert rows[1][0] == rows[0][1]
+    with Ledger(filled) as ledger:
         assert ledger.verify().ok and ledger.verify().rows == 6
     db = sqlite3.connect(filled)
     db.execute("DROP TRIGGER attestations_no_update")
@@ -212,5 +217,5 @@ def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled):
         assert ledger.verify().ok  # the old schema is still a valid ledger
     with Ledger(filled) as ledger:
         assert ledger.applied_migrations() == ["m001_initial", "m002_attestations", "m003_attempts"]
-        ledger.record_attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="a" * 64)
+        ledger.record_attestation(Attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="a" * 64))
         assert ledger.verify().ok

@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import REPO
+from tests.helpers import REPO
 
 from harness.ledger import Ledger
-from harness.loop import OUTCOMES
-from harness.runner import MatrixOverrides, expand_matrix, run_matrix
+from harness.vocab import OUTCOMES
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 
 MODEL = os.environ.get("HARNESS_LIVE_OLLAMA")
@@ -22,9 +24,9 @@ def test_one_run_on_a_real_ollama_model(tmp_path, tool_mode):
     scenario = load_scenario(REPO / "scenarios" / "list_and_report.toml")
     plans = expand_matrix([scenario], MatrixOverrides([f"ollama:{MODEL}"], [0.0], 1, None, [tool_mode], None))
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs")
+        result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs"))
         [run] = ledger.runs()
         assert ledger.verify().ok
     assert not result.skipped, result.skipped
-    assert run["outcome"] in OUTCOMES and run["outcome"] != "infra_error", run["error"]
-    assert run["server_version"] and run["model_digest"].startswith("sha256:")
+    assert run.outcome in OUTCOMES and run.outcome != "infra_error", run.end.error
+    assert run.start.server_version and run.start.model_digest.startswith("sha256:")

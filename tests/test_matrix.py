@@ -13,14 +13,16 @@ import sys
 import time
 
 import pytest
-from conftest import IDEAL, REPO, SCENARIO_FILE, write_cassette
+from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
 
 from harness.backends import open_backend
 from tests.backend_fakes import closed_port
-from harness.fake_server import FakeAgentServer
+from tests.fake_agent_server import FakeAgentServer
 from harness.ledger import Ledger
-from harness.loop import RetryPolicy
-from harness.runner import MatrixOverrides, expand_matrix, plan_matrix, run_matrix, summary_rows
+from harness.console import summary_rows
+from harness.loop import RetryPolicy, RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import expand_matrix, plan_matrix, run_matrix
 from harness.scenarios import load_scenario
 
 SCENARIO = SCENARIO_FILE
@@ -47,13 +49,13 @@ def test_concurrent_replay_runs_are_independent(tmp_path):
     cassette = write_cassette(tmp_path / "ideal.jsonl", IDEAL)
     plans = plans_for(f"replay:{cassette}", repeats=8)
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4)
+        result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=4))
         assert [s.outcome for s in result.summaries] == ["pass"] * 8
         assert len({s.run_id for s in result.summaries}) == 8
         assert ledger.verify().ok
-        again = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4)
+        again = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=4))
         assert again.summaries == [] and again.already_done == 8
-        assert all(run["config"] and json.loads(run["config"])["jobs"] == 4 for run in ledger.runs())
+        assert all(run.start.config and run.start.config["jobs"] == 4 for run in ledger.runs())
 
 
 def test_flaky_server_retries_and_infra_errors_stay_out_of_failure_rates(tmp_path):
@@ -62,15 +64,15 @@ def test_flaky_server_retries_and_infra_errors_stay_out_of_failure_rates(tmp_pat
         plans = plans_for(f"openai:ideal@{server.base_url}", repeats=3)
         factory = functools.partial(open_backend, timeout_s=0.5)
         with Ledger(tmp_path / "l.sqlite") as ledger:
-            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", backend_factory=factory, retry=FAST_RETRY)
-            attempts = ledger.query("SELECT run_id, turn, attempt, error_type, status_code, retry_in_ms FROM attempts ORDER BY seq")
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", retry=FAST_RETRY), backend_factory=factory)
+            attempts = ledger.attempts()
             assert ledger.verify().ok
     assert [s.outcome for s in result.summaries] == ["pass", "infra_error", "pass"]
     first, second = result.summaries[0].run_id, result.summaries[1].run_id
-    assert [(a["attempt"], a["error_type"], a["status_code"]) for a in attempts if a["run_id"] == first] == [
+    assert [(a.attempt, a.error_type, a.status_code) for a in attempts if a.run_id == first] == [
         (1, "BackendUnavailable", None), (2, "BackendResponseError", 500), (3, "BackendResponseError", 429), (4, "BackendTimeout", None)]
-    assert [a["retry_in_ms"] for a in attempts if a["run_id"] == first][2] == 1000.0  # Retry-After: 1 honoured
-    assert [a["attempt"] for a in attempts if a["run_id"] == second] == [1, 2, 3, 4, 5]
+    assert [a.retry_in_ms for a in attempts if a.run_id == first][2] == 1000.0  # Retry-After: 1 honoured
+    assert [a.attempt for a in attempts if a.run_id == second] == [1, 2, 3, 4, 5]
     [row] = summary_rows(result.summaries)
     assert (row["runs"], row["pass"], row["infra_error"], row["pass_rate"]) == (3, 2, 1, 1.0)
 
@@ -78,7 +80,7 @@ def test_flaky_server_retries_and_infra_errors_stay_out_of_failure_rates(tmp_pat
 def test_dead_server_skips_its_runs_with_one_message(tmp_path):
     plans = plans_for(f"openai:m@http://127.0.0.1:{closed_port()}/v1", repeats=3)
     with Ledger(tmp_path / "l.sqlite") as ledger:
-        result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs")
+        result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs"))
         assert ledger.runs() == []
     [(model, reason, count)] = result.skipped
     assert count == 3 and "not reachable" in reason
@@ -89,7 +91,7 @@ def test_cache_reuses_recorded_replies_of_the_same_identity(tmp_path):
         port_url = broken.base_url
         plans = plans_for(f"openai:ideal@{port_url}", repeats=1)
         with Ledger(tmp_path / "l.sqlite") as ledger:
-            first = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", retry=RetryPolicy(max_attempts=1))
+            first = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", retry=RetryPolicy(max_attempts=1)))
     assert first.summaries[0].outcome == "infra_error"
     # same URL again (same identity), now healthy: turn 1 comes from the cache
     host_port = port_url.removeprefix("http://127.0.0.1:").removesuffix("/v1")
@@ -97,12 +99,12 @@ def test_cache_reuses_recorded_replies_of_the_same_identity(tmp_path):
         healthy_spec = f"openai:ideal@{healthy.base_url}"
         plans = [dataclasses.replace(p, model=healthy_spec) for p in plans]
         with Ledger(tmp_path / "l2.sqlite") as ledger:
-            run_matrix(plans, ledger, runs_dir=tmp_path / "runs")
-            second = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", use_cache=True, resume=False)
+            run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs"))
+            second = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", use_cache=True), resume=False)
             turns = ledger.turns(second.summaries[0].run_id)
         assert healthy.requests == 3  # the second run was served entirely from the cache
     assert host_port and second.summaries[0].outcome == "pass"
-    assert all(json.loads(t["details"]).get("cache_hit") for t in turns)
+    assert all(t.record.details.get("cache_hit") for t in turns)
 
 
 def _harness(*args, **kwargs):
@@ -143,9 +145,9 @@ def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig):
         with Ledger(ledger_path, readonly=True) as ledger:
             runs = ledger.runs()
             assert ledger.verify().ok
-        assert 4 <= len([r for r in runs if r["outcome"] in ("pass",)]) < 20
+        assert 4 <= len([r for r in runs if r.outcome in ("pass",)]) < 20
         if sig == signal.SIGINT:  # every run that started has an end row
-            assert all(r["outcome"] is not None for r in runs)
+            assert all(r.outcome is not None for r in runs)
         again = _harness("run", *args)
         out, err = again.communicate(timeout=120)
         assert again.returncode == 0, err
@@ -168,11 +170,11 @@ def test_a_run_in_flight_when_stopped_records_its_reply_and_ends_interrupted(tmp
         plans = plans_for(f"openai:ideal@{server.base_url}", repeats=3)
         threading.Timer(0.3, stop.set).start()  # while the first model call is in flight
         with Ledger(tmp_path / "l.sqlite") as ledger:
-            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", stop=stop)
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", stop=stop))
             [run] = ledger.runs()
             assert ledger.verify().ok
     assert [(s.outcome, s.turns) for s in result.summaries] == [("interrupted", 1)]
-    assert (run["outcome"], run["turns"]) == ("interrupted", 1)  # the other two runs never started
+    assert (run.outcome, run.end.turns) == ("interrupted", 1)  # the other two runs never started
 
 
 @pytest.mark.parametrize(("env", "warned", "parallel"), [(None, True, 1), ("2", True, 2), ("4", False, 4), ("junk", True, 1)])
@@ -191,8 +193,8 @@ def test_ollama_parallelism_is_warned_about_and_recorded(tmp_path, monkeypatch, 
     with FakeServer(routes) as server:
         plans = plans_for(f"ollama:m@{server.url}", repeats=2)
         with Ledger(tmp_path / "l.sqlite") as ledger:
-            result = run_matrix(plans, ledger, runs_dir=tmp_path / "runs", jobs=4)
-            configs = [json.loads(r["config"]) for r in ledger.runs()]
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=4))
+            configs = [r.start.config for r in ledger.runs()]
     assert bool(result.warnings) == warned
     assert [s.outcome for s in result.summaries] == ["task_failed"] * 2
     assert {(c["jobs"], c["endpoint_parallel"]) for c in configs} == {(4, parallel)}
@@ -218,4 +220,4 @@ def test_a_second_ctrl_c_quits_at_once_and_still_ends_the_runs_in_flight(tmp_pat
     with Ledger(ledger_path, readonly=True) as ledger:
         runs = ledger.runs()
         assert ledger.verify().ok
-    assert [(r["outcome"], r["turns"]) for r in runs] == [("interrupted", 0), ("interrupted", 0)]
+    assert [(r.outcome, r.end.turns) for r in runs] == [("interrupted", 0), ("interrupted", 0)]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, models
+from harness import cli
+from harness.backends import models
 from harness.errors import ModelCacheError, UsageError
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 40

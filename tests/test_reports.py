@@ -11,11 +11,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import _plots, compare, reports, review, stats
+from harness import review, stats
 from harness.cli import main
-from harness.compare import compare_models
-from harness.ledger import Ledger
-from harness.reports import failure_mode_table, lenient_rescue, load_frames, shortest_examples, summary_table, write_report
+from harness.ledger import Labels, Ledger
+from harness.report import frames as frames_module
+from harness.report import (
+    compare,
+    compare_models,
+    failure_mode_table,
+    lenient_rescue,
+    load_frames,
+    markdown,
+    plots,
+    shortest_examples,
+    summary_table,
+    tables,
+    write_report,
+)
 from tests.ledger_builders import BIG, RAW, REPEAT, SMALL, add_run, build_two_model_ledger
 
 Z = 1.959963984540054
@@ -260,9 +272,9 @@ def test_review_frame_has_five_parts_and_reads_the_promise(ledger_path, tmp_path
     assert main(["review", "abc123", "--verify", "--ledger", str(ledger_path)]) == 0
     assert "unchanged since attested by ann" in capsys.readouterr().out
     with Ledger(ledger_path) as ledger:
-        rows = ledger.query("SELECT reviewer, notes, frame_sha256 FROM attestations")
-        assert rows == [{"reviewer": "ann", "notes": "label ok", "frame_sha256": review.frame_sha256(frame)}]
-        ledger.record_labels(run_id="abc123", turn=2, classifier_version="2", failure_modes=["empty_response"], recovered_calls=[], recovered_by=None, details={})
+        rows = [(a.reviewer, a.notes, a.frame_sha256) for a in ledger.attestations("abc123")]
+        assert rows == [("ann", "label ok", review.frame_sha256(frame))]
+        ledger.record_labels(Labels(run_id="abc123", turn=2, classifier_version="2", failure_modes=["empty_response"], recovered_calls=[], recovered_by=None, details={}))
         assert ledger.verify().ok
     assert main(["review", "abc123", "--verify", "--ledger", str(ledger_path)]) == 1
     assert "the frame CHANGED since attested by ann" in capsys.readouterr().err
@@ -287,7 +299,7 @@ def test_reports_open_the_ledger_read_only(two):
     db.close()
 
 
-@pytest.mark.parametrize("module", [reports, stats, compare, review, _plots])
+@pytest.mark.parametrize("module", [frames_module, tables, markdown, stats, compare, review, plots])
 def test_all_names_exist(module):
     assert all(hasattr(module, name) for name in module.__all__)
     assert len(set(module.__all__)) == len(module.__all__) > 0

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CASSETTES, REPO
+from tests.helpers import CASSETTES, REPO
 
 from harness.backends import open_backend
 from harness.backends.replay import load_cassette
 from harness.cli import main
 from harness.ledger import Ledger
-from harness.loop import RunPlan, run_once
+from harness.loop import RunOptions, RunPlan, run_once
 from harness.scenarios import load_scenario
 
 SCENARIOS = sorted(p.stem for p in (REPO / "scenarios").glob("*.toml"))
@@ -66,8 +66,8 @@ def replay(tmp_path, name, kind, *, turns=None):
     cassette = CASSETTES / name / f"{kind}.jsonl"
     plan = RunPlan(scenario, f"replay:{cassette}", 0.0, tool_mode=scenario.matrix.tool_modes[0], parser=scenario.matrix.parsers[0])
     with Ledger(tmp_path / "ledger.sqlite") as ledger, open_backend(plan.model) as backend:
-        summary = run_once(plan, backend, ledger, runs_dir=tmp_path / "runs")
-        [row] = [r for r in ledger.runs() if r["run_id"] == summary.run_id]
+        summary = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs"))
+        [row] = [r for r in ledger.runs() if r.run_id == summary.run_id]
         if turns is not None:
             turns.extend(ledger.turns(summary.run_id))
         assert ledger.verify().ok
@@ -86,7 +86,7 @@ def test_ideal_cassette_passes(tmp_path, name):
     assert summary.outcome == "pass", summary.checks
     assert summary.turns == len(lines)  # every reply used, the loop ended by itself
     assert [c["passed"] for c in summary.checks] == [True] * len(summary.plan.scenario.checks)
-    assert (row["outcome"], json.loads(row["checks"])) == ("pass", summary.checks)
+    assert (row.outcome, row.end.checks) == ("pass", summary.checks)
 
 
 @pytest.mark.parametrize("name", LIBRARY)
@@ -99,7 +99,7 @@ def test_broken_cassette_fails_for_the_intended_reason(tmp_path, name):
         if not check["passed"]:
             got.setdefault(check["check"], []).append(check["detail"])
     assert {k: "; ".join(v) for k, v in got.items()} == failing
-    assert (row["outcome"], json.loads(row["checks"])) == (outcome, summary.checks)
+    assert (row.outcome, row.end.checks) == (outcome, summary.checks)
 
 
 @pytest.mark.parametrize(
@@ -118,13 +118,13 @@ def test_broken_cassette_fails_for_the_intended_reason(tmp_path, name):
 def test_data_tools_answer_from_the_scenario_tool_data(tmp_path, name, output):
     turns: list = []
     replay(tmp_path, name, "ideal", turns=turns)
-    [executed] = json.loads(turns[0]["executed_calls"])
+    [executed] = turns[0].record.executed_calls
     assert executed["error"] is False and json.loads(executed["output"]) == output
 
 
 def test_long_context_broken_run_hits_the_turn_cap_not_the_token_cap(tmp_path):
     summary, row, _ = replay(tmp_path, "long_context", "broken")
-    assert json.loads(row["breach"]) == {"kind": "turn_limit", "limit": 8, "observed": 9}
+    assert row.end.breach == {"kind": "turn_limit", "limit": 8, "observed": 9}
     assert summary.tokens == 8 * 4112
 
 

@@ -101,15 +101,11 @@ def open_backend(
     kind, model, url = parse_model_spec(spec)
     backend: Backend
     if kind == "ollama":
-        base = url or _normalize_url(
-            os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, spec=None, default_port=_OLLAMA_PORT
-        )
+        base = url or _normalize_url(os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, spec=None, default_port=_OLLAMA_PORT)
         backend = OllamaBackend(model, base, api_key=_api_key(api_key_env, fallback=None), timeout_s=timeout_s)
     elif kind == "openai":
         assert url is not None
-        backend = OpenAICompatBackend(
-            model, url, api_key=_api_key(api_key_env, fallback="OPENAI_API_KEY"), timeout_s=timeout_s
-        )
+        backend = OpenAICompatBackend(model, url, api_key=_api_key(api_key_env, fallback="OPENAI_API_KEY"), timeout_s=timeout_s)
     elif kind == "embedded":
         backend = EmbeddedBackend(model, parallel=parallel, num_ctx=num_ctx, timeout_s=timeout_s)
     else:
@@ -155,6 +151,8 @@ def _api_key(env_name: str | None, *, fallback: str | None) -> str | None:
     if env_name:
         value = os.environ.get(env_name)
         if not value:
-            raise UsageError(f"Environment variable {env_name} (named by the scenario's api_key_env) is not set; export it first.")
+            raise UsageError(
+                f"Environment variable {env_name} (named by the scenario's api_key_env) is not set; export it first."
+            )
         return value
     return os.environ.get(fallback) if fallback else None

@@ -156,9 +156,7 @@ class Backend(abc.ABC):
     spec: str = ""
 
     @abc.abstractmethod
-    def generate(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
-    ) -> Reply:
+    def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
         """Send one chat request and return the assistant reply.
 
         Args:
@@ -183,7 +181,7 @@ class Backend(abc.ABC):
         """
         return BackendIdentity(backend=type(self).__name__, model=self.spec)
 
-    def start_run(self) -> None:
+    def start_run(self) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
         """Called before each run; the replay backend rewinds its cassette here."""
 
     def for_run(self) -> Backend:
@@ -195,7 +193,7 @@ class Backend(abc.ABC):
         """
         return self
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
         """Release connections and stop any server this backend started."""
 
     def __enter__(self) -> Backend:

@@ -5,7 +5,7 @@ to 127.0.0.1 on a free port; requests go to it over real HTTP through an
 :class:`OpenAICompatBackend`. So the embedded path exercises exactly the client code used
 against external servers, and its replies carry the same ``raw`` bodies.
 
-* The model is a path to a ``.gguf`` file or a known name from :mod:`harness.models`
+* The model is a path to a ``.gguf`` file or a known name from :mod:`harness.backends.models`
   (fetched into the cache on first use).
 * The server starts lazily on the first :meth:`EmbeddedBackend.generate` (or an explicit
   :meth:`EmbeddedBackend.start`), under a lock so parallel workers start it once.
@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness import models
+from harness.backends import models
 from harness.backends.base import DEFAULT_NUM_CTX, Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend
 from harness.errors import BackendUnavailable, ModelCacheError, UsageError
@@ -53,9 +53,7 @@ def resolve_model(name_or_path: str, *, fetch: bool = True) -> tuple[Path, str |
     if path.suffix.lower() == ".gguf" and path.is_file():
         return path, None
     known = ", ".join(sorted(models.KNOWN_MODELS))
-    raise UsageError(
-        f"embedded:{name_or_path} is neither an existing .gguf file nor a known model ({known})."
-    )
+    raise UsageError(f"embedded:{name_or_path} is neither an existing .gguf file nor a known model ({known}).")
 
 
 class EmbeddedBackend(Backend):
@@ -120,9 +118,7 @@ class EmbeddedBackend(Backend):
                 self._client = OpenAICompatBackend(self.name, f"{address.rstrip('/')}/v1", timeout_s=self.timeout_s)
             return self._client.base_url
 
-    def generate(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
-    ) -> Reply:
+    def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
         """Start the server if needed, then send one chat request to it.
 
         ``options.num_ctx`` is not sent: the context per slot is fixed at start (``num_ctx``).

@@ -58,9 +58,7 @@ class OllamaBackend(OpenAICompatBackend):
     ) -> None:
         super().__init__(model, base_url, api_key=api_key, timeout_s=timeout_s, client=client)
 
-    def generate(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
-    ) -> Reply:
+    def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
         """Send one ``/api/chat`` request (``stream: false``) and return the reply.
 
         Args:
@@ -206,7 +204,9 @@ def to_ollama_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 function = call.get("function") or {}
                 if call.get("id") and function.get("name"):
                     call_names[call["id"]] = function["name"]
-                calls.append({"function": {"name": function.get("name"), "arguments": _arguments_object(function.get("arguments"))}})
+                calls.append(
+                    {"function": {"name": function.get("name"), "arguments": _arguments_object(function.get("arguments"))}}
+                )
             item["tool_calls"] = calls
         elif role == "tool":
             name = message.get("name") or call_names.get(message.get("tool_call_id") or "")

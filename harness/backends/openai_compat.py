@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -83,9 +83,7 @@ class OpenAICompatBackend(Backend):
 
     # -- the Backend protocol -------------------------------------------------------------
 
-    def generate(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
-    ) -> Reply:
+    def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
         """Send one chat request (``stream: false``) and return the assistant reply.
 
         Args:
@@ -175,7 +173,7 @@ class OpenAICompatBackend(Backend):
         fingerprint = body.get("system_fingerprint")
         if isinstance(fingerprint, str) and fingerprint and self._server_version is None:
             self._server_version = fingerprint
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        usage: dict[str, Any] = body["usage"] if isinstance(body.get("usage"), dict) else {}
         return Reply(
             content=message.get("content"),
             tool_calls=message.get("tool_calls"),
@@ -205,13 +203,9 @@ class OpenAICompatBackend(Backend):
         """The identity to stamp on a reply, without contacting the server."""
         if self._identity is not None:
             return self._identity
-        return BackendIdentity(
-            backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version
-        )
+        return BackendIdentity(backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version)
 
-    def _request(
-        self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None
-    ) -> httpx.Response:
+    def _request(self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None) -> httpx.Response:
         """Send one request, translating every ``httpx`` error into a :class:`BackendError`."""
         timeout = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
         try:
@@ -306,8 +300,8 @@ def parse_retry_after(value: str | None) -> float | None:
         except (TypeError, ValueError):
             return None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
     return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
 
 

@@ -71,9 +71,7 @@ class ReplayBackend(Backend):
         handle._lock = threading.Lock()
         return handle
 
-    def generate(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions
-    ) -> Reply:
+    def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
         """Return the next reply of the cassette (the arguments are ignored).
 
         Returns:

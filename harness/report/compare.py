@@ -15,14 +15,14 @@ adjustment across modes (Holm 1979).
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 
 import pandas as pd
 from tabulate import tabulate
 
 from harness.errors import UsageError
-from harness.reports import LedgerFrames, _cell_text
+from harness.report.frames import LedgerFrames
+from harness.report.markdown import cell_text
 from harness.stats import holm, mcnemar_midp, newcombe_paired_diff
 
 __all__ = ["PAIR_KEYS", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
@@ -160,7 +160,7 @@ def compare_models(frames: LedgerFrames, model_a: str, model_b: str, *, scenario
     """Paired comparison of two models over the scored runs they share (see the module docstring).
 
     Args:
-        frames: from :func:`harness.reports.load_frames`.
+        frames: from :func:`harness.report.load_frames`.
         model_a: spec (or name without backend prefix) of the first model.
         model_b: the second model.
         scenario: restrict to one scenario name.
@@ -175,7 +175,9 @@ def compare_models(frames: LedgerFrames, model_a: str, model_b: str, *, scenario
     if a == b:
         raise UsageError(f"compare needs two different models; both name {a}.")
     if scenario is not None and scenario not in set(frames.runs["scenario"]):
-        raise UsageError(f"no runs of scenario '{scenario}' in the ledger; scenarios: {', '.join(sorted(set(frames.runs['scenario'])))}.")
+        raise UsageError(
+            f"no runs of scenario '{scenario}' in the ledger; scenarios: {', '.join(sorted(set(frames.runs['scenario'])))}."
+        )
     runs_a, runs_b = _latest_scored(frames.runs, a, scenario), _latest_scored(frames.runs, b, scenario)
     pairs = runs_a.merge(runs_b, on=list(PAIR_KEYS), suffixes=("_a", "_b"), sort=True)
     n = len(pairs)
@@ -193,9 +195,9 @@ def compare_models(frames: LedgerFrames, model_a: str, model_b: str, *, scenario
 
 def _mode_comparisons(frames: LedgerFrames, pairs: pd.DataFrame) -> list[ModeComparison]:
     rm = frames.run_modes
-    shows = {mode: set(group["run_id"]) for mode, group in rm.groupby("mode", sort=True)}
+    shows = {str(mode): set(group["run_id"]) for mode, group in rm.groupby("mode", sort=True)}
     ids_a, ids_b = pairs["run_id_a"].tolist(), pairs["run_id_b"].tolist()
-    raw = []
+    raw: list[tuple[str, int, int, int, int, float, float, float, float]] = []
     for mode, runs_with in shows.items():
         ha = [r in runs_with for r in ids_a]
         hb = [r in runs_with for r in ids_b]
@@ -218,8 +220,8 @@ def format_comparison(c: Comparison) -> str:
     Model specs and mode names are escaped (pipes, newlines, backticks), so no stored string can
     break the table.
     """
-    c = dataclasses.replace(c, model_a=_cell_text(c.model_a), model_b=_cell_text(c.model_b),
-                            modes=[dataclasses.replace(m, mode=_cell_text(m.mode)) for m in c.modes])  # fmt: skip
+    c = dataclasses.replace(c, model_a=cell_text(c.model_a), model_b=cell_text(c.model_b),
+                            modes=[dataclasses.replace(m, mode=cell_text(m.mode)) for m in c.modes])  # fmt: skip
     lines = [c.sentence(), ""]
     if c.pairs == 0:
         return "\n".join(lines)

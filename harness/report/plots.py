@@ -14,10 +14,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
+from harness.report.frames import LedgerFrames
 from harness.stats import pass_hat_k, wilson_interval
 
 __all__ = ["write_all"]
+
+_Drawn = tuple[str, str, str]
+"""``(file name, alt text, caption)`` of one plot drawn."""
 
 _OUTCOME_ORDER = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted", "unfinished")
 _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "#ff7f0e", "token_limit": "#e377c2",
@@ -48,13 +53,13 @@ def _save(fig: Figure, path: Path, footer: str) -> None:
     fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
 
 
-def write_all(frames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path) -> dict[str, tuple[str, str]]:
+def write_all(frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path) -> dict[str, tuple[str, str]]:
     """Draw every plot that has data into ``out``.
 
     Args:
-        frames: :class:`harness.reports.LedgerFrames`.
-        cells: :func:`harness.reports.summary_table` by every cell axis.
-        failures: :func:`harness.reports.failure_mode_table` by model.
+        frames: :class:`harness.report.frames.LedgerFrames`.
+        cells: :func:`harness.report.tables.summary_table` by every cell axis.
+        failures: :func:`harness.report.tables.failure_mode_table` by model.
         out: folder to write into.
 
     Returns:
@@ -66,11 +71,13 @@ def write_all(frames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path) ->
     for draw in (_pass_rate, _failure_heatmap, _outcomes, _pass_k):
         result = draw(frames, cells, failures, out, colours)
         if result:
-            written[result[0]] = result[1:]
+            written[result[0]] = (result[1], result[2])
     return written
 
 
-def _pass_rate(frames, cells, failures, out, colours):
+def _pass_rate(
+    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
+) -> _Drawn | None:
     scored = frames.runs[frames.runs["scored"]]
     rates = scored.groupby(["model", "temperature"], sort=True)["passed"].agg(["sum", "size"]).reset_index()
     temps = sorted(rates["temperature"].unique())
@@ -98,7 +105,9 @@ def _pass_rate(frames, cells, failures, out, colours):
     return "pass_rate.png", "Pass rate by model and temperature", f"Pass rate with 95% Wilson intervals; {footer}."
 
 
-def _failure_heatmap(frames, cells, failures, out, colours):
+def _failure_heatmap(
+    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
+) -> _Drawn | None:
     if failures.empty:
         return None
     modes = list(dict.fromkeys(failures["mode"]))
@@ -111,8 +120,8 @@ def _failure_heatmap(frames, cells, failures, out, colours):
     image = ax.imshow(100 * share.to_numpy(dtype=float), cmap="Reds", vmin=0, vmax=100, aspect="auto")
     for i in range(len(modes)):
         for j in range(len(models)):
-            value = share.iloc[i, j]
-            ax.text(j, i, f"{100 * value:.0f}%\n{int(counts.iloc[i, j])}/{int(totals.iloc[j])}", ha="center", va="center",
+            value = float(share.to_numpy(dtype=float)[i, j])
+            ax.text(j, i, f"{100 * value:.0f}%\n{int(counts.to_numpy()[i, j])}/{int(totals.to_numpy()[j])}", ha="center", va="center",
                     fontsize=7, color="white" if value > 0.6 else "black")  # fmt: skip
     ax.set_xticks(range(len(models)), [f"{_label(m)}\n(n = {int(totals[m])})" for m in models], fontsize=8)
     ax.set_yticks(range(len(modes)), modes, fontsize=8)
@@ -122,10 +131,16 @@ def _failure_heatmap(frames, cells, failures, out, colours):
     fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)")
     footer = f"n = {int(totals.sum())} scored runs over {len(models)} model(s); modes sorted by spread across models"
     _save(fig, out / "failure_modes.png", footer)
-    return "failure_modes.png", "Failure-mode shares by model", f"Share of scored runs with at least one turn showing each mode; {footer}."
+    return (
+        "failure_modes.png",
+        "Failure-mode shares by model",
+        f"Share of scored runs with at least one turn showing each mode; {footer}.",
+    )
 
 
-def _outcomes(frames, cells, failures, out, colours):
+def _outcomes(
+    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
+) -> _Drawn | None:
     runs = frames.runs
     counts = runs.groupby(["model", "outcome"]).size().unstack("outcome", fill_value=0)
     models = sorted(counts.index)
@@ -143,15 +158,21 @@ def _outcomes(frames, cells, failures, out, colours):
     ax.set_ylabel("runs (count)")
     ax.set_title("Run outcomes by model")
     ax.legend(title="outcome", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    footer = f"n = {len(runs)} runs, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
+    footer = (
+        f"n = {len(runs)} runs, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
+    )
     _save(fig, out / "outcomes.png", footer)
     return "outcomes.png", "Run outcomes by model", f"Run outcomes stacked per model; {footer}."
 
 
-def _pass_k(frames, cells, failures, out, colours):
+def _pass_k(
+    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
+) -> _Drawn | None:
     cells = cells[cells["scored"] > 0]
     scored = frames.runs[frames.runs["scored"]]
-    repeats = scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser"])["repetition"].nunique().groupby("model").max()
+    repeats = (
+        scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser"])["repetition"].nunique().groupby("model").max()
+    )
     fig = _figure()
     ax = fig.add_subplot()
     total_cells = 0
@@ -159,14 +180,24 @@ def _pass_k(frames, cells, failures, out, colours):
         mine = cells[cells["model"] == model]
         max_k = int(min(mine["scored"].min(), repeats.get(model, 1)))
         ks = np.arange(1, max_k + 1)
-        values = [np.mean([pass_hat_k(int(n), int(c), int(k)) for n, c in zip(mine["scored"], mine["passes"], strict=True)]) for k in ks]
-        ax.plot(ks, 100 * np.array(values), "o-", color=colours[model], label=f"{_label(model, 40, 2)} ({len(mine)} cells, {int(mine['scored'].sum())} runs)")
+        values = [
+            np.mean([pass_hat_k(int(n), int(c), int(k)) for n, c in zip(mine["scored"], mine["passes"], strict=True)]) for k in ks
+        ]
+        ax.plot(
+            ks,
+            100 * np.array(values),
+            "o-",
+            color=colours[model],
+            label=f"{_label(model, 40, 2)} ({len(mine)} cells, {int(mine['scored'].sum())} runs)",
+        )
         total_cells += len(mine)
     ax.set_ylim(-3, 103)
     ax.set_xlabel("k (runs of one cell that must all pass)")
     ax.set_ylabel("pass^k (%)")
     ax.set_title("pass^k: reliability over k repeated runs (tau-bench)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    locator = ax.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # matplotlib's default AutoLocator is one
+        locator.set_params(integer=True)
     ax.legend(title="model", fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     footer = f"n = {total_cells} cells, {int(cells['scored'].sum())} scored runs; mean over a model's cells of C(c,k)/C(n,k), k up to its repetitions per cell"

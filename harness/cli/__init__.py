@@ -1,0 +1,60 @@
+"""The ``harness`` command line: a thin shell over library calls.
+
+Each command is one ``_cmd_<noun>_<verb>`` function in the module of its group (``run``, ``data``,
+``inputs``, ``reports``), registered in :func:`build_parser`.
+Errors are turned into one sentence and an exit code in one place, :func:`main`:
+``HarnessError`` -> exit 1 (or 2 for usage errors), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from harness.cli.data import add_export, add_ledger, add_rescore
+from harness.cli.inputs import add_classify, add_models, add_scenarios
+from harness.cli.reports import add_attest, add_compare, add_report, add_review
+from harness.cli.run import add_run
+from harness.errors import HarnessError, UsageError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Benchmark how LLM agent loops break, model by model.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for add in (add_run, add_ledger, add_export, add_scenarios, add_models, add_classify, add_rescore, add_report,
+                add_compare, add_review, add_attest):  # fmt: skip
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code (0 ok, 1 failure, 2 usage error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+    except HarnessError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("harness: interrupted; everything finished so far is in the ledger.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `harness classify x.json | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

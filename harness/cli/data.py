@@ -1,0 +1,125 @@
+"""``harness ledger verify|migrate``, ``harness rescore`` and ``harness export``: the ledger's own commands."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.cli._common import Subparsers, ledger_option, ledger_path
+from harness.errors import UsageError
+
+__all__ = ["add_export", "add_ledger", "add_rescore"]
+
+
+# -- harness ledger ... ------------------------------------------------------------------------------
+def add_ledger(sub: Subparsers) -> None:
+    p = sub.add_parser("ledger", help="inspect and check the ledger")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    v = verbs.add_parser("verify", help="recompute the hash chains; exit 1 naming the first bad row")
+    ledger_option(v)
+    v.set_defaults(func=_cmd_ledger_verify)
+    m = verbs.add_parser("migrate", help="create or upgrade the ledger schema")
+    ledger_option(m)
+    m.set_defaults(func=_cmd_ledger_migrate)
+
+
+def _cmd_ledger_verify(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+
+    path = ledger_path(args)
+    with Ledger(path, readonly=True) as ledger:
+        result = ledger.verify()
+    if result.ok:
+        print(f"{path}: OK, {result.rows} rows verified.")
+        return 0
+    print(f"harness: {path}: verification FAILED at {result.problem}.", file=sys.stderr)
+    return 1
+
+
+def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+
+    path = ledger_path(args)
+    with Ledger(path) as ledger:
+        print(f"{path}: schema up to date ({', '.join(ledger.applied_migrations())}).")
+    return 0
+
+
+# -- harness rescore --------------------------------------------------------------------------------
+def add_rescore(sub: Subparsers) -> None:
+    p = sub.add_parser("rescore", help="re-classify every stored reply with the current classifier")
+    ledger_option(p)
+    p.add_argument("--force", action="store_true", help="also re-label turns already labelled by this classifier version")
+    p.set_defaults(func=_cmd_rescore)
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+    from harness.rescore import rescore
+
+    path = ledger_path(args)
+    if not path.is_file():
+        raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
+    with Ledger(path) as ledger:
+        result = rescore(ledger, force=args.force)
+    print(f"{path}: {result.turns} turns re-classified with classifier {result.version} "
+          f"({result.changed} changed labels, {result.skipped_current} already current).")  # fmt: skip
+    if result.history_mismatch:
+        print(
+            f"harness: warning: {result.history_mismatch} turns' rebuilt messages did not match their request hash.",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# -- harness export ----------------------------------------------------------------------------------
+def add_export(sub: Subparsers) -> None:
+    p = sub.add_parser("export", help="write one record per turn as JSONL or CSV")
+    ledger_option(p)
+    p.add_argument(
+        "--format", choices=["jsonl", "csv"], default="jsonl", help="one JSON object per line (default) or CSV with a header"
+    )
+    p.add_argument("--out", type=Path, help="output file (default: standard output)")
+    p.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import io
+
+    from harness.console import plural
+    from harness.ledger import EXPORT_COLUMNS, Ledger
+
+    path = ledger_path(args)
+    if args.out is not None:
+        target = args.out.resolve()
+        if target in {Path(f"{path.resolve()}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
+            raise UsageError(f"--out {args.out} is the ledger itself; choose another file.")
+        if target.is_dir() or not target.parent.is_dir():
+            raise UsageError(
+                f"--out {args.out}: {'is a folder' if target.is_dir() else 'its folder does not exist'}; give a file path."
+            )
+    with Ledger(path, readonly=True) as ledger:
+        rows = list(ledger.export_rows())  # read everything before any output file is touched
+    buffer = io.StringIO(newline="")
+    if args.format == "jsonl":
+        buffer.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    else:
+        writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({**row, "failure_modes": ";".join(row["failure_modes"])} for row in rows)
+    if args.out is None:
+        sys.stdout.write(buffer.getvalue())
+        return 0
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    try:
+        tmp.write_text(buffer.getvalue(), encoding="utf-8", newline="")
+        os.replace(tmp, args.out)
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc
+    print(f"Wrote {plural(len(rows), 'turn')} to {args.out}.", file=sys.stderr)
+    return 0

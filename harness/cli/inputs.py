@@ -1,0 +1,151 @@
+"""``harness scenarios list|check``, ``harness models pull|list`` and ``harness classify``: the inputs of a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness.cli._common import Subparsers, default_scenario
+from harness.errors import ScenarioError, UsageError
+
+__all__ = ["add_classify", "add_models", "add_scenarios"]
+
+
+# -- harness scenarios ... ---------------------------------------------------------------------------
+def add_scenarios(sub: Subparsers) -> None:
+    p = sub.add_parser("scenarios", help="list and validate scenario files")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    ls = verbs.add_parser("list", help="list the scenarios in a folder")
+    ls.add_argument("folder", nargs="?", type=Path, default=None, help="folder (default: scenarios/)")
+    ls.set_defaults(func=_cmd_scenarios_list)
+    ck = verbs.add_parser("check", help="validate scenario files without running anything")
+    ck.add_argument("files", nargs="*", type=Path, help="scenario files (default: every file in scenarios/)")
+    ck.set_defaults(func=_cmd_scenarios_check)
+
+
+def _scenario_files(folder: Path | None) -> list[Path]:
+    folder = folder or default_scenario().parent
+    files = sorted(folder.glob("*.toml"))
+    if not files:
+        raise ScenarioError(f"{folder}: no scenario files (*.toml) found.")
+    return files
+
+
+def _cmd_scenarios_list(args: argparse.Namespace) -> int:
+    from harness.scenarios import load_scenario
+
+    rows = []
+    for path in _scenario_files(args.folder):
+        s = load_scenario(path)
+        rows.append({"scenario": s.name, "tools": ", ".join(t.name for t in s.tools), "turn_limit": s.turn_limit,
+                     "done looks like": s.done_looks_like, "file": str(path)})  # fmt: skip
+    print(tabulate(rows, headers="keys", tablefmt="github"))
+    return 0
+
+
+def _cmd_scenarios_check(args: argparse.Namespace) -> int:
+    from harness.scenarios import load_scenario
+
+    failures = 0
+    for path in args.files or _scenario_files(None):
+        try:
+            scenario = load_scenario(path)
+            print(f"{path}: OK ({scenario.name}, {len(scenario.checks)} checks)")
+        except ScenarioError as exc:
+            failures += 1
+            print(f"harness: {exc}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+# -- harness models ... -----------------------------------------------------------------------------
+def add_models(sub: Subparsers) -> None:
+    """Register ``harness models pull NAME`` and ``harness models list``."""
+    models_parser = sub.add_parser("models", help="manage the embedded backend's model cache")
+    models_sub = models_parser.add_subparsers(dest="models_command", metavar="ACTION")
+    models_sub.required = True
+    pull = models_sub.add_parser("pull", help="download and verify a known model; print its path")
+    pull.add_argument("name", metavar="NAME", help="a known model name, e.g. smollm2-135m")
+    pull.set_defaults(func=_cmd_models_pull)
+    listing = models_sub.add_parser("list", help="list known models, cached or not")
+    listing.set_defaults(func=_cmd_models_list)
+
+
+def _cmd_models_pull(args: argparse.Namespace) -> int:
+    from harness.backends import models
+
+    print(models.pull(args.name))
+    return 0
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from harness.backends import models
+
+    rows = [
+        [m.info.name, f"{m.info.size / 1e6:.1f} MB", "yes" if m.cached else "no", m.info.license, m.path]
+        for m in models.list_models()
+    ]
+    print(tabulate(rows, headers=["name", "size", "cached", "license", "path"]))
+    return 0
+
+
+# -- harness classify -------------------------------------------------------------------------------
+def add_classify(sub: Subparsers) -> None:
+    """Register ``harness classify FILE`` and ``harness classify --list-modes``."""
+    cmd = sub.add_parser(
+        "classify",
+        help="classify one assistant reply from a JSON document",
+        description=(
+            'Read {"tools": [...], "messages": [...], "response": {...}} from FILE ("-" for stdin) '
+            "and print its failure modes and recoverable calls as one JSON object."
+        ),
+    )
+    cmd.add_argument("file", nargs="?", metavar="FILE", help='the JSON document, or "-" for stdin')
+    cmd.add_argument("--list-modes", action="store_true", help="print every failure mode with its definition")
+    cmd.set_defaults(func=_cmd_classify)
+
+
+def _cmd_classify(args: argparse.Namespace) -> int:
+    """Print ``classify_document`` of the input (or the mode list).
+
+    Raises:
+        UsageError: no FILE, FILE unreadable, or not one JSON object.
+    """
+    from harness.classifier import FAILURE_MODES, classify_document
+
+    if args.list_modes:
+        width = max(len(name) for name in FAILURE_MODES)
+        for name, definition in FAILURE_MODES.items():
+            print(f"{name:<{width}}  {definition}")
+        return 0
+    if args.file is None:
+        raise UsageError("classify needs FILE (a JSON document, or - for stdin), or --list-modes.")
+    where = "stdin" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {where}: {exc.__class__.__name__}: {exc}".replace("\n", " ")) from exc
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{where} is not valid JSON: {reason}") from exc
+    if not isinstance(doc, dict):
+        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(doc), "number")
+        raise UsageError(f"{where} must hold one JSON object, not a JSON {kind}.")
+    if not isinstance(doc.get("response"), dict):
+        raise UsageError(
+            f'{where} has no "response" object; expected {{"tools": [...], "messages": [...], "response": {{"content": ..., "tool_calls": ...}}}}.'
+        )
+    print(json.dumps(classify_document(doc), indent=2, ensure_ascii=True))
+    return 0

@@ -1,0 +1,124 @@
+"""``harness run``: run a matrix (or plan it with ``--dry-run``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.cli._common import Subparsers, default_scenario, ledger_option, ledger_path
+from harness.errors import UsageError
+from harness.vocab import PARSER_POLICIES, TOOL_MODES
+
+if TYPE_CHECKING:
+    from harness.loop import RunOptions, RunPlan
+    from harness.runner import MatrixResult
+
+__all__ = ["add_run"]
+
+
+# -- harness run -------------------------------------------------------------------------------------
+def add_run(sub: Subparsers) -> None:
+    """Register ``harness run``."""
+    p = sub.add_parser("run", help="run scenarios over a matrix of models and options", description=(
+        "Run scenario files over a matrix of models, temperatures, seeds, tool modes and parser policies, "
+        "recording every turn in the ledger. With no arguments: scenarios/list_and_report.toml on "
+        "embedded:smollm2-135m with the scenario's default matrix."))  # fmt: skip
+    p.add_argument("scenarios", nargs="*", type=Path, metavar="SCENARIO", help="scenario TOML files")
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="SPEC",
+        help="model spec (repeatable): ollama:M[@URL], openai:M@URL, embedded:NAME|PATH, replay:FILE",
+    )
+    p.add_argument("--temperature", action="append", type=float, metavar="T", help="temperature (repeatable)")
+    p.add_argument("--seed", action="append", type=int, metavar="N", help="base seed (repeatable); repetition r sends seed N + r")
+    p.add_argument("--repeats", type=int, metavar="N", help="repetitions per cell")
+    p.add_argument("--tool-mode", action="append", choices=TOOL_MODES, help="how tools reach the model (repeatable)")
+    p.add_argument("--parser", action="append", choices=PARSER_POLICIES, help="parser policy (repeatable)")
+    ledger_option(p)
+    p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
+    p.add_argument(
+        "--max-attempts", type=int, default=4, metavar="N", help="attempts per model call on server errors (default 4)"
+    )
+    p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
+    p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
+    p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
+    p.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.loop import RetryPolicy, RunOptions
+    from harness.matrix import MatrixOverrides
+    from harness.runner import expand_matrix
+    from harness.scenarios import load_scenario
+
+    if not 1 <= args.jobs <= 256 or not 1 <= args.max_attempts <= 100:
+        raise UsageError("--jobs must be from 1 to 256 and --max-attempts from 1 to 100.")
+    if args.record is not None and args.record.exists() and not args.record.is_dir():
+        raise UsageError(f"--record {args.record} is a file; give a folder for the cassettes.")
+    overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
+    overrides.check()
+    scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
+    plans = expand_matrix(scenarios, overrides)
+    path = ledger_path(args)
+    if args.dry_run:
+        return _dry_run(plans, path)
+    options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, retry=RetryPolicy(max_attempts=args.max_attempts),
+                         use_cache=args.cache, record_dir=args.record)  # fmt: skip
+    result = _run(plans, path, options, resume=not args.no_resume)
+    if args.record is not None and not result.summaries:
+        print(
+            "harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.",
+            file=sys.stderr,
+        )
+    return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
+
+
+def _dry_run(plans: list[RunPlan], path: Path) -> int:
+    """Print the planned runs and how many the ledger already has; never creates a ledger."""
+    from harness.console import plan_label, plural
+    from harness.ledger import Ledger
+    from harness.runner import plan_matrix
+
+    ledger = Ledger(path, readonly=True) if path.exists() else None
+    try:
+        planned = plan_matrix(plans, ledger)
+    finally:
+        if ledger is not None:
+            ledger.close()
+    for i, item in enumerate(planned.planned, 1):
+        print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{' (done)' if item.done else ''}")
+    for model, reason, count in planned.skipped:
+        print(f"harness: {count} runs of {model} cannot be planned: {reason}", file=sys.stderr)
+    print(
+        f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run."
+    )
+    return 0
+
+
+def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool) -> MatrixResult:
+    """Run the matrix with progress on the terminal; a second Ctrl-C quits the process at once."""
+    from harness.console import Progress, plural, print_run_summary
+    from harness.ledger import Ledger
+    from harness.runner import MatrixQuit, run_matrix
+
+    started = time.perf_counter()
+    with Ledger(path) as ledger:
+        progress = Progress(len(plans), path)
+        try:
+            result = run_matrix(plans, ledger, options, resume=resume, events=progress)
+        except MatrixQuit as quit:
+            progress.close()
+            print(
+                f"harness: quit; {plural(quit.abandoned, 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True
+            )
+            os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
+        finally:
+            progress.close()
+    print_run_summary(result, time.perf_counter() - started, path)
+    return result

@@ -1,0 +1,141 @@
+"""Everything the harness writes to the terminal about a matrix: progress, run lines, summaries.
+
+The library never prints (the runner reports through :class:`~harness.runner.MatrixEvents`
+and raises on interrupts); the CLI and this module are the only code that does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.loop import RunPlan, RunSummary
+from harness.runner import MatrixEvents, MatrixResult
+from harness.vocab import is_scored
+
+__all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "summary_rows"]
+
+
+def plural(count: int, word: str) -> str:
+    """``"1 run"``, ``"3 runs"``: a count with its noun."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def format_run_line(index: int, total: int, summary: RunSummary) -> str:
+    """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed``."""
+    p = summary.plan
+    modes = ", ".join(summary.failure_modes) or "none"
+    timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
+    extra = f" ({summary.error})" if summary.outcome == "infra_error" and summary.error else ""
+    return (
+        f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
+        f"{p.tool_mode}/{p.parser} rep={p.repetition} -> {summary.outcome}{extra} "
+        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}"
+    )
+
+
+def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
+    """One row per cell (scenario, model, temperature, tool mode, parser) with outcome counts.
+
+    ``pass_rate`` is passes / scored runs (:func:`harness.vocab.is_scored`; in [0, 1], or None when none).
+    """
+    cells: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for s in summaries:
+        p = s.plan
+        key = (p.scenario.name, p.model, p.temperature, p.tool_mode, p.parser)
+        row = cells.setdefault(key, {
+            "scenario": key[0], "model": key[1], "temperature": key[2], "tool_mode": key[3], "parser": key[4],
+            "runs": 0, "pass": 0, "task_failed": 0, "turn_limit": 0, "token_limit": 0, "infra_error": 0, "interrupted": 0,
+        })  # fmt: skip
+        row["runs"] += 1
+        row[s.outcome] += 1
+    for row in cells.values():
+        scored = sum(n for outcome, n in row.items() if is_scored(outcome))
+        row["pass_rate"] = row["pass"] / scored if scored else None
+    return list(cells.values())
+
+
+def plan_label(plan: RunPlan) -> str:
+    """One planned run as ``scenario model T=.. seed=.. tool_mode/parser rep=..`` (``--dry-run`` lines)."""
+    return (f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
+            f"{plan.tool_mode}/{plan.parser} rep={plan.repetition}")  # fmt: skip
+
+
+class Progress(MatrixEvents):
+    """The matrix's progress on the terminal: a tqdm bar on a terminal, a plain line per run otherwise (CI logs).
+
+    Args:
+        total: planned runs (reset to the runs still to do once they are known).
+        ledger_path: named in the start line.
+    """
+
+    def __init__(self, total: int, ledger_path: Path) -> None:
+        from tqdm import tqdm
+
+        self.planned_total, self.ledger_path = total, ledger_path
+        self.total, self.done = total, 0
+        self.counts = {"pass": 0, "fail": 0, "infra": 0}
+        self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
+
+    def planned(self, result: MatrixResult) -> None:
+        """Say how many runs will run; size the bar to them."""
+        todo = len(result.planned) - result.already_done
+        self.total = todo
+        if self.bar is not None:
+            self.bar.reset(total=todo)
+        done = f" ({result.already_done} already in the ledger)" if result.already_done else ""
+        print(
+            f"Running {todo} of {self.planned_total} planned runs{done}; ledger: {self.ledger_path}", file=sys.stderr, flush=True
+        )
+
+    def run_finished(self, summary: RunSummary) -> None:
+        """One line per finished run; the bar advances."""
+        self.done += 1
+        kind = "pass" if summary.outcome == "pass" else "fail" if is_scored(summary.outcome) else "infra"
+        self.counts[kind] += 1
+        line = format_run_line(self.done, self.total, summary)
+        if self.bar is None:
+            print(line, flush=True)
+        else:
+            self.bar.write(line)
+            self.bar.set_postfix(self.counts, refresh=False)
+            self.bar.update(1)
+
+    def stopping(self, in_flight: int) -> None:
+        """The first Ctrl-C: say what happens to the runs in flight."""
+        if in_flight:
+            print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
+                  "Press Ctrl-C again to quit at once (they are recorded as interrupted without that reply).", file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        """Close the bar (idempotent)."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path) -> None:
+    """After a matrix: warnings, a table per cell, the totals, what was skipped and what to retry."""
+    for warning in result.warnings:
+        print(f"harness: warning: {warning}", file=sys.stderr)
+    rows = summary_rows(result.summaries)
+    if rows:
+        table = [{**r, "pass_rate": "n/a" if r["pass_rate"] is None else f"{r['pass_rate']:.0%}"} for r in rows]
+        for key in ("turn_limit", "token_limit", "interrupted"):
+            if not any(r[key] for r in rows):
+                for row in table:
+                    row.pop(key)
+        print()
+        print(tabulate(table, headers="keys", tablefmt="github"))
+        print()
+    done_note = f" ({result.already_done} already in the ledger, skipped)" if result.already_done else ""
+    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
+    for model, reason, count in result.skipped:
+        print(f"harness: skipped {plural(count, 'run')} of {model}: {reason}", file=sys.stderr)
+    infra = sum(s.outcome == "infra_error" for s in result.summaries)
+    if infra:
+        print(f"harness: {infra} runs could not be done (infra_error: server failures, not model failures, "
+              "excluded from pass rates); run the same command again to retry them.", file=sys.stderr)  # fmt: skip

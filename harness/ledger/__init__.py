@@ -1,0 +1,45 @@
+"""The ledger: an append-only, hash-chained SQLite file holding every run and every turn.
+
+``store`` holds :class:`Ledger` (appends and named reads), ``records`` the rows written and
+read back, ``migrations`` the schema, ``chain`` the hash chain and its verification. This
+package is the only code that knows the tables; see :mod:`harness.ledger.store` for the design.
+"""
+
+from harness.canonical import canonical_json
+from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.records import (
+    Attempt,
+    Attestation,
+    IdentityHolder,
+    Labels,
+    RunEnd,
+    RunRow,
+    RunStart,
+    TurnRecord,
+    TurnRow,
+    VerifyResult,
+    record_fields,
+    utc_now,
+)
+from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger
+
+__all__ = [
+    "CHAINED_TABLES",
+    "DEFAULT_LEDGER_PATH",
+    "EXPORT_COLUMNS",
+    "Attempt",
+    "Attestation",
+    "ClaimPolicy",
+    "IdentityHolder",
+    "Labels",
+    "Ledger",
+    "RunEnd",
+    "RunRow",
+    "RunStart",
+    "TurnRecord",
+    "TurnRow",
+    "VerifyResult",
+    "canonical_json",
+    "record_fields",
+    "utc_now",
+]

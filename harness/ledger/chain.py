@@ -1,0 +1,96 @@
+"""The hash chain: what each row's ``row_hash`` covers, and the check that recomputes every chain.
+
+``row_hash = sha256(prev_hash + canonical JSON of [[column, value], ...])`` over the row's
+other columns in table order, with the value exactly as SQLite stores it (:func:`storable`),
+and rows chained per table in ``seq`` order from :data:`GENESIS_HASH`. :func:`verify_chains`
+names the first row that does not match, which catches a row edited, inserted or deleted with
+the append-only triggers dropped. (Removing rows from the *end* of a table leaves a valid
+shorter chain; export the last hashes elsewhere if that matters to you.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.canonical import canonical_json
+from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.records import VerifyResult
+
+__all__ = ["GENESIS_HASH", "row_hash", "storable", "verify_chains"]
+
+GENESIS_HASH = "0" * 64
+"""The ``prev_hash`` of each table's first row."""
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def storable(value: Any, declared: str) -> Any:
+    """The value exactly as SQLite will store and return it in a column of the declared type.
+
+    Hashing this (not the Python value) keeps the chain verifiable whatever a model or server sent:
+    TEXT columns get text, booleans become integers, integers beyond 64 bits become text, and
+    strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        value = int(value)
+    if declared == "TEXT" and not isinstance(value, str):
+        value = str(value)
+    if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        value = str(value)
+    if isinstance(value, float) and value != value:
+        return None  # SQLite stores NaN as NULL
+    if isinstance(value, str):
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def row_hash(prev_hash: str, columns: list[str], row: tuple[Any, ...]) -> str:
+    payload = canonical_json([[c, v] for c, v in zip(columns, row, strict=True)])
+    return hashlib.sha256((prev_hash + payload).encode("utf-8")).hexdigest()
+
+
+def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], *, fully_migrated: bool) -> VerifyResult:
+    """Recompute every chained table's hashes in ``seq`` order and check its append-only triggers.
+
+    Args:
+        db: an open connection.
+        columns: table -> its columns in table order (empty for a table an older ledger lacks).
+        fully_migrated: every migration is applied, so a missing table is damage, not age.
+
+    Returns:
+        The :class:`~harness.ledger.records.VerifyResult`.
+    """
+    triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+    checked = 0
+    for table in CHAINED_TABLES:
+        names = list(columns[table])
+        if not names:  # an older ledger opened read-only: its migration has not run yet
+            if fully_migrated:
+                return VerifyResult(False, checked, f"the table {table} is missing")
+            continue
+        hashed_cols = [c for c in names if c not in ("seq", "prev_hash", "row_hash")]
+        prev = GENESIS_HASH
+        for row in db.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY seq"):
+            checked += 1
+            values = dict(zip(names, row, strict=True))
+            where = f"{table} row seq={values['seq']}" + (
+                f" (run {values['run_id']}" + (f", turn {values['turn']})" if "turn" in values else ")")
+            )
+            if values["prev_hash"] != prev:
+                return VerifyResult(
+                    False,
+                    checked,
+                    f"{where}: prev_hash does not match the previous row (a row was removed, inserted or reordered)",
+                )
+            if values["row_hash"] != row_hash(prev, hashed_cols, tuple(values[c] for c in hashed_cols)):
+                return VerifyResult(False, checked, f"{where}: row_hash does not match its content (the row was edited)")
+            prev = values["row_hash"]
+        for action in ("update", "delete"):
+            if f"{table}_no_{action}" not in triggers:
+                return VerifyResult(False, checked, f"the append-only trigger {table}_no_{action} is missing")
+    return VerifyResult(True, checked, None)

@@ -1,0 +1,142 @@
+"""The ledger's schema: named migrations applied in order, each in one transaction with its record.
+
+Each migration is a function ``mNNN_description(db)`` registered with :func:`migration`;
+names are unique and applied ones are recorded in ``_migrations`` (append-only, like every
+table). :func:`apply` runs the pending ones; :func:`pending` and :func:`applied` only read, so a
+read-only open can say "run ``harness ledger migrate``" (the guarantees of
+``sqlite_utils.Migrations``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from harness.ledger.records import utc_now
+
+__all__ = ["CHAINED_TABLES", "MIGRATIONS", "applied", "apply", "migration", "pending"]
+
+CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts")
+"""Every table whose rows carry ``prev_hash``/``row_hash``, in verification order."""
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+"""``(name, function)`` in the order they apply."""
+
+
+def migration(fn: Migration) -> Migration:
+    """Register a migration; its function name is its name.
+
+    Raises:
+        RuntimeError: the name is already registered.
+    """
+    if any(name == fn.__name__ for name, _ in MIGRATIONS):
+        raise RuntimeError(f"duplicate migration name {fn.__name__}")
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+def _append_only_triggers(db: sqlite3.Connection, table: str) -> None:
+    for action in ("UPDATE", "DELETE"):
+        db.execute(
+            f"CREATE TRIGGER IF NOT EXISTS {table}_no_{action.lower()} BEFORE {action} ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: {action} on {table} refused'); END"
+        )
+
+
+_CHAIN_COLS = "prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL"
+
+
+@migration
+def m001_initial(db: sqlite3.Connection) -> None:
+    """Create runs, turns, run_ends and labels with append-only triggers."""
+    db.execute(f"""CREATE TABLE runs (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, identity TEXT NOT NULL,
+        scenario TEXT NOT NULL, scenario_path TEXT, scenario_hash TEXT NOT NULL,
+        model TEXT NOT NULL, backend TEXT NOT NULL, base_url TEXT, server_version TEXT, model_digest TEXT,
+        temperature REAL NOT NULL, seed INTEGER NOT NULL, max_tokens INTEGER, num_ctx INTEGER,
+        tool_mode TEXT NOT NULL, parser TEXT NOT NULL, repetition INTEGER NOT NULL,
+        turn_limit INTEGER, token_limit INTEGER, harness_version TEXT NOT NULL, git_sha TEXT, git_dirty INTEGER,
+        sandbox TEXT, started_at TEXT NOT NULL, config TEXT, {_CHAIN_COLS})""")
+    db.execute(f"""CREATE TABLE turns (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(run_id), turn INTEGER NOT NULL,
+        request_hash TEXT NOT NULL, raw_reply TEXT, content TEXT, tool_calls TEXT, recovered_calls TEXT,
+        executed_calls TEXT, failure_modes TEXT NOT NULL, recovered_by TEXT, classifier_version TEXT NOT NULL,
+        finish_reason TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, latency_ms REAL,
+        started_at TEXT NOT NULL, ended_at TEXT NOT NULL, details TEXT, {_CHAIN_COLS},
+        UNIQUE (run_id, turn))""")
+    db.execute(f"""CREATE TABLE run_ends (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE REFERENCES runs(run_id),
+        outcome TEXT NOT NULL, turns INTEGER NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER,
+        breach TEXT, error TEXT, checks TEXT, final_answer TEXT, escape_attempts TEXT, files_written TEXT,
+        ended_at TEXT NOT NULL, {_CHAIN_COLS})""")
+    db.execute(f"""CREATE TABLE labels (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, turn INTEGER NOT NULL,
+        classifier_version TEXT NOT NULL, failure_modes TEXT NOT NULL, recovered_calls TEXT,
+        recovered_by TEXT, details TEXT, labelled_at TEXT NOT NULL, {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX turns_run ON turns(run_id)")
+    db.execute("CREATE INDEX labels_run_turn ON labels(run_id, turn)")
+    db.execute("CREATE INDEX runs_identity ON runs(identity)")
+    for table in ("runs", "turns", "run_ends", "labels", "_migrations"):
+        _append_only_triggers(db, table)
+
+
+@migration
+def m002_attestations(db: sqlite3.Connection) -> None:
+    """Create attestations (``harness attest``): who reviewed which run's frame, append-only."""
+    db.execute(f"""CREATE TABLE attestations (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(run_id), reviewer TEXT NOT NULL,
+        notes TEXT, frame_sha256 TEXT NOT NULL, attested_at TEXT NOT NULL, {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX attestations_run ON attestations(run_id)")
+    _append_only_triggers(db, "attestations")
+
+
+@migration
+def m003_attempts(db: sqlite3.Connection) -> None:
+    """Record failed model-call attempts; index request hashes for the opt-in reply cache."""
+    db.execute(f"""CREATE TABLE attempts (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, turn INTEGER NOT NULL, attempt INTEGER NOT NULL,
+        error_type TEXT NOT NULL, error TEXT NOT NULL, status_code INTEGER, retry_in_ms REAL, at TEXT NOT NULL,
+        {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX attempts_run ON attempts(run_id)")
+    db.execute("CREATE INDEX turns_request ON turns(request_hash)")
+    _append_only_triggers(db, "attempts")
+
+
+def applied(db: sqlite3.Connection) -> list[str]:
+    """Names of applied migrations, in the order applied (``[]`` for a blank file)."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone():
+        return []
+    return [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY rowid")]
+
+
+def pending(db: sqlite3.Connection) -> list[str]:
+    """Names of registered migrations not applied yet, in order (reads only)."""
+    done = set(applied(db))
+    return [name for name, _ in MIGRATIONS if name not in done]
+
+
+def apply(db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[object]]) -> list[str]:
+    """Apply pending migrations in order, each with its ``_migrations`` record in one transaction.
+
+    Args:
+        db: a writable connection.
+        transaction: opens one write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``).
+
+    Returns:
+        Names of the migrations applied now (empty when up to date).
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    done = set(applied(db))
+    now: list[str] = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        with transaction():
+            if db.execute("SELECT 1 FROM _migrations WHERE name=?", (name,)).fetchone():
+                continue  # another process applied it meanwhile
+            fn(db)
+            db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, utc_now()))
+        now.append(name)
+    return now

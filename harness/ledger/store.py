@@ -1,0 +1,480 @@
+"""The ledger: an append-only, hash-chained SQLite file holding every run and every turn.
+
+Design
+------
+* One SQLite file (default ``results/ledger.sqlite``) in WAL mode. It is the only thing in
+  the harness that writes results; reports only read it.
+* Append-only is enforced by the database: every table has ``BEFORE UPDATE`` and
+  ``BEFORE DELETE`` triggers that abort. A run's end is a new row in ``run_ends``; new
+  classifier labels are new rows in ``labels``; nothing is ever edited in place.
+* Each append is its own transaction (``BEGIN IMMEDIATE``), so a crash loses at most the
+  turn in flight, and concurrent writers (threads or processes) serialize on SQLite's lock.
+* Every chained table has ``prev_hash`` and ``row_hash``: ``row_hash = sha256(prev_hash +
+  canonical JSON of the row's other columns)``, with rows chained per table in ``seq`` order.
+  :meth:`Ledger.verify` recomputes the chains and names the first row that does not match,
+  which catches a row edited, inserted or deleted with the triggers dropped. (Removing rows
+  from the *end* of a table leaves a valid shorter chain; export the last hashes elsewhere
+  if that matters to you.)
+* The schema is created and upgraded by named migrations (:mod:`harness.ledger.migrations`),
+  applied in order, each in one transaction with its record in ``_migrations``; every
+  writable open migrates.
+* This package is the only code that knows the tables: everything else reads through the
+  named methods of :class:`Ledger`, which return typed rows with JSON decoded
+  (:mod:`harness.ledger.records`) or, for reports, DataFrames.
+
+Tables (all columns of JSON type hold canonical JSON text)::
+
+    runs       one row when a run starts: what ran, on what, with which options
+    turns      one row per model call: request hash, raw reply, calls, labels, tokens, timing
+    run_ends   one row when a run ends: outcome, totals, breach, checks, final answer
+    labels     re-classifications appended by ``harness rescore`` (newest wins in reports)
+    attempts   one row per failed model-call attempt (infrastructure errors and their retries)
+    attestations  one row per human review of a run: reviewer, notes, SHA-256 of the review frame
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import LedgerError
+from harness.ledger import migrations
+from harness.ledger.chain import GENESIS_HASH, row_hash, storable, verify_chains
+from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.records import (
+    Attempt,
+    Attestation,
+    IdentityHolder,
+    Labels,
+    RunEnd,
+    RunRow,
+    RunStart,
+    TurnRecord,
+    TurnRow,
+    VerifyResult,
+    decode,
+    json_columns,
+)
+from harness.vocab import SCORED_OUTCOMES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger"]
+
+DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
+EXPORT_COLUMNS = (
+    "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn",
+    "failure_modes", "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome",
+)  # fmt: skip
+
+ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
+"""Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
+
+_SCORED_SQL = "(" + ", ".join(f"'{o}'" for o in SCORED_OUTCOMES) + ")"
+_RUN_END_COLUMNS = (
+    "e.seq AS end_seq, e.outcome, e.turns AS end_turns, e.prompt_tokens AS end_prompt_tokens,"
+    " e.completion_tokens AS end_completion_tokens, e.breach, e.error, e.checks, e.final_answer, e.escape_attempts,"
+    " e.files_written, e.ended_at"
+)
+"""The end columns of a run read together with its start row (renamed where ``runs`` has a column of the same name)."""
+
+
+_NEWEST_LABELS = (
+    "(SELECT run_id, turn, failure_modes, classifier_version FROM labels"
+    " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
+)
+"""The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
+
+
+def _holders(db: sqlite3.Connection, identity: str) -> list[IdentityHolder]:
+    rows = db.execute(
+        "SELECT r.run_id, r.config, e.outcome FROM runs r LEFT JOIN run_ends e USING (run_id) WHERE r.identity = ? ORDER BY r.seq",
+        (identity,),
+    ).fetchall()
+    holders = []
+    for run_id, config_text, outcome in rows:
+        try:
+            config = json.loads(config_text or "{}")
+        except ValueError:
+            config = {}
+        holders.append(IdentityHolder(run_id, config if isinstance(config, dict) else {}, outcome))
+    return holders
+
+
+def _run_row(row: dict[str, Any]) -> RunRow:
+    start = decode(RunStart, row, table="runs")
+    if row["end_seq"] is None:
+        return RunRow(row["seq"], start, None)
+    end_values = {**row, "turns": row["end_turns"], "prompt_tokens": row["end_prompt_tokens"],
+                  "completion_tokens": row["end_completion_tokens"]}  # fmt: skip
+    return RunRow(row["seq"], start, decode(RunEnd, end_values, table="run_ends"))
+
+
+def _turn_row(row: dict[str, Any]) -> TurnRow:
+    record = decode(TurnRecord, row, table="turns")
+    labels = decode_labels(row["newest_labels"], row)
+    return TurnRow(row["seq"], record, labels, row["labels_version"])
+
+
+def decode_labels(text: str, row: dict[str, Any]) -> list[str]:
+    """A ``failure_modes`` JSON column as a list of names.
+
+    Raises:
+        LedgerError: the text is not JSON (the file was edited).
+    """
+    try:
+        labels = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(
+            f"the labels of run {row.get('run_id')}, turn {row.get('turn')} are not JSON; run `harness ledger verify`."
+        ) from exc
+    return list(labels) if isinstance(labels, list) else []
+
+
+class Ledger:
+    """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
+
+    Args:
+        path: SQLite file; created (with parent folders) if missing, migrated on open.
+        readonly: open without creating or migrating (reports, verify, export).
+
+    Raises:
+        LedgerError: the file cannot be created, is not an SQLite database, or is not a
+            harness ledger.
+
+    Example::
+
+        with Ledger("results/ledger.sqlite") as ledger:
+            ledger.start_run(run_start)
+            ledger.record_turn(turn)
+            ledger.end_run(run_end)
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_LEDGER_PATH, *, readonly: bool = False):
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            if readonly:
+                if not self.path.is_file():
+                    raise LedgerError(f"no ledger at {self.path}; run `harness run` first or pass --ledger PATH.")
+                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(
+                f"{self.path} is not a readable SQLite ledger ({exc}); pass another --ledger path or restore the file."
+            ) from exc
+        except OSError as exc:
+            raise LedgerError(f"cannot open the ledger at {self.path}: {exc.strerror or exc}.") from exc
+        if tables and "_migrations" not in tables:
+            raise LedgerError(f"{self.path} is an SQLite file but not a harness ledger; pass another --ledger path.")
+        if not readonly:
+            self.migrate()
+        elif not tables:
+            raise LedgerError(f"{self.path} is empty, not a harness ledger; run `harness run` first.")
+        present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = sorted({"runs", "turns", "run_ends", "labels"} - present)
+        if missing:
+            raise LedgerError(
+                f"{self.path} is not a complete harness ledger (table {missing[0]} is missing); restore it from a copy."
+            )
+        info = {t: list(self._db.execute(f"PRAGMA table_info({t})")) for t in CHAINED_TABLES}
+        self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
+        self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
+
+    # -- schema ---------------------------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        """Apply pending migrations in order, each in one transaction with its record.
+
+        Returns:
+            Names of the migrations applied now (empty when up to date).
+        """
+        with self._lock:
+            return migrations.apply(self._db, self._transaction)
+
+    def applied_migrations(self) -> list[str]:
+        """Names of applied migrations, in order applied."""
+        with self._lock:
+            return migrations.applied(self._db)
+
+    def pending_migrations(self) -> list[str]:
+        """Names of migrations not applied yet (a read-only open of an older ledger has some; ``harness ledger migrate`` applies them)."""
+        with self._lock:
+            return migrations.pending(self._db)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._db.execute("COMMIT")
+
+    # -- appends --------------------------------------------------------------------------------------
+    def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None) -> bool:
+        columns = [c for c in self._columns[table] if c not in ("seq", "row_hash")]
+        try:
+            with self._transaction() as db:
+                if guard is not None and not guard(db):
+                    return False  # checked and refused inside the same write transaction: no race
+                last = db.execute(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1").fetchone()
+                types = self._types[table]
+                values = {k: storable(v, types.get(k, "")) for k, v in values.items()}
+                values["prev_hash"] = last[0] if last else GENESIS_HASH
+                row = tuple(values.get(c) for c in columns)
+                hashed_cols = [c for c in columns if c != "prev_hash"]
+                hashed_row = tuple(values.get(c) for c in hashed_cols)
+                digest = row_hash(values["prev_hash"], hashed_cols, hashed_row)
+                db.execute(
+                    f"INSERT INTO {table} ({', '.join(columns)}, row_hash) VALUES ({', '.join('?' * (len(columns) + 1))})",
+                    (*row, digest),
+                )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
+        return True
+
+    def start_run(self, record: RunStart, *, claim: ClaimPolicy | None = None) -> bool:
+        """Append a run's start row (one transaction).
+
+        Args:
+            record: the run.
+            claim: when given, called inside the same write transaction with every run already
+                recorded under ``record.identity``; the row is appended only if it returns True.
+                So two matrices on one ledger never run an identity twice, whatever the policy
+                (the runner's decides what "taken" means).
+
+        Returns:
+            True when the row was appended; False when ``claim`` refused.
+
+        Raises:
+            LedgerError: the ledger cannot be written.
+        """
+        guard = None
+        if claim is not None:
+            policy = claim
+
+            def guard(db: sqlite3.Connection) -> bool:
+                return policy(_holders(db, record.identity))
+
+        return self._append("runs", json_columns(record), guard=guard)
+
+    def record_turn(self, record: TurnRecord) -> None:
+        """Append one turn (one transaction): a crash loses at most the turn in flight."""
+        self._append("turns", json_columns(record))
+
+    def end_run(self, record: RunEnd) -> None:
+        """Append a run's end row (one transaction). Raises LedgerError if the run already ended."""
+        self._append("run_ends", json_columns(record))
+
+    def record_labels(self, record: Labels) -> None:
+        """Append a re-classification of one stored turn (``harness rescore``)."""
+        self._append("labels", json_columns(record))
+
+    def record_attestation(self, record: Attestation) -> None:
+        """Append a reviewer's attestation of one run's review frame (``harness attest``)."""
+        self._append("attestations", json_columns(record))
+
+    def record_attempt(self, record: Attempt) -> None:
+        """Append one failed model-call attempt."""
+        self._append("attempts", json_columns(record))
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run one read query; rows as dicts. Private: other modules use the named reads below."""
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql, tuple(params))
+                names = [d[0] for d in cursor.description or ()]
+                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise LedgerError(
+                f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`."
+            ) from exc
+
+    def _run_rows(self, where: str = "", params: Sequence[Any] = (), limit: int | None = None) -> list[RunRow]:
+        sql = f"SELECT r.*, {_RUN_END_COLUMNS} FROM runs r LEFT JOIN run_ends e USING (run_id) {where} ORDER BY r.seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [_run_row(row) for row in self._query(sql, params)]
+
+    def runs(self) -> list[RunRow]:
+        """Every run with its end row (None for unfinished runs), in start order."""
+        return self._run_rows()
+
+    def runs_matching(self, run_id: str, *, limit: int = 2) -> list[RunRow]:
+        """The run with this exact id, else up to ``limit`` runs whose id starts with it (start order)."""
+        exact = self._run_rows("WHERE r.run_id = ?", (run_id,))
+        if exact or not run_id:
+            return exact
+        prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return self._run_rows("WHERE r.run_id LIKE ? ESCAPE '\\'", (prefix,), limit=limit)
+
+    def turns(self, run_id: str | None = None) -> list[TurnRow]:
+        """Turns (of one run, or all) with their newest labels, in ledger order."""
+        where, params = ("WHERE t.run_id = ?", (run_id,)) if run_id else ("", ())
+        rows = self._query(
+            "SELECT t.*, COALESCE(l.failure_modes, t.failure_modes) AS newest_labels,"
+            " COALESCE(l.classifier_version, t.classifier_version) AS labels_version"
+            f" FROM turns t LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) {where} ORDER BY t.seq",
+            params,
+        )
+        return [_turn_row(row) for row in rows]
+
+    def turn_totals(self, run_id: str) -> tuple[int, int, int] | None:
+        """``(turns, prompt_tokens, completion_tokens)`` recorded so far for a run, or None when the run was never started."""
+        if not self._query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+            return None
+        row = self._query(
+            "SELECT COUNT(*) AS n, COALESCE(SUM(prompt_tokens), 0) AS p, COALESCE(SUM(completion_tokens), 0) AS c"
+            " FROM turns WHERE run_id = ?",
+            (run_id,),
+        )[0]
+        return int(row["n"]), int(row["p"]), int(row["c"])
+
+    def finished_identities(self) -> dict[str, int]:
+        """Run identities with a finished, scored outcome (see :func:`harness.vocab.is_scored`).
+
+        Returns:
+            identity -> number of such runs (more than 1 would mean a duplicate).
+        """
+        rows = self._query(
+            "SELECT r.identity, COUNT(*) AS n FROM runs r JOIN run_ends e USING (run_id)"
+            f" WHERE e.outcome IN {_SCORED_SQL} GROUP BY r.identity"
+        )
+        return {row["identity"]: row["n"] for row in rows}
+
+    def cached_turn(self, identity: str, request_hash: str) -> TurnRecord | None:
+        """The newest recorded turn of a run with this identity that answered this exact request."""
+        rows = self._query(
+            "SELECT t.* FROM turns t JOIN runs r USING (run_id) WHERE t.request_hash = ? AND r.identity = ?"
+            " ORDER BY t.seq DESC LIMIT 1",
+            (request_hash, identity),
+        )
+        return decode(TurnRecord, rows[0], table="turns") if rows else None
+
+    def export_rows(self) -> Iterator[dict[str, Any]]:
+        """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn)."""
+        rows = self._query(
+            "SELECT t.run_id, r.scenario, r.model, r.temperature, r.tool_mode, r.parser, r.repetition, t.turn,"
+            " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"
+            " t.completion_tokens, t.latency_ms, e.outcome"
+            " FROM turns t JOIN runs r USING (run_id) LEFT JOIN run_ends e USING (run_id)"
+            f" LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
+        )
+        for row in rows:
+            row["failure_modes"] = json.loads(row["failure_modes"])
+            yield row
+
+    def attempts(self, run_id: str | None = None) -> list[Attempt]:
+        """Failed model-call attempts (of one run, or all), in ledger order; ``[]`` for a ledger older than the table."""
+        if not self._columns["attempts"]:
+            return []
+        where, params = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        return [
+            decode(Attempt, row, table="attempts") for row in self._query(f"SELECT * FROM attempts {where} ORDER BY seq", params)
+        ]
+
+    def attestations(self, run_id: str) -> list[Attestation]:
+        """A run's attestations, oldest first; ``[]`` for a ledger older than the table."""
+        if not self._columns["attestations"]:
+            return []
+        rows = self._query("SELECT * FROM attestations WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [decode(Attestation, row, table="attestations") for row in rows]
+
+    def row_counts(self) -> dict[str, int]:
+        """Rows per chained table (tables an older ledger lacks count 0)."""
+        return {t: self._query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] if self._columns[t] else 0 for t in CHAINED_TABLES}
+
+    def chain_head(self, table: str = "runs") -> str | None:
+        """``row_hash`` of the newest row of a chained table (identifies its content), or None when empty."""
+        if table not in CHAINED_TABLES:
+            raise ValueError(f"{table!r} is not a chained table")
+        rows = self._query(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1")
+        return rows[0]["row_hash"] if rows else None
+
+    # -- reads for reports (pandas, imported on first use) ----------------------------------------------
+    def _frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        import pandas as pd
+
+        try:
+            with self._lock:
+                return pd.read_sql(sql, self._db, params=tuple(params))
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise LedgerError(
+                f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`."
+            ) from exc
+
+    def runs_frame(self) -> pd.DataFrame:
+        """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
+
+        Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
+        parser, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``.
+        """
+        return self._frame(
+            "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
+            " r.tool_mode, r.parser, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns, e.prompt_tokens,"
+            " e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+        )
+
+    def turns_frame(self) -> pd.DataFrame:
+        """One row per turn in ledger order, with the loop's own labels (JSON text; see :meth:`newest_labels_frame`).
+
+        Columns: ``seq, run_id, turn, failure_modes, labels_version, finish_reason, prompt_tokens,
+        completion_tokens, latency_ms, content_chars`` (reply length in characters, 0 when empty).
+        """
+        return self._frame(
+            "SELECT seq, run_id, turn, failure_modes, classifier_version AS labels_version, finish_reason, prompt_tokens,"
+            " completion_tokens, latency_ms, COALESCE(length(content), 0) AS content_chars FROM turns ORDER BY seq"
+        )
+
+    def newest_labels_frame(self) -> pd.DataFrame:
+        """The newest ``harness rescore`` labels of each re-labelled turn: ``run_id, turn, failure_modes, labels_version``."""
+        return self._frame(
+            "SELECT run_id, turn, failure_modes, classifier_version AS labels_version FROM labels"
+            " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn)"
+        )
+
+    def reply_texts(self, seqs: Sequence[int]) -> dict[int, str]:
+        """Reply text of the given turns (by ``turns.seq``); null content reads as ``""``."""
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        rows = self._query(f"SELECT seq, content FROM turns WHERE seq IN ({marks})", [int(s) for s in seqs])
+        return {int(r["seq"]): r["content"] or "" for r in rows}
+
+    # -- integrity ------------------------------------------------------------------------------------
+    def verify(self) -> VerifyResult:
+        """Recompute every hash chain and check the append-only triggers are in place.
+
+        Returns:
+            :class:`~harness.ledger.records.VerifyResult`; ``problem`` names the first bad row, e.g.
+            ``"turns row seq=12 (run 3f2a..., turn 4): row_hash does not match its content"``.
+        """
+        with self._lock:
+            return verify_chains(self._db, self._columns, fully_migrated=not migrations.pending(self._db))
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

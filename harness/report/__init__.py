@@ -1,0 +1,37 @@
+"""Reports: read the ledger into DataFrames, compute tables, write markdown, plots and CSV, compare two models.
+
+``frames`` loads the ledger (:func:`load_frames`, where notebooks start), ``tables`` computes
+the summary, failure-mode, example and rescue tables, ``markdown`` writes ``harness report``'s
+files, ``plots`` draws the PNGs and ``compare`` pairs two models' runs (``harness compare``).
+Everything here only reads the ledger. Imports pandas and matplotlib.
+"""
+
+from harness.report.compare import PAIR_KEYS, Comparison, ModeComparison, compare_models, format_comparison, resolve_model
+from harness.report.frames import LedgerFrames, load_frames
+from harness.report.markdown import write_report
+from harness.report.tables import (
+    CELL_AXES,
+    failure_mode_table,
+    lenient_rescue,
+    parse_axes,
+    shortest_examples,
+    summary_table,
+)
+
+__all__ = [
+    "CELL_AXES",
+    "PAIR_KEYS",
+    "Comparison",
+    "LedgerFrames",
+    "ModeComparison",
+    "compare_models",
+    "failure_mode_table",
+    "format_comparison",
+    "lenient_rescue",
+    "load_frames",
+    "parse_axes",
+    "resolve_model",
+    "shortest_examples",
+    "summary_table",
+    "write_report",
+]

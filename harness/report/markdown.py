@@ -1,0 +1,251 @@
+"""``harness report``: the markdown report, its CSV tables and plots, written from the ledger.
+
+Deterministic: the same ledger always gives byte-identical files (stable sort orders, no
+wall-clock time: the header states the newest run end recorded in the ledger; PNGs without
+dates). Every stored string that reaches the markdown goes through :func:`cell_text`, so no
+model output or model name can break a table or inject markup. The data comes from
+:mod:`harness.report.frames` and :mod:`harness.report.tables`; plots from :mod:`harness.report.plots`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from tabulate import tabulate
+
+from harness.errors import UsageError
+from harness.report.frames import LedgerFrames, load_frames
+from harness.report.tables import CELL_AXES, failure_mode_table, lenient_rescue, parse_axes, shortest_examples, summary_table
+
+__all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_report"]
+
+MAX_PASS_K_COLUMNS = 10
+"""The summary table shows pass^k for k = 1 .. min(repeats, this); the CSV and plot show all k."""
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _interval(rate: float, low: float, high: float) -> str:
+    if math.isnan(rate):
+        return "n/a (no scored run)"
+    return f"{_pct(rate)} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _num(x: float, fmt: str = "{:g}") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def cell_text(text: str, *, code: bool = False) -> str:
+    """Any stored string made safe for one markdown table cell or line: no pipes, newlines, backticks or HTML.
+
+    With ``code=True`` the text goes inside a code span, where ``<`` is shown as is (entities would not be decoded).
+    """
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+    if not code:
+        text = text.replace("<", "&lt;")
+    return text.replace("\r\n", " ⏎ ").replace("\n", " ⏎ ").replace("\r", " ⏎ ")
+
+
+def _md_table(rows: list[dict[str, object]]) -> str:
+    return tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True)
+
+
+def _summary_markdown(table: pd.DataFrame, by: list[str]) -> str:
+    ks = [c for c in table.columns if c.startswith("pass^")][:MAX_PASS_K_COLUMNS]
+    rows = []
+    for r in table.to_dict("records"):
+        row: dict[str, object] = {axis: cell_text(_num(r[axis]) if axis == "temperature" else str(r[axis])) for axis in by}
+        row["runs"] = r["runs"]
+        row["scored"] = r["scored"]
+        row["pass rate [95% Wilson]"] = _interval(r["pass_rate"], r["pass_low"], r["pass_high"])
+        for k in ks:
+            row[k] = _num(r[k], "{:.3f}")
+        row["infra_error"] = r["infra_error"]
+        row["interrupted"] = r["interrupted"]
+        row["median turns"] = _num(r["median_turns"])
+        row["median tokens"] = _num(r["median_tokens"])
+        row["latency p50 (ms)"] = _num(r["latency_p50_ms"], "{:.0f}")
+        row["latency p95 (ms)"] = _num(r["latency_p95_ms"], "{:.0f}")
+        rows.append(row)
+    return _md_table(rows)
+
+
+def _failure_markdown(table: pd.DataFrame, models: list[str]) -> str:
+    rows = []
+    for mode, group in table.groupby("mode", sort=False):
+        row: dict[str, object] = {"failure mode": f"`{cell_text(str(mode), code=True)}`"}
+        by_model = group.set_index("model")
+        for model in models:
+            if model not in by_model.index:
+                row[f"{cell_text(model)}: runs with ≥1 [95% Wilson]"] = "n/a (no scored run)"
+                row[f"{cell_text(model)}: per turn"] = "n/a"
+                continue
+            r = by_model.loc[model].to_dict()
+            row[f"{cell_text(model)}: runs with ≥1 [95% Wilson]"] = (
+                f"{int(r['runs_with'])}/{int(r['scored_runs'])} = {_interval(r['share'], r['share_low'], r['share_high'])}"
+            )
+            row[f"{cell_text(model)}: per turn"] = f"{int(r['turns_with'])}/{int(r['turns'])} = {_pct(r['per_turn_rate'])}"
+        row["spread (points)"] = f"{100 * group['spread'].iloc[0]:.1f}"
+        rows.append(row)
+    return _md_table(rows)
+
+
+def write_report(
+    ledger_path: str | Path,
+    out_dir: str | Path,
+    *,
+    by: Sequence[str] = CELL_AXES,
+    formats: Sequence[str] = ("md", "png"),
+) -> list[Path]:
+    """Write the comparison report for a ledger into ``out_dir``.
+
+    Files: ``report.md`` (format ``md``); ``pass_rate.png``, ``failure_modes.png``,
+    ``outcomes.png``, ``pass_k.png`` (format ``png``, embedded in the markdown by relative
+    path); ``summary.csv``, ``failure_modes.csv``, ``runs.csv`` (format ``csv``). The same
+    ledger always gives byte-identical files.
+
+    Args:
+        ledger_path: the ledger, opened read-only.
+        out_dir: created if missing; files of the same names are overwritten.
+        by: grouping axes of the summary table, a subset of :data:`CELL_AXES`.
+        formats: any of ``md``, ``png``, ``csv``.
+
+    Returns:
+        Paths written, in writing order.
+
+    Raises:
+        LedgerError: the ledger cannot be read.
+        UsageError: an unknown format or axis.
+    """
+    unknown = sorted(set(formats) - {"md", "png", "csv"})
+    if unknown or not formats:
+        raise UsageError(f"--format: unknown format '{unknown[0] if unknown else ''}'; choose from md, png, csv.")
+    by = list(parse_axes(",".join(by)))
+    frames = load_frames(ledger_path)
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the report folder {out}: {exc.strerror or exc}.") from exc
+    summary = summary_table(frames, by)
+    failures = failure_mode_table(frames)
+    written: list[Path] = []
+    figures: dict[str, tuple[str, str]] = {}
+    if "png" in formats and frames.runs["scored"].any():
+        from harness.report import plots
+
+        cells = summary if by == list(CELL_AXES) else summary_table(frames, CELL_AXES)
+        figures = plots.write_all(frames, cells, failures, out)
+        written.extend(out / name for name in figures)
+    if "csv" in formats:
+        for name, table in (("summary.csv", summary), ("failure_modes.csv", failures),
+                            ("runs.csv", frames.runs.drop(columns=["scenario_path"]))):  # fmt: skip
+            table.to_csv(out / name, index=False, lineterminator="\n", float_format="%.10g")
+            written.append(out / name)
+    if "md" in formats:
+        text = _markdown(frames, summary, failures, by, figures)
+        (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
+        written.append(out / "report.md")
+    return written
+
+
+def _markdown(
+    frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFrame, by: list[str], figures: dict[str, tuple[str, str]]
+) -> str:
+    runs = frames.runs
+    outcome_counts = runs["outcome"].value_counts()
+    n_scored = int(runs["scored"].sum())
+    lines = ["# Comparison report", ""]
+    lines.append(
+        f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
+        f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished), {len(frames.turns)} turns; "
+        f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`."
+    )
+    lines.append("")
+    if runs.empty:
+        lines += ["**The ledger holds no runs yet: nothing to compare.** Run `harness run`, then report again.", ""]
+        return "\n".join(lines)
+    superseded = int(runs["superseded"].sum())
+    if superseded:
+        lines += [f"{superseded} run(s) repeat a run identity that finished again later (same scenario, model, options, "
+                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts: the `runs` column "
+                  "includes the repeats, `scored` and every rate do not.", ""]  # fmt: skip
+    if n_scored == 0:
+        lines += ["**No scored run:** every run ended as infra_error, interrupted or unfinished, so there is no rate to "
+                  "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip
+    lines += ["## Summary", "", f"One row per {' × '.join(by)}. Pass rate = passes / scored runs; infra_error, interrupted and "
+              "unfinished runs are counted in their own columns and excluded from every denominator and median. "
+              "pass^k = chance that k runs of a cell all pass (tau-bench); – where a cell has fewer than k scored runs.", ""]  # fmt: skip
+    constant = [a for a in by if len(by) > 1 and summary[a].nunique(dropna=False) == 1]
+    shown = [a for a in by if a not in constant] or by[:1]
+    constant = [a for a in constant if a not in shown]
+    if constant:
+        lines += [
+            "Same in every row: "
+            + ", ".join(
+                f"{a} = `{cell_text(_num(summary[a].iloc[0]) if a == 'temperature' else summary[a].iloc[0])}`" for a in constant
+            )
+            + ".",
+            "",
+        ]
+    lines += [_summary_markdown(summary, shown), ""]
+    notes = _edge_notes(summary, runs)
+    if notes:
+        lines += [*(f"- {n}" for n in notes), ""]
+    lines += ["## Failure modes", ""]
+    if failures.empty:
+        lines += ["No failure mode was labelled in any scored run.", ""]
+    else:
+        models = sorted(runs.loc[runs["scored"], "model"].unique())
+        note = " Only one model has scored runs, so the spread is 0 and modes are in name order." if len(models) < 2 else ""
+        lines += ["Share of scored runs with at least one turn showing the mode (95% Wilson interval), and share of those "
+                  f"runs' turns showing it. Sorted by spread = max − min share across models, largest first.{note}", ""]  # fmt: skip
+        lines += [_failure_markdown(failures, models), ""]
+    examples = shortest_examples(frames)
+    if not examples.empty:
+        lines += ["### Shortest reply showing each mode", ""]
+        for r in examples.to_dict("records"):
+            excerpt = cell_text(r["excerpt"], code=True) if r["excerpt"] else "(empty reply)"
+            lines.append(
+                f"- `{cell_text(r['mode'], code=True)}` — {cell_text(r['model'])}, run `{cell_text(r['run_id'], code=True)}` turn {r['turn']} ({r['chars']} chars): `{excerpt}`"
+            )
+        lines.append("")
+    rescue = lenient_rescue(frames)
+    lines += ["## Rescued by the lenient parser", ""]
+    if rescue.empty:
+        lines += ["Not measured: no model ran the same cells under both parser policies.", ""]
+    else:
+        for r in rescue.to_dict("records"):
+            lines.append(f"- {cell_text(r['model'])}: {100 * r['rescued']:+.1f} points (lenient {r['lenient_passes']}/{r['lenient_scored']} = "
+                         f"{_pct(r['lenient_rate'])} vs strict {r['strict_passes']}/{r['strict_scored']} = {_pct(r['strict_rate'])})")  # fmt: skip
+        lines.append("")
+    if figures:
+        lines += ["## Plots", ""]
+        for name, (alt, caption) in figures.items():
+            lines += [f"![{alt}]({name})", "", f"*{caption}*", ""]
+    return "\n".join(lines)
+
+
+def _edge_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    notes = []
+    if (summary["scored"] == 0).any():
+        notes.append(
+            f"{int((summary['scored'] == 0).sum())} row(s) have no scored run (only infra_error or interrupted): no rate is given for them."
+        )
+    if (summary["scored"] == 1).any():
+        notes.append("Rows with a single scored run have a Wilson interval spanning most of [0, 100]%: one run says little.")
+    extreme = summary[(summary["scored"] > 0) & summary["pass_rate"].isin((0.0, 1.0))]
+    if not extreme.empty:
+        notes.append(
+            f"{len(extreme)} row(s) pass 0% or 100% of their runs; the Wilson interval still bounds the true rate away from certainty."
+        )
+    per_model = runs[runs["scored"]].groupby("model").size()
+    for model, n in per_model.items():
+        if n == 1:
+            notes.append(f"{cell_text(str(model))} has a single scored run.")
+    return notes

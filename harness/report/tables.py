@@ -1,0 +1,259 @@
+"""The report's tables, computed from :class:`~harness.report.frames.LedgerFrames`: summary per cell,
+failure modes by model, shortest examples, lenient-parser rescue.
+
+Statistics are in :mod:`harness.stats` (Wilson intervals, pass^k), each citing its source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import UsageError
+from harness.report.frames import LedgerFrames
+from harness.stats import pass_hat_k, wilson_interval
+
+__all__ = [
+    "CELL_AXES",
+    "EXCERPT_CHARS",
+    "failure_mode_table",
+    "lenient_rescue",
+    "parse_axes",
+    "shortest_examples",
+    "summary_table",
+]
+
+CELL_AXES = ("scenario", "model", "temperature", "tool_mode", "parser")
+"""The axes that define a cell; runs of one cell differ only in repetition and seed."""
+EXCERPT_CHARS = 120
+
+
+def parse_axes(text: str | None) -> tuple[str, ...]:
+    """Parse ``--by`` (comma-separated axes) into a tuple; None or empty means :data:`CELL_AXES`.
+
+    Raises:
+        UsageError: an axis is not one of :data:`CELL_AXES`.
+    """
+    if not text:
+        return CELL_AXES
+    axes = tuple(a.strip() for a in text.split(",") if a.strip())
+    unknown = [a for a in axes if a not in CELL_AXES]
+    if unknown or not axes:
+        raise UsageError(f"--by: unknown axis '{unknown[0] if unknown else text}'; choose from {', '.join(CELL_AXES)}.")
+    return tuple(dict.fromkeys(axes))
+
+
+def _wilson_or_nan(k: int, n: int) -> tuple[float, float]:
+    return wilson_interval(int(k), int(n)) if n > 0 else (math.nan, math.nan)
+
+
+def _pass_k_for_group(cells: pd.DataFrame, k: int) -> float:
+    """Mean over the group's cells (tau-bench tasks) of C(c, k) / C(n, k); NaN if any cell has n < k."""
+    if cells.empty or (cells["n"] < k).any():
+        return math.nan
+    return float(np.mean([pass_hat_k(n, c, k) for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)]))
+
+
+def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.DataFrame:
+    """One row per group of runs (default: per cell) with rates, pass^k, counts and medians.
+
+    pass^k (Yao et al. 2024) is the mean over the group's cells of ``C(c, k) / C(n, k)``, each
+    cell (scenario × model × temperature × tool mode × parser) being one tau-bench task whose
+    scored runs are its trials; it is NaN when a cell has fewer than k scored runs.
+
+    Args:
+        frames: from :func:`load_frames`.
+        by: grouping axes, a subset of :data:`CELL_AXES`.
+
+    Returns:
+        DataFrame sorted by ``by``, columns: the ``by`` axes; ``runs`` (all); ``scored``;
+        ``passes``; ``pass_rate`` with ``pass_low``/``pass_high`` (95% Wilson, rates in [0, 1],
+        NaN with no scored run); ``pass^1`` .. ``pass^K`` (K = the most repetitions of any cell,
+        at most its scored runs); ``infra_error``; ``interrupted`` (interrupted or unfinished); ``median_turns``;
+        ``median_tokens`` (tokens); ``latency_p50_ms`` and ``latency_p95_ms`` (per-turn, ms).
+        Counts and medians cover scored runs only, except ``runs``, ``infra_error`` and
+        ``interrupted``.
+    """
+    by = list(by)
+    runs = frames.runs
+    if runs.empty:
+        return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
+    scored = runs[runs["scored"]]
+    cells = (
+        scored.groupby(list(CELL_AXES), sort=True)
+        .agg(n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique"))
+        .reset_index()
+    )
+    max_k = int(min(cells["n"].max(), cells["repeats"].max())) if not cells.empty else 0
+    groups = runs.groupby(by, sort=True)
+    table = groups.agg(
+        runs=("run_id", "size"),
+        scored=("scored", "sum"),
+        passes=("passed", "sum"),
+        infra_error=("outcome", lambda s: int((s == "infra_error").sum())),
+        interrupted=("outcome", lambda s: int(s.isin(("interrupted", "unfinished")).sum())),
+    ).reset_index()
+    medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"))
+    table = table.merge(medians.reset_index(), on=by, how="left")
+    bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
+    table.insert(
+        len(by) + 3,
+        "pass_rate",
+        np.where(table["scored"] > 0, table["passes"] / table["scored"].where(table["scored"] > 0, 1), np.nan),
+    )
+    table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
+    table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
+    cell_groups = (
+        {key if isinstance(key, tuple) else (key,): g for key, g in cells.groupby(by, sort=True)} if not cells.empty else {}
+    )
+    keys = [tuple(row) for row in table[by].itertuples(index=False)]
+    pass_k = {
+        f"pass^{k}": [_pass_k_for_group(cell_groups.get(key, cells.iloc[0:0]), k) for key in keys] for k in range(1, max_k + 1)
+    }
+    table = pd.concat([table, pd.DataFrame(pass_k, index=table.index)], axis=1)
+    latency = _turn_latency_quantiles(frames, by)
+    table = table.merge(latency, on=by, how="left")
+    table[["runs", "scored", "passes", "infra_error", "interrupted"]] = table[
+        ["runs", "scored", "passes", "infra_error", "interrupted"]
+    ].astype("int64")
+    return table.sort_values(by, kind="stable").reset_index(drop=True)
+
+
+def _turn_latency_quantiles(frames: LedgerFrames, by: list[str]) -> pd.DataFrame:
+    runs = frames.runs
+    run_pos = pd.Index(runs["run_id"]).get_indexer(frames.turns["run_id"])
+    keep = runs["scored"].to_numpy()[run_pos] if len(run_pos) else np.array([], dtype=bool)
+    turn_axes = pd.DataFrame({axis: runs[axis].to_numpy()[run_pos[keep]] for axis in by})
+    turn_axes["latency_ms"] = frames.turns["latency_ms"].to_numpy()[keep]
+    if turn_axes.empty:
+        return pd.DataFrame({**{axis: pd.Series([], dtype=runs[axis].dtype) for axis in by},
+                             "latency_p50_ms": pd.Series([], dtype=float), "latency_p95_ms": pd.Series([], dtype=float)})  # fmt: skip
+    grouped = turn_axes.groupby(by, sort=True)["latency_ms"]
+    return pd.concat(
+        [grouped.quantile(0.5).rename("latency_p50_ms"), grouped.quantile(0.95).rename("latency_p95_ms")], axis=1
+    ).reset_index()
+
+
+def failure_mode_table(frames: LedgerFrames, by: str = "model") -> pd.DataFrame:
+    """Per failure mode and model: share of scored runs with >= 1 occurrence and per-turn rate.
+
+    Args:
+        frames: from :func:`load_frames`.
+        by: the axis to compare across (default ``model``).
+
+    Returns:
+        Long DataFrame, one row per (mode, ``by`` value), columns ``mode``, ``by``,
+        ``runs_with`` (count), ``scored_runs``, ``share`` with ``share_low``/``share_high``
+        (95% Wilson; rates in [0, 1]), ``turns_with``, ``turns`` (turns of scored runs),
+        ``per_turn_rate`` (in [0, 1]) and ``spread`` (max - min ``share`` across the ``by``
+        values for that mode). Sorted by ``spread`` descending, then mode, then ``by``:
+        the modes that separate the models most come first.
+    """
+    runs = frames.runs[frames.runs["scored"]]
+    columns = [
+        "mode",
+        by,
+        "runs_with",
+        "scored_runs",
+        "share",
+        "share_low",
+        "share_high",
+        "turns_with",
+        "turns",
+        "per_turn_rate",
+        "spread",
+    ]
+    run_modes = (
+        frames.run_modes.merge(runs[["run_id", by]], on="run_id", how="inner") if not runs.empty else frames.run_modes.iloc[0:0]
+    )
+    if runs.empty or run_modes.empty:
+        return pd.DataFrame(columns=columns)
+    scored_runs = runs.groupby(by, sort=True).size().rename("scored_runs")
+    turns_total = runs.groupby(by, sort=True)["turns_recorded"].sum().rename("turns")
+    counts = run_modes.groupby(["mode", by], sort=True).agg(runs_with=("run_id", "size"), turns_with=("turns_with_mode", "sum"))
+    modes = sorted(run_modes["mode"].unique())
+    grid = pd.MultiIndex.from_product([modes, scored_runs.index], names=["mode", by])
+    table = counts.reindex(grid, fill_value=0).reset_index()
+    table = table.merge(scored_runs.reset_index(), on=by).merge(turns_total.reset_index(), on=by)
+    table["share"] = table["runs_with"] / table["scored_runs"]
+    bounds = [wilson_interval(int(k), int(n)) for k, n in zip(table["runs_with"], table["scored_runs"], strict=True)]
+    table["share_low"] = [b[0] for b in bounds]
+    table["share_high"] = [b[1] for b in bounds]
+    table["per_turn_rate"] = np.where(
+        table["turns"] > 0, table["turns_with"] / table["turns"].where(table["turns"] > 0, 1), np.nan
+    )
+    table["spread"] = table.groupby("mode")["share"].transform(lambda s: s.max() - s.min())
+    table = table.sort_values(["spread", "mode", by], ascending=[False, True, True], kind="stable")
+    return table[columns].reset_index(drop=True)
+
+
+def shortest_examples(frames: LedgerFrames, *, max_chars: int = EXCERPT_CHARS) -> pd.DataFrame:
+    """For each failure mode, the shortest recorded reply that shows it (ties: earliest turn).
+
+    Returns:
+        DataFrame sorted by mode: ``mode``, ``run_id``, ``turn``, ``model``, ``chars`` (reply
+        length in characters) and ``excerpt`` (the reply, cut to ``max_chars`` with ``…``).
+    """
+    columns = ["mode", "run_id", "turn", "model", "chars", "excerpt"]
+    if frames.turn_modes.empty:
+        return pd.DataFrame(columns=columns)
+    chars = frames.turns.set_index("seq")["content_chars"]
+    tm = frames.turn_modes.assign(chars=chars.reindex(frames.turn_modes["seq"]).to_numpy())
+    best = tm.sort_values(["mode", "chars", "seq"], kind="stable").drop_duplicates("mode")
+    texts = frames.replies(best["seq"].tolist())
+    model_of = frames.runs.set_index("run_id")["model"]
+    out = pd.DataFrame({
+        "mode": best["mode"].to_numpy(), "run_id": best["run_id"].astype(str).to_numpy(), "turn": best["turn"].to_numpy(),
+        "model": model_of.reindex(best["run_id"].astype(str)).to_numpy(), "chars": best["chars"].to_numpy(),
+        "excerpt": [_truncate(texts.get(int(s), ""), max_chars) for s in best["seq"]],
+    })  # fmt: skip
+    return out.reset_index(drop=True)
+
+
+def _truncate(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
+    """Per model, pass rate under the lenient parser minus under strict, on matching cells.
+
+    Only (model, scenario, temperature, tool mode) combinations that ran under both parser
+    policies count, so the two rates compare like with like.
+
+    Returns:
+        One row per model with both policies: ``model``, ``lenient_passes``, ``lenient_scored``,
+        ``strict_passes``, ``strict_scored``, ``lenient_rate``, ``strict_rate`` (in [0, 1]) and
+        ``rescued`` (lenient minus strict, in [-1, 1]).
+    """
+    columns = [
+        "model",
+        "lenient_passes",
+        "lenient_scored",
+        "strict_passes",
+        "strict_scored",
+        "lenient_rate",
+        "strict_rate",
+        "rescued",
+    ]
+    runs = frames.runs[frames.runs["scored"]]
+    keys = ["model", "scenario", "temperature", "tool_mode"]
+    both = runs.groupby(keys)["parser"].transform(lambda s: {"strict", "lenient"} <= set(s))
+    runs = runs[both.astype(bool)] if not runs.empty else runs
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    counts = runs.groupby(["model", "parser"], sort=True)["passed"].agg(["sum", "size"]).unstack("parser")
+    out = pd.DataFrame({
+        "model": counts.index,
+        "lenient_passes": counts[("sum", "lenient")].astype(int).to_numpy(), "lenient_scored": counts[("size", "lenient")].astype(int).to_numpy(),
+        "strict_passes": counts[("sum", "strict")].astype(int).to_numpy(), "strict_scored": counts[("size", "strict")].astype(int).to_numpy(),
+    })  # fmt: skip
+    out["lenient_rate"] = out["lenient_passes"] / out["lenient_scored"]
+    out["strict_rate"] = out["strict_passes"] / out["strict_scored"]
+    out["rescued"] = out["lenient_rate"] - out["strict_rate"]
+    return out[columns].reset_index(drop=True)
+
+
+# -- the markdown report -------------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""The closed vocabularies the harness shares: outcomes, tool modes and parser policies.
+
+Each is a ``Literal`` type plus a tuple of its values in canonical order, so the type checker
+catches a misspelt value and code that needs the list (CLI choices, scenario validation,
+reports) reads it from here. Whether a run says something about the model is decided in one
+place, :func:`is_scored`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = [
+    "EXCLUDED_OUTCOMES",
+    "OUTCOMES",
+    "PARSER_POLICIES",
+    "SCORED_OUTCOMES",
+    "TOOL_MODES",
+    "Outcome",
+    "ParserPolicy",
+    "ToolMode",
+    "is_scored",
+]
+
+Outcome = Literal["pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted"]
+"""How a run ended: ``pass`` (the loop ended by itself and every done check holds), ``task_failed``,
+``turn_limit``, ``token_limit`` (the circuit breaker stopped it), ``infra_error`` (the server failed:
+never a model failure) or ``interrupted`` (Ctrl-C)."""
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+
+SCORED_OUTCOMES: tuple[Outcome, ...] = ("pass", "task_failed", "turn_limit", "token_limit")
+"""Outcomes that say something about the model: the denominators of every rate."""
+EXCLUDED_OUTCOMES: tuple[str, ...] = ("infra_error", "interrupted", "unfinished")
+"""Outcomes left out of every denominator (``unfinished``: the run has no end row yet)."""
+
+ToolMode = Literal["native", "prompt"]
+"""How tools reach the model: ``native`` (the API's ``tools`` field) or ``prompt`` (rendered into the system prompt)."""
+TOOL_MODES: tuple[ToolMode, ...] = get_args(ToolMode)
+
+ParserPolicy = Literal["strict", "lenient"]
+"""Which calls the loop executes: ``strict`` (structured calls only) or ``lenient`` (also calls recovered from text)."""
+PARSER_POLICIES: tuple[ParserPolicy, ...] = get_args(ParserPolicy)
+
+
+def is_scored(outcome: str | None) -> bool:
+    """Whether a run with this outcome counts in rates (``None``: the run has not ended, so no).
+
+    Args:
+        outcome: a run's outcome, or None when it has no end row.
+
+    Returns:
+        True for :data:`SCORED_OUTCOMES`; False for ``infra_error``, ``interrupted``, unfinished
+        runs and anything else.
+    """
+    return outcome in SCORED_OUTCOMES
