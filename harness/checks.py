@@ -151,7 +151,25 @@ def _read(ctx: CheckContext, rel: str) -> str | None:
         return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
 
 
+_RUN_CHECKS = frozenset(
+    {"final_answer_contains", "final_answer_not_contains", "only_files_written", "no_tool_called", "tool_call_count"}
+)
+
+
 def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
+    kind = check["type"]
+    if kind in _RUN_CHECKS:
+        return _evaluate_run(check, ctx)
+    text = _read(ctx, check["path"])
+    if text is None:
+        return False, f"{check['path']} does not exist"
+    if kind in ("file_csv_value", "file_csv_values_in"):
+        return _evaluate_csv(check, text)
+    return _evaluate_file(check, ctx, text)
+
+
+def _evaluate_run(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
+    """Checks on the run itself: the final answer, the files written, the tool calls made."""
     kind = check["type"]
     if kind == "final_answer_contains":
         ok = check["text"].lower() in (ctx.final_answer or "").lower()
@@ -170,9 +188,12 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
         ok = n >= low and (high is None or n <= high)
         wanted = f"at least {low}" if high is None else f"between {low} and {high}"
         return ok, f"{n} tool call(s) made" + ("" if ok else f", expected {wanted}")
-    text = _read(ctx, check["path"])
-    if text is None:
-        return False, f"{check['path']} does not exist"
+    raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
+
+
+def _evaluate_file(check: Mapping[str, Any], ctx: CheckContext, text: str) -> tuple[bool, str]:
+    """Checks on one file's text (already read, at most 1 MiB)."""
+    kind = check["type"]
     if kind == "file_exists":
         return True, f"{check['path']} exists"
     if kind == "file_contains":
@@ -212,12 +233,16 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
         # JSON types are compared strictly: true is not 1 and 0 is not false (Python's == says they are)
         ok = value == expected and isinstance(value, bool) == isinstance(expected, bool)
         return ok, f"{check['field']} = {json.dumps(value)[:80]}" + ("" if ok else f", expected {json.dumps(check['value'])}")
-    if kind in ("file_csv_value", "file_csv_values_in"):
-        try:
-            header, rows = _csv_rows(text)
-        except csv.Error:
-            return False, f"{check['path']} is not valid CSV"
-    if kind == "file_csv_values_in":
+    raise AssertionError(f"unvalidated check type {check['type']!r}")  # validate_check runs at load time
+
+
+def _evaluate_csv(check: Mapping[str, Any], text: str) -> tuple[bool, str]:
+    """``file_csv_value`` and ``file_csv_values_in`` on a file's text."""
+    try:
+        header, rows = _csv_rows(text)
+    except csv.Error:
+        return False, f"{check['path']} is not valid CSV"
+    if check["type"] == "file_csv_values_in":
         column, allowed = check["column"], [a.lower() for a in check["allowed"]]
         if column not in header:
             return False, f"no column {column!r} in the header {header}"
@@ -231,14 +256,12 @@ def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
         if "rows" in check and len(rows) != check["rows"]:
             return False, f"{len(rows)} data row(s), expected {check['rows']}"
         return True, f"{len(rows)} data row(s), every {column} in {check['allowed']}"
-    if kind == "file_csv_value":
-        for row in rows:
-            if str(row.get(check["key_column"], "")).strip().lower() == check["key"].lower():
-                got = str(row.get(check["column"]) or "").strip()
-                ok = got.lower() == check["value"].lower()
-                return ok, f"{check['key']}: {check['column']} = {got!r}" + ("" if ok else f", expected {check['value']!r}")
-        return False, f"no row with {check['key_column']} = {check['key']!r}"
-    raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
+    for row in rows:  # file_csv_value
+        if str(row.get(check["key_column"], "")).strip().lower() == check["key"].lower():
+            got = str(row.get(check["column"]) or "").strip()
+            ok = got.lower() == check["value"].lower()
+            return ok, f"{check['key']}: {check['column']} = {got!r}" + ("" if ok else f", expected {check['value']!r}")
+    return False, f"no row with {check['key_column']} = {check['key']!r}"
 
 
 def _csv_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:

@@ -215,19 +215,7 @@ def load_scenario(path: str | Path) -> Scenario:
         ScenarioError: the file is missing, unreadable, not TOML, or a field is missing or wrong.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise ScenarioError(f"{path}: no such scenario file; `harness scenarios list` shows the shipped ones.") from exc
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read the scenario file ({exc.strerror or exc}).") from exc
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{path}: not a valid TOML file ({exc}).") from exc
-    unknown = sorted(set(data) - _TOP_LEVEL)
-    if unknown:
-        raise ScenarioError(f"{path}: unknown field '{unknown[0]}'; expected only {', '.join(sorted(_TOP_LEVEL))}.")
+    raw, data = _read_toml(path)
     f = _Fields(path, data)
     name = f.text("name")
     if not _NAME.match(name):
@@ -239,19 +227,7 @@ def load_scenario(path: str | Path) -> Scenario:
         if tool_name not in BUILTIN_TOOLS:
             raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", tool_name)
     tool_data = _load_tool_data(f, tool_names)
-    fixtures = data.get("fixtures", {})
-    if not isinstance(fixtures, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fixtures.items()):
-        raise f.fail("fixtures", "a table of file path = text", fixtures)
-    problem = fixture_path_problem(list(fixtures))
-    if problem:
-        raise ScenarioError(f"{path}: field 'fixtures' has an unusable path: {problem}; use sandbox-relative file paths.")
-    checks = data.get("checks")
-    if not isinstance(checks, list) or not checks:
-        raise f.fail("checks", "a non-empty list of [[checks]] tables", checks, missing="checks" not in data)
-    for index, check in enumerate(checks):
-        problem = validate_check(check)
-        if problem:
-            raise ScenarioError(f"{path}: field 'checks[{index}]': {problem}.")
+    fixtures, checks = _fixtures_and_checks(f)
     matrix_data = data.get("matrix", {})
     if not isinstance(matrix_data, dict):
         raise f.fail("matrix", "a table", matrix_data)
@@ -279,6 +255,51 @@ def load_scenario(path: str | Path) -> Scenario:
         api_key_env=api_key_env,
         matrix=matrix,
     )
+
+
+def _read_toml(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """The file's bytes and its TOML table, whose top-level fields are all known ones.
+
+    Raises:
+        ScenarioError: the file is missing, unreadable, not UTF-8 TOML, or has an unknown field.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ScenarioError(f"{path}: no such scenario file; `harness scenarios list` shows the shipped ones.") from exc
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the scenario file ({exc.strerror or exc}).") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: not a valid TOML file ({exc}).") from exc
+    unknown = sorted(set(data) - _TOP_LEVEL)
+    if unknown:
+        raise ScenarioError(f"{path}: unknown field '{unknown[0]}'; expected only {', '.join(sorted(_TOP_LEVEL))}.")
+    return raw, data
+
+
+def _fixtures_and_checks(f: _Fields) -> tuple[dict[str, str], list[Any]]:
+    """The ``[fixtures]`` table and the ``[[checks]]`` list, validated.
+
+    Raises:
+        ScenarioError: a fixture is not text at a usable sandbox-relative path, or a check is invalid.
+    """
+    path, data = f.path, f.data
+    fixtures = data.get("fixtures", {})
+    if not isinstance(fixtures, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fixtures.items()):
+        raise f.fail("fixtures", "a table of file path = text", fixtures)
+    problem = fixture_path_problem(list(fixtures))
+    if problem:
+        raise ScenarioError(f"{path}: field 'fixtures' has an unusable path: {problem}; use sandbox-relative file paths.")
+    checks = data.get("checks")
+    if not isinstance(checks, list) or not checks:
+        raise f.fail("checks", "a non-empty list of [[checks]] tables", checks, missing="checks" not in data)
+    for index, check in enumerate(checks):
+        problem = validate_check(check)
+        if problem:
+            raise ScenarioError(f"{path}: field 'checks[{index}]': {problem}.")
+    return fixtures, checks
 
 
 def _load_matrix(path: Path, table: dict[str, Any]) -> Matrix:

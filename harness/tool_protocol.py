@@ -45,11 +45,11 @@ class CallLike(Protocol):
     """What a message needs of a tool call: its name, parsed arguments and where it came from."""
 
     @property
-    def name(self) -> str: ...  # noqa: D102
+    def name(self) -> str: ...
     @property
-    def arguments(self) -> dict[str, Any]: ...  # noqa: D102
+    def arguments(self) -> dict[str, Any]: ...
     @property
-    def source(self) -> str: ...  # noqa: D102
+    def source(self) -> str: ...
 
 
 def render_tools_prompt(tool_schemas: Sequence[Mapping[str, Any]]) -> str:

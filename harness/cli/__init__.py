@@ -9,6 +9,7 @@ Errors are turned into one sentence and an exit code in one place, :func:`main`:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -36,10 +37,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.Handler):
+    """Writes each record to the current ``sys.stderr`` as ``harness: <message>``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"harness: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _show_library_messages() -> None:
+    """Show the library's INFO messages (e.g. model download progress) on stderr; the library itself never prints."""
+    log = logging.getLogger("harness")
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        log.addHandler(_StderrHandler())
+    log.setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (0 ok, 1 failure, 2 usage error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _show_library_messages()
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

@@ -158,63 +158,12 @@ def _markdown(
     frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFrame, by: list[str], figures: dict[str, tuple[str, str]]
 ) -> str:
     runs = frames.runs
-    outcome_counts = runs["outcome"].value_counts()
-    n_scored = int(runs["scored"].sum())
-    lines = ["# Comparison report", ""]
-    lines.append(
-        f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
-        f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished), {len(frames.turns)} turns; "
-        f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`."
-    )
-    lines.append("")
+    lines = _header_lines(frames)
     if runs.empty:
         lines += ["**The ledger holds no runs yet: nothing to compare.** Run `harness run`, then report again.", ""]
         return "\n".join(lines)
-    superseded = int(runs["superseded"].sum())
-    if superseded:
-        lines += [f"{superseded} run(s) repeat a run identity that finished again later (same scenario, model, options, "
-                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts: the `runs` column "
-                  "includes the repeats, `scored` and every rate do not.", ""]  # fmt: skip
-    if n_scored == 0:
-        lines += ["**No scored run:** every run ended as infra_error, interrupted or unfinished, so there is no rate to "
-                  "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip
-    lines += ["## Summary", "", f"One row per {' × '.join(by)}. Pass rate = passes / scored runs; infra_error, interrupted and "
-              "unfinished runs are counted in their own columns and excluded from every denominator and median. "
-              "pass^k = chance that k runs of a cell all pass (tau-bench); – where a cell has fewer than k scored runs.", ""]  # fmt: skip
-    constant = [a for a in by if len(by) > 1 and summary[a].nunique(dropna=False) == 1]
-    shown = [a for a in by if a not in constant] or by[:1]
-    constant = [a for a in constant if a not in shown]
-    if constant:
-        lines += [
-            "Same in every row: "
-            + ", ".join(
-                f"{a} = `{cell_text(_num(summary[a].iloc[0]) if a == 'temperature' else summary[a].iloc[0])}`" for a in constant
-            )
-            + ".",
-            "",
-        ]
-    lines += [_summary_markdown(summary, shown), ""]
-    notes = _edge_notes(summary, runs)
-    if notes:
-        lines += [*(f"- {n}" for n in notes), ""]
-    lines += ["## Failure modes", ""]
-    if failures.empty:
-        lines += ["No failure mode was labelled in any scored run.", ""]
-    else:
-        models = sorted(runs.loc[runs["scored"], "model"].unique())
-        note = " Only one model has scored runs, so the spread is 0 and modes are in name order." if len(models) < 2 else ""
-        lines += ["Share of scored runs with at least one turn showing the mode (95% Wilson interval), and share of those "
-                  f"runs' turns showing it. Sorted by spread = max − min share across models, largest first.{note}", ""]  # fmt: skip
-        lines += [_failure_markdown(failures, models), ""]
-    examples = shortest_examples(frames)
-    if not examples.empty:
-        lines += ["### Shortest reply showing each mode", ""]
-        for r in examples.to_dict("records"):
-            excerpt = cell_text(r["excerpt"], code=True) if r["excerpt"] else "(empty reply)"
-            lines.append(
-                f"- `{cell_text(r['mode'], code=True)}` — {cell_text(r['model'])}, run `{cell_text(r['run_id'], code=True)}` turn {r['turn']} ({r['chars']} chars): `{excerpt}`"
-            )
-        lines.append("")
+    lines += _summary_lines(summary, runs, by)
+    lines += _failure_lines(frames, failures)
     rescue = lenient_rescue(frames)
     lines += ["## Rescued by the lenient parser", ""]
     if rescue.empty:
@@ -229,6 +178,73 @@ def _markdown(
         for name, (alt, caption) in figures.items():
             lines += [f"![{alt}]({name})", "", f"*{caption}*", ""]
     return "\n".join(lines)
+
+
+def _header_lines(frames: LedgerFrames) -> list[str]:
+    """The title and the one line that identifies the ledger read."""
+    runs = frames.runs
+    outcome_counts = runs["outcome"].value_counts()
+    n_scored = int(runs["scored"].sum())
+    return [
+        "# Comparison report",
+        "",
+        f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
+        f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished), {len(frames.turns)} turns; "
+        f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
+        "",
+    ]  # fmt: skip
+
+
+def _summary_lines(summary: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> list[str]:
+    """The notes on superseded and unscored runs, then the summary table and its edge notes."""
+    lines: list[str] = []
+    superseded = int(runs["superseded"].sum())
+    if superseded:
+        lines += [f"{superseded} run(s) repeat a run identity that finished again later (same scenario, model, options, "
+                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts: the `runs` column "
+                  "includes the repeats, `scored` and every rate do not.", ""]  # fmt: skip
+    if int(runs["scored"].sum()) == 0:
+        lines += ["**No scored run:** every run ended as infra_error, interrupted or unfinished, so there is no rate to "
+                  "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip
+    lines += ["## Summary", "", f"One row per {' × '.join(by)}. Pass rate = passes / scored runs; infra_error, interrupted and "
+              "unfinished runs are counted in their own columns and excluded from every denominator and median. "
+              "pass^k = chance that k runs of a cell all pass (tau-bench); – where a cell has fewer than k scored runs.", ""]  # fmt: skip
+    constant = [a for a in by if len(by) > 1 and summary[a].nunique(dropna=False) == 1]
+    shown = [a for a in by if a not in constant] or by[:1]
+    constant = [a for a in constant if a not in shown]
+    if constant:
+        values = ", ".join(
+            f"{a} = `{cell_text(_num(summary[a].iloc[0]) if a == 'temperature' else summary[a].iloc[0])}`" for a in constant
+        )
+        lines += [f"Same in every row: {values}.", ""]
+    lines += [_summary_markdown(summary, shown), ""]
+    notes = _edge_notes(summary, runs)
+    if notes:
+        lines += [*(f"- {n}" for n in notes), ""]
+    return lines
+
+
+def _failure_lines(frames: LedgerFrames, failures: pd.DataFrame) -> list[str]:
+    """The failure-mode table by model and the shortest reply showing each mode."""
+    runs = frames.runs
+    lines = ["## Failure modes", ""]
+    if failures.empty:
+        lines += ["No failure mode was labelled in any scored run.", ""]
+    else:
+        models = sorted(runs.loc[runs["scored"], "model"].unique())
+        note = " Only one model has scored runs, so the spread is 0 and modes are in name order." if len(models) < 2 else ""
+        lines += ["Share of scored runs with at least one turn showing the mode (95% Wilson interval), and share of those "
+                  f"runs' turns showing it. Sorted by spread = max − min share across models, largest first.{note}", ""]  # fmt: skip
+        lines += [_failure_markdown(failures, models), ""]
+    examples = shortest_examples(frames)
+    if not examples.empty:
+        lines += ["### Shortest reply showing each mode", ""]
+        for r in examples.to_dict("records"):
+            excerpt = cell_text(r["excerpt"], code=True) if r["excerpt"] else "(empty reply)"
+            lines.append(f"- `{cell_text(r['mode'], code=True)}` — {cell_text(r['model'])}, run `{cell_text(r['run_id'], code=True)}` "
+                         f"turn {r['turn']} ({r['chars']} chars): `{excerpt}`")  # fmt: skip
+        lines.append("")
+    return lines
 
 
 def _edge_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:

@@ -82,12 +82,6 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     if runs.empty:
         return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
     scored = runs[runs["scored"]]
-    cells = (
-        scored.groupby(list(CELL_AXES), sort=True)
-        .agg(n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique"))
-        .reset_index()
-    )
-    max_k = int(min(cells["n"].max(), cells["repeats"].max())) if not cells.empty else 0
     groups = runs.groupby(by, sort=True)
     table = groups.agg(
         runs=("run_id", "size"),
@@ -106,6 +100,23 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     )
     table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
     table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
+    table = pd.concat([table, _pass_k_columns(scored, table, by)], axis=1)
+    latency = _turn_latency_quantiles(frames, by)
+    table = table.merge(latency, on=by, how="left")
+    table[["runs", "scored", "passes", "infra_error", "interrupted"]] = table[
+        ["runs", "scored", "passes", "infra_error", "interrupted"]
+    ].astype("int64")
+    return table.sort_values(by, kind="stable").reset_index(drop=True)
+
+
+def _pass_k_columns(scored: pd.DataFrame, table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """``pass^1`` .. ``pass^K`` for each row of ``table`` (K = the most repetitions of any cell, at most its scored runs)."""
+    cells = (
+        scored.groupby(list(CELL_AXES), sort=True)
+        .agg(n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique"))
+        .reset_index()
+    )
+    max_k = int(min(cells["n"].max(), cells["repeats"].max())) if not cells.empty else 0
     cell_groups = (
         {key if isinstance(key, tuple) else (key,): g for key, g in cells.groupby(by, sort=True)} if not cells.empty else {}
     )
@@ -113,13 +124,7 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     pass_k = {
         f"pass^{k}": [_pass_k_for_group(cell_groups.get(key, cells.iloc[0:0]), k) for key in keys] for k in range(1, max_k + 1)
     }
-    table = pd.concat([table, pd.DataFrame(pass_k, index=table.index)], axis=1)
-    latency = _turn_latency_quantiles(frames, by)
-    table = table.merge(latency, on=by, how="left")
-    table[["runs", "scored", "passes", "infra_error", "interrupted"]] = table[
-        ["runs", "scored", "passes", "infra_error", "interrupted"]
-    ].astype("int64")
-    return table.sort_values(by, kind="stable").reset_index(drop=True)
+    return pd.DataFrame(pass_k, index=table.index)
 
 
 def _turn_latency_quantiles(frames: LedgerFrames, by: list[str]) -> pd.DataFrame:
