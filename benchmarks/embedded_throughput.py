@@ -29,8 +29,14 @@ OPTIONS = GenerateOptions(temperature=0.0, seed=0, max_tokens=64)
 
 def _direct(base_url: str, n: int) -> tuple[int, float]:
     """N requests straight to the server; returns (completion tokens, seconds)."""
-    payload = {"model": "smollm2-135m", "messages": MESSAGES, "temperature": OPTIONS.temperature,
-               "seed": OPTIONS.seed, "max_tokens": OPTIONS.max_tokens, "stream": False}
+    payload = {
+        "model": "smollm2-135m",
+        "messages": MESSAGES,
+        "temperature": OPTIONS.temperature,
+        "seed": OPTIONS.seed,
+        "max_tokens": OPTIONS.max_tokens,
+        "stream": False,
+    }
     tokens = 0
     with httpx.Client(timeout=120) as client:
         start = time.perf_counter()

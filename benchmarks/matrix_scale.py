@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.backends.replay import ReplayBackend  # noqa: E402
-from tests.fake_agent_server import FakeAgentServer  # noqa: E402
 from harness.ledger import Ledger  # noqa: E402
 from harness.runner import MatrixOverrides, expand_matrix, run_matrix  # noqa: E402
 from harness.scenarios import load_scenario  # noqa: E402
+from tests.fake_agent_server import FakeAgentServer  # noqa: E402
 
 SCENARIO = load_scenario(REPO / "scenarios" / "list_and_report.toml")
 REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
@@ -88,7 +88,9 @@ def scaling(tmp: Path, delay_s: float = 0.2) -> None:
     with FakeAgentServer(delay_s=delay_s, slots=16) as server:
         for jobs in (1, 2, 4, 8, 16):
             runs = max(4, jobs * 2)
-            plans = expand_matrix([SCENARIO], MatrixOverrides([f"openai:ideal@{server.base_url}"], [0.0], runs, None, ["native"], None))
+            plans = expand_matrix(
+                [SCENARIO], MatrixOverrides([f"openai:ideal@{server.base_url}"], [0.0], runs, None, ["native"], None)
+            )
             with Ledger(tmp / f"scale{jobs}.sqlite") as ledger:
                 start = time.perf_counter()
                 result = run_matrix(plans, ledger, runs_dir=tmp / "runs", jobs=jobs)
@@ -108,7 +110,9 @@ def ledger_concurrency(tmp: Path) -> None:
             counts = {t: ledger.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in ("runs", "turns", "run_ends")}
             check = ledger.verify()
     print("3. Ledger under 16 concurrent runs")
-    print(f"   {len(result.summaries)} runs; rows: {counts}; expected turns {16 * 3}; chain verifies: {check.ok} ({check.rows} rows)")
+    print(
+        f"   {len(result.summaries)} runs; rows: {counts}; expected turns {16 * 3}; chain verifies: {check.ok} ({check.rows} rows)"
+    )
 
 
 if __name__ == "__main__":

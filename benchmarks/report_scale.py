@@ -47,7 +47,10 @@ def build(path: Path, n_turns: int) -> None:
 
     rng = random.Random(0)
     db = sqlite3.connect(path, isolation_level=None)
-    cols = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})") if r[1] not in ("seq", "prev_hash", "row_hash")] for t in ("runs", "turns", "run_ends")}
+    cols = {
+        t: [r[1] for r in db.execute(f"PRAGMA table_info({t})") if r[1] not in ("seq", "prev_hash", "row_hash")]
+        for t in ("runs", "turns", "run_ends")
+    }
     runs, turns, ends = [], [], []
     n_runs = n_turns // TURNS_PER_RUN
     for i in range(n_runs):
@@ -95,14 +98,18 @@ def main() -> int:
     if args.rebuild or not args.ledger.exists():
         started = time.perf_counter()
         build(args.ledger, args.turns)
-        print(f"built {args.ledger} ({args.turns:,} turns, {args.ledger.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
+        print(
+            f"built {args.ledger} ({args.turns:,} turns, {args.ledger.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s"
+        )
     code = ("import sys, time, resource; from harness.cli import main; t = time.perf_counter(); "
             f"rc = main(['report', '--ledger', {str(args.ledger)!r}, '--out', {str(args.out)!r}, '--format', 'md,png,csv']); "
             "print(f'report: {time.perf_counter() - t:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, exit {rc}')")  # fmt: skip
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"harness report on {args.turns:,} turns: {time.perf_counter() - started:.1f} s wall (incl. interpreter start), peak RSS {child:.0f} MB")
+    print(
+        f"harness report on {args.turns:,} turns: {time.perf_counter() - started:.1f} s wall (incl. interpreter start), peak RSS {child:.0f} MB"
+    )
     return 0
 
 

@@ -80,7 +80,9 @@ class FakeServer:
         self._thread.join(5)
 
 
-def raw_reply(status: int, data: bytes, *, content_type: str = "application/json", headers: dict[str, str] | None = None) -> Responder:
+def raw_reply(
+    status: int, data: bytes, *, content_type: str = "application/json", headers: dict[str, str] | None = None
+) -> Responder:
     def respond(handler: BaseHTTPRequestHandler, body: Any) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)

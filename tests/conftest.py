@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+
 @pytest.fixture(autouse=True)
 def _isolated_cwd(tmp_path, monkeypatch):
     """Run each test in its own folder so default paths (results/, reports/) land in tmp."""

@@ -12,7 +12,6 @@ REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
 """A report.txt that passes every check of list_and_report."""
 
 
-
 def write_cassette(path: Path, replies: list[dict]) -> Path:
     """Write replies (cassette line dicts) to a JSONL cassette and return its path."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -68,7 +68,29 @@ def build_two_model_ledger(path: Path) -> Path:
                         outcome="pass" if passed else "task_failed", turns=[first, second])  # fmt: skip
         for rep in (10, 11):
             add_run(ledger, f"small-t0-r{rep}", model=SMALL, temperature=0.0, repetition=rep, outcome="infra_error", turns=[])
-        add_run(ledger, "big-t0.7-r10", model=BIG, temperature=0.7, repetition=10, outcome="interrupted", turns=[([], "hm")], day=2)
-        ledger.record_labels(Labels(run_id="small-t0-r3", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={}))
-        ledger.record_labels(Labels(run_id="big-t0-r9", turn=2, classifier_version="2", failure_modes=["empty_response"], recovered_calls=[], recovered_by=None, details={}))
+        add_run(
+            ledger, "big-t0.7-r10", model=BIG, temperature=0.7, repetition=10, outcome="interrupted", turns=[([], "hm")], day=2
+        )
+        ledger.record_labels(
+            Labels(
+                run_id="small-t0-r3",
+                turn=1,
+                classifier_version="2",
+                failure_modes=[],
+                recovered_calls=[],
+                recovered_by=None,
+                details={},
+            )
+        )
+        ledger.record_labels(
+            Labels(
+                run_id="big-t0-r9",
+                turn=2,
+                classifier_version="2",
+                failure_modes=["empty_response"],
+                recovered_calls=[],
+                recovered_by=None,
+                details={},
+            )
+        )
     return path

@@ -28,20 +28,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from tests.helpers import IDEAL, REPO, SCENARIO_FILE, call_line, text_line, write_cassette
 
 from harness.backends import open_backend, parse_model_spec
 from harness.classifier import classify
 from harness.cli import main
 from harness.errors import ScenarioError, UsageError
-from tests.fake_agent_server import FakeAgentServer
 from harness.ledger import Ledger
 from harness.loop import RetryPolicy, RunOptions, RunPlan, run_once
-from harness.vocab import OUTCOMES
-from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
+from harness.vocab import OUTCOMES
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import IDEAL, REPO, SCENARIO_FILE, call_line, text_line, write_cassette
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 
@@ -180,7 +179,7 @@ def finished_ledger(tmp_path, scenario) -> Path:
 @pytest.mark.parametrize(
     "line",
     [
-        text_line("\ud800 a lone surrogate"),                                  # valid JSON: "\ud800"
+        text_line("\ud800 a lone surrogate"),  # valid JSON: "\ud800"
         call_line("write_file", {"path": "\ud800.txt", "content": "x"}),
         call_line("write_file", {"path": "s.txt", "content": "\udcff"}),
     ],
@@ -544,7 +543,9 @@ def test_guard_malformed_structured_calls_are_data(tmp_path, scenario, tool_call
 def test_guard_one_megabyte_reply_and_null_everything(tmp_path, scenario):
     summary, facts = run_replay(tmp_path, scenario, [{"content": "x" * (1 << 20)}])
     assert_recorded(summary, facts)
-    summary, facts = run_replay(tmp_path / "b", scenario, [{"content": None, "tool_calls": None, "finish_reason": None, "usage": None}])
+    summary, facts = run_replay(
+        tmp_path / "b", scenario, [{"content": None, "tool_calls": None, "finish_reason": None, "usage": None}]
+    )
     assert_recorded(summary, facts)
     assert summary.failure_modes == ["empty_response"]
 
@@ -581,7 +582,9 @@ def test_guard_odd_server_bodies_are_infra_errors(tmp_path, scenario, body):
 def test_guard_tool_calls_of_the_wrong_shape_from_a_server_are_data(tmp_path, scenario):
     done = chat_body({"role": "assistant", "content": "done"})
     for i, calls in enumerate(["list_files()", {"function": {"name": "list_files"}}, ["x", 1, None]]):
-        summary, facts = run_server(tmp_path / str(i), scenario, [chat_body({"role": "assistant", "content": None, "tool_calls": calls}), done])
+        summary, facts = run_server(
+            tmp_path / str(i), scenario, [chat_body({"role": "assistant", "content": None, "tool_calls": calls}), done]
+        )
         assert_recorded(summary, facts)
 
 
@@ -688,8 +691,17 @@ def test_guard_classify_junk_input(tmp_path, capsys, content):
         ((), None, "[matrix]\nrepeats = 0\n"),
         ((), None, "[matrix]\nbogus = 1\n"),
     ],
-    ids=["name-slash", "turn-limit-0", "negative-tokens", "fixture-dotdot", "fixture-absolute", "fixture-int",
-         "temperature-nan", "repeats-0", "unknown-matrix-key"],  # fmt: skip
+    ids=[
+        "name-slash",
+        "turn-limit-0",
+        "negative-tokens",
+        "fixture-dotdot",
+        "fixture-absolute",
+        "fixture-int",
+        "temperature-nan",
+        "repeats-0",
+        "unknown-matrix-key",
+    ],  # fmt: skip
 )
 def test_guard_hostile_scenario_fields_are_scenario_errors(tmp_path, head_replace, fixtures, matrix):
     path = scenario_toml(tmp_path, head_replace=head_replace, fixtures=fixtures, matrix=matrix)
@@ -707,8 +719,14 @@ def test_guard_unreadable_scenario_files_are_scenario_errors(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ["{" * 200_000, '{"a":' * 40_000, "list_files(" * 20_000, "<tool_call>" * 20_000, "```json\n{}\n```\n" * 10_000,
-     '{"name": "list_files", "arguments": {"path": "' + "\\" * 200_000 + '"}}'],
+    [
+        "{" * 200_000,
+        '{"a":' * 40_000,
+        "list_files(" * 20_000,
+        "<tool_call>" * 20_000,
+        "```json\n{}\n```\n" * 10_000,
+        '{"name": "list_files", "arguments": {"path": "' + "\\" * 200_000 + '"}}',
+    ],
     ids=["braces", "open-objects", "open-calls", "tags", "fences", "backslashes"],
 )
 def test_guard_classifier_is_fast_on_pathological_text(scenario, content):

@@ -24,21 +24,20 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
 from ledger_builders import BIG, SMALL, add_run, build_two_model_ledger
 
 from harness.backends import open_backend
 from harness.checks import CheckContext, evaluate_checks
 from harness.cli import main
-from harness.report import compare_models, format_comparison
-from tests.fake_agent_server import FakeAgentServer
 from harness.ledger import Ledger, RunStart, TurnRecord
-from harness.report import load_frames, summary_table, write_report
 from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
+from harness.report import compare_models, format_comparison, load_frames, summary_table, write_report
 from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from harness.stats import mcnemar_midp, newcombe_paired_diff, pass_hat_k, wilson_interval
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
 
 RUN_FLAGS = ["--temperature", "0", "--tool-mode", "native", "--parser", "lenient"]
 
@@ -175,7 +174,9 @@ def test_a_backend_bug_leaves_no_run_without_an_end_row(tmp_path):
 
     with Ledger(tmp_path / "l.sqlite") as ledger:
         try:
-            run_matrix(_plans(f"replay:{cassette}", 4), ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory)
+            run_matrix(
+                _plans(f"replay:{cassette}", 4), ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory
+            )
         except Exception:
             pass  # raising is acceptable; what the ledger says is not
         runs = ledger.runs()
@@ -325,8 +326,15 @@ def test_csv_checks_read_a_file_with_a_utf8_byte_order_mark(tmp_path):
     """A CSV saved with a UTF-8 BOM (Excel, PowerShell, many Windows tools; a model can emit it
     too) is decoded with 'utf-8', so the first header is '\\ufeffticket' and every check on that
     column fails with the misleading 'no row with ticket = ...' / 'no column ticket'."""
-    body = "ticket,category\nT-101,billing\nT-102,bug\n".encode("utf-8")
-    check = {"type": "file_csv_value", "path": "t.csv", "key_column": "ticket", "key": "T-101", "column": "category", "value": "billing"}
+    body = b"ticket,category\nT-101,billing\nT-102,bug\n"
+    check = {
+        "type": "file_csv_value",
+        "path": "t.csv",
+        "key_column": "ticket",
+        "key": "T-101",
+        "column": "category",
+        "value": "billing",
+    }
     result = _check(tmp_path, b"\xef\xbb\xbf" + body, check, name="t.csv")
     assert result.passed, result.detail
 
@@ -397,7 +405,7 @@ def test_plots_stay_readable_with_realistic_model_specs(tmp_path, monkeypatch):
     fig = figures["outcomes.png"]
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in fig.axes[0].get_xticklabels() if t.get_text()]
-    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
     assert overlapping == [], f"{len(overlapping)} pairs of model labels overlap on outcomes.png"
 
 

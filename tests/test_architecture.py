@@ -70,8 +70,16 @@ def test_only_the_cli_and_the_console_print(path):
 
 FORBIDDEN = {
     "backends": ("harness.loop", "harness.runner", "harness.ledger", "harness.classifier", "harness.report", "harness.cli"),
-    "classifier": ("harness.loop", "harness.runner", "harness.ledger", "harness.backends", "harness.report", "harness.cli",
-                   "harness.tools", "harness.scenarios"),  # fmt: skip
+    "classifier": (
+        "harness.loop",
+        "harness.runner",
+        "harness.ledger",
+        "harness.backends",
+        "harness.report",
+        "harness.cli",
+        "harness.tools",
+        "harness.scenarios",
+    ),  # fmt: skip
     "ledger": ("harness.loop", "harness.runner", "harness.classifier", "harness.backends", "harness.report", "harness.cli"),
     "report": ("harness.loop", "harness.runner", "harness.backends", "harness.cli", "harness.classifier"),
 }
@@ -88,7 +96,9 @@ def test_dependencies_point_one_way(path):
 @pytest.mark.parametrize("path", [p for p in MODULES if p.parent.name == "classifier"], ids=_rel)
 def test_the_classifier_does_no_io(path):
     imported = _imports(ast.parse(path.read_text(encoding="utf-8")))
-    io = {"os", "pathlib", "sqlite3", "subprocess", "socket", "httpx", "time", "random", "threading"} & {i.split(".")[0] for i in imported}
+    io = {"os", "pathlib", "sqlite3", "subprocess", "socket", "httpx", "time", "random", "threading"} & {
+        i.split(".")[0] for i in imported
+    }
     assert not io, f"{_rel(path)} imports {sorted(io)}; the classifier is pure"
 
 
@@ -107,7 +117,9 @@ def test_modules_and_functions_stay_small(path):
         args = node.args
         count = len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs)
         count -= 1 if args.args and args.args[0].arg in ("self", "cls") else 0
-        assert count <= MAX_PARAMETERS or re.search(r"noqa: PLR0913 - \w", header), f"{where} takes {count} parameters and gives no reason"
+        assert count <= MAX_PARAMETERS or re.search(r"noqa: PLR0913 - \w", header), (
+            f"{where} takes {count} parameters and gives no reason"
+        )
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_rel)

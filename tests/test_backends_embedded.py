@@ -7,8 +7,7 @@ import hashlib
 import httpx
 import pytest
 
-from harness.backends import models
-from harness.backends import EmbeddedBackend, GenerateOptions
+from harness.backends import EmbeddedBackend, GenerateOptions, models
 from harness.errors import BackendUnavailable, UsageError
 
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -69,7 +68,11 @@ def test_real_smollm2_reply_identity_and_shutdown(real_model_cache):
         assert reply.raw["usage"]["completion_tokens"] == reply.completion_tokens
         identity = backend.identity()
         assert identity == reply.identity
-        assert (identity.backend, identity.model, identity.model_digest) == ("embedded", "smollm2-135m", f"sha256:{SMOLLM2_SHA256}")
+        assert (identity.backend, identity.model, identity.model_digest) == (
+            "embedded",
+            "smollm2-135m",
+            f"sha256:{SMOLLM2_SHA256}",
+        )
     finally:
         backend.close()
     with pytest.raises(httpx.ConnectError):

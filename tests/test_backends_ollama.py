@@ -23,16 +23,26 @@ TOOL_BODY = {
     "prompt_eval_count": 120,
     "eval_count": 18,
 }
-TEXT_BODY = {"model": MODEL, "message": {"role": "assistant", "content": "hello"}, "done": True,
-             "done_reason": "length", "prompt_eval_count": 9, "eval_count": 128}
+TEXT_BODY = {
+    "model": MODEL,
+    "message": {"role": "assistant", "content": "hello"},
+    "done": True,
+    "done_reason": "length",
+    "prompt_eval_count": 9,
+    "eval_count": 128,
+}
 
 CONVERSATION = [
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": "read a.txt"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"a.txt\"}"}},
-        {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{not json"}},
-    ]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{not json"}},
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "alpha"},
     {"role": "tool", "tool_call_id": "zz", "content": "orphan"},
     {"role": "tool", "tool_call_id": "c2", "name": "ls", "content": "a.txt"},
@@ -40,10 +50,14 @@ CONVERSATION = [
 EXPECTED_OLLAMA_CONVERSATION = [
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": "read a.txt"},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
-        {"function": {"name": "ls", "arguments": {}}},
-    ]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
+            {"function": {"name": "ls", "arguments": {}}},
+        ],
+    },
     {"role": "tool", "content": "alpha", "tool_name": "read_file"},
     {"role": "tool", "content": "orphan"},
     {"role": "tool", "content": "a.txt", "tool_name": "ls"},
@@ -54,13 +68,15 @@ def test_tool_call_reply_and_exact_request_body():
     with FakeServer({("POST", CHAT): json_reply(200, TOOL_BODY)}) as server:
         with OllamaBackend(MODEL, server.url) as backend:
             reply = backend.generate(CONVERSATION, TOOLS, OPTIONS)
-    assert server.posts(CHAT) == [{
-        "model": MODEL,
-        "messages": EXPECTED_OLLAMA_CONVERSATION,
-        "stream": False,
-        "options": {"temperature": 0.0, "seed": 3, "num_ctx": 8192, "num_predict": 128},
-        "tools": TOOLS,
-    }]
+    assert server.posts(CHAT) == [
+        {
+            "model": MODEL,
+            "messages": EXPECTED_OLLAMA_CONVERSATION,
+            "stream": False,
+            "options": {"temperature": 0.0, "seed": 3, "num_ctx": 8192, "num_predict": 128},
+            "tools": TOOLS,
+        }
+    ]
     assert reply.tool_calls == OLLAMA_CALLS
     assert (reply.content, reply.finish_reason, reply.prompt_tokens, reply.completion_tokens) == ("", "stop", 120, 18)
     assert reply.raw == TOOL_BODY
@@ -85,7 +101,7 @@ def test_translation_does_not_modify_input():
 
 
 def test_model_not_pulled():
-    responder = json_reply(404, {"error": f"model \"{MODEL}\" not found, try pulling it first"})
+    responder = json_reply(404, {"error": f'model "{MODEL}" not found, try pulling it first'})
     with FakeServer({("POST", CHAT): responder}) as server, OllamaBackend(MODEL, server.url) as backend:
         with pytest.raises(ModelNotFound) as info:
             backend.generate([{"role": "user", "content": "hi"}], None, OPTIONS)

@@ -13,9 +13,11 @@ from tests.backend_fakes import FakeServer, closed_port, drop_mid_body, json_rep
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "list the files"}]
 TOOLS = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
-TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}]
+TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}]
 TOOL_BODY = {
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}}],
+    "choices": [
+        {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}}
+    ],
     "usage": {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49},
     "system_fingerprint": "b4567-abc",
 }
@@ -137,7 +139,10 @@ def test_slow_response_times_out():
         server.routes[("POST", CHAT)] = slow_json_reply(5, TEXT_BODY, server.release)
         with _backend(server, timeout_s=0.2) as backend, pytest.raises(BackendTimeout) as info:
             backend.generate(MESSAGES, None, OPTIONS)
-    assert str(info.value) == f"The server at {server.url}/v1 did not answer within 0.2 s; raise the timeout or use a smaller model or prompt."
+    assert (
+        str(info.value)
+        == f"The server at {server.url}/v1 did not answer within 0.2 s; raise the timeout or use a smaller model or prompt."
+    )
     assert isinstance(info.value.__cause__, httpx.TimeoutException)
 
 

@@ -12,8 +12,13 @@ from harness.backends import BackendIdentity, CassetteRecorder, GenerateOptions,
 from harness.errors import CassetteExhausted, UsageError
 
 LINES = [
-    {"content": None, "tool_calls": [{"function": {"name": "ls", "arguments": {"path": "."}}}],
-     "finish_reason": "tool_calls", "usage": {"prompt_tokens": 30, "completion_tokens": 5}, "note": "extra keys ok"},
+    {
+        "content": None,
+        "tool_calls": [{"function": {"name": "ls", "arguments": {"path": "."}}}],
+        "finish_reason": "tool_calls",
+        "usage": {"prompt_tokens": 30, "completion_tokens": 5},
+        "note": "extra keys ok",
+    },
     {"content": "done", "tool_calls": None, "finish_reason": "stop"},
 ]
 OPTS = GenerateOptions()
@@ -82,8 +87,16 @@ def test_bad_lines_name_file_and_line(tmp_path, bad_line, message):
 
 
 def _reply(**fields) -> Reply:
-    base = dict(content=None, tool_calls=None, finish_reason="stop", prompt_tokens=None, completion_tokens=None,
-                latency_ms=12.5, raw={"server": "body"}, identity=BackendIdentity(backend="openai", model="m"))
+    base = dict(
+        content=None,
+        tool_calls=None,
+        finish_reason="stop",
+        prompt_tokens=None,
+        completion_tokens=None,
+        latency_ms=12.5,
+        raw={"server": "body"},
+        identity=BackendIdentity(backend="openai", model="m"),
+    )
     base.update(fields)
     return Reply(**base)
 
@@ -93,15 +106,21 @@ def test_write_cassette_line_shape():
     write_cassette_line(fh, _reply(content="héllo", prompt_tokens=3, completion_tokens=1))
     assert fh.getvalue().endswith("\n") and fh.getvalue().count("\n") == 1
     assert json.loads(fh.getvalue()) == {
-        "content": "héllo", "tool_calls": None, "finish_reason": "stop",
+        "content": "héllo",
+        "tool_calls": None,
+        "finish_reason": "stop",
         "usage": {"prompt_tokens": 3, "completion_tokens": 1},
     }
 
 
 def test_recorder_round_trip(tmp_path):
     originals = [
-        _reply(tool_calls=[{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"p\": 1}"}}],
-               finish_reason="tool_calls", prompt_tokens=100, completion_tokens=12),
+        _reply(
+            tool_calls=[{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"p": 1}'}}],
+            finish_reason="tool_calls",
+            prompt_tokens=100,
+            completion_tokens=12,
+        ),
         _reply(tool_calls=[{"function": {"name": "ls", "arguments": {"p": 1}}}], finish_reason="stop"),
         _reply(content="final answer\nwith newline", finish_reason="length", prompt_tokens=5, completion_tokens=0),
     ]

@@ -38,8 +38,21 @@ def test_parse_model_spec(spec, expected):
 
 @pytest.mark.parametrize(
     "spec",
-    ["", "qwen", "vllm:m@http://h:1", "ollama:", "ollama:@http://h:1", "ollama:m@", "openai:m", "openai:m@",
-     "openai:@http://h:1/v1", "embedded:", "replay:", "ollama:m@ftp://h:1", "openai:m@http://h:notaport/v1"],
+    [
+        "",
+        "qwen",
+        "vllm:m@http://h:1",
+        "ollama:",
+        "ollama:@http://h:1",
+        "ollama:m@",
+        "openai:m",
+        "openai:m@",
+        "openai:@http://h:1/v1",
+        "embedded:",
+        "replay:",
+        "ollama:m@ftp://h:1",
+        "openai:m@http://h:notaport/v1",
+    ],
 )
 def test_malformed_specs_are_usage_errors(spec):
     with pytest.raises(UsageError) as info:
@@ -49,8 +62,12 @@ def test_malformed_specs_are_usage_errors(spec):
 
 @pytest.mark.parametrize(
     ("host", "url"),
-    [(None, "http://localhost:11434"), ("127.0.0.1:9999", "http://127.0.0.1:9999"),
-     ("gpu-box", "http://gpu-box:11434"), ("https://o.example", "https://o.example")],
+    [
+        (None, "http://localhost:11434"),
+        ("127.0.0.1:9999", "http://127.0.0.1:9999"),
+        ("gpu-box", "http://gpu-box:11434"),
+        ("https://o.example", "https://o.example"),
+    ],
 )
 def test_ollama_default_url_from_env(monkeypatch, host, url):
     if host is None:

@@ -92,14 +92,21 @@ FIELDS = {"fields.json": json.dumps({"date": "2024-05-21", "cost": "EUR 4,250.00
 
 
 def test_file_json_field_equal_values_and_dotted_paths(tmp_path):
-    assert verdict(tmp_path, {"type": "file_json_field", "path": "fields.json", "field": "date", "value": "2024-05-21"}, files=FIELDS) == (True, 'date = "2024-05-21"')
-    assert verdict(tmp_path, {"type": "file_json_field", "path": "fields.json", "field": "meta.pages", "value": 2}, files=FIELDS) == (True, "meta.pages = 2")
+    assert verdict(
+        tmp_path, {"type": "file_json_field", "path": "fields.json", "field": "date", "value": "2024-05-21"}, files=FIELDS
+    ) == (True, 'date = "2024-05-21"')
+    assert verdict(
+        tmp_path, {"type": "file_json_field", "path": "fields.json", "field": "meta.pages", "value": 2}, files=FIELDS
+    ) == (True, "meta.pages = 2")
 
 
 def test_file_json_field_failures(tmp_path):
     check = {"type": "file_json_field", "path": "fields.json", "field": "cost", "value": "EUR 4,250.00"}
     assert verdict(tmp_path, check, files={"fields.json": '{"cost": 4250}'}) == (False, 'cost = 4250, expected "EUR 4,250.00"')
-    assert verdict(tmp_path / "b", check, files={"fields.json": '{"price": "EUR 4,250.00"}'}) == (False, "field 'cost' is missing")
+    assert verdict(tmp_path / "b", check, files={"fields.json": '{"price": "EUR 4,250.00"}'}) == (
+        False,
+        "field 'cost' is missing",
+    )
     assert verdict(tmp_path / "c", check, files={"fields.json": "cost: EUR 4,250.00"}) == (False, "fields.json is not valid JSON")
     assert verdict(tmp_path / "d", check) == (False, "fields.json does not exist")
 
@@ -108,7 +115,14 @@ TRIAGE = {"triage.csv": "ticket, category\nT-101, Billing\nT-102,bug\n"}
 
 
 def test_file_csv_value(tmp_path):
-    check = {"type": "file_csv_value", "path": "triage.csv", "key_column": "ticket", "key": "T-101", "column": "category", "value": "billing"}
+    check = {
+        "type": "file_csv_value",
+        "path": "triage.csv",
+        "key_column": "ticket",
+        "key": "T-101",
+        "column": "category",
+        "value": "billing",
+    }
     assert verdict(tmp_path, check, files=TRIAGE) == (True, "T-101: category = 'Billing'")
     wrong = {**check, "key": "T-102"}
     assert verdict(tmp_path / "b", wrong, files=TRIAGE) == (False, "T-102: category = 'bug', expected 'billing'")
@@ -175,11 +189,22 @@ def test_evaluation_keeps_order_and_never_raises_on_model_output(tmp_path):
     (box / "triage.csv").write_text('ticket,category\n"T-101,billing\n')  # unterminated quote
     checks = [
         {"type": "file_json_field", "path": "fields.json", "field": "a", "value": 1},
-        {"type": "file_csv_value", "path": "triage.csv", "key_column": "ticket", "key": "T-101", "column": "category", "value": "billing"},
+        {
+            "type": "file_csv_value",
+            "path": "triage.csv",
+            "key_column": "ticket",
+            "key": "T-101",
+            "column": "category",
+            "value": "billing",
+        },
         {"type": "no_tool_called"},
     ]
     results = evaluate_checks(checks, CheckContext(box, (), (), None, 0))
-    assert [(r.check, r.passed) for r in results] == [("file_json_field", False), ("file_csv_value", False), ("no_tool_called", True)]
+    assert [(r.check, r.passed) for r in results] == [
+        ("file_json_field", False),
+        ("file_csv_value", False),
+        ("no_tool_called", True),
+    ]
 
 
 # -- validation ------------------------------------------------------------------------------------------
@@ -190,14 +215,32 @@ def test_evaluation_keeps_order_and_never_raises_on_model_output(tmp_path):
         ({"type": "file_exist", "path": "a"}, "check type 'file_exist' is unknown"),
         ({"type": "file_exists"}, "check 'file_exists' needs the parameter 'path'"),
         ({"type": "file_exists", "path": "a", "mode": "x"}, "check 'file_exists' has an unknown parameter 'mode'"),
-        ({"type": "file_states_count", "path": "a", "count": "3"}, "check 'file_states_count' parameter 'count' must be of type int, got str"),
-        ({"type": "file_states_count", "path": "a", "count": True}, "check 'file_states_count' parameter 'count' must be of type int, got bool"),
+        (
+            {"type": "file_states_count", "path": "a", "count": "3"},
+            "check 'file_states_count' parameter 'count' must be of type int, got str",
+        ),
+        (
+            {"type": "file_states_count", "path": "a", "count": True},
+            "check 'file_states_count' parameter 'count' must be of type int, got bool",
+        ),
         ({"type": "file_contains", "path": "a"}, "check 'file_contains' needs exactly one of 'text' or 'regex'"),
-        ({"type": "file_contains", "path": "a", "text": "x", "regex": "x"}, "check 'file_contains' needs exactly one of 'text' or 'regex'"),
+        (
+            {"type": "file_contains", "path": "a", "text": "x", "regex": "x"},
+            "check 'file_contains' needs exactly one of 'text' or 'regex'",
+        ),
         ({"type": "file_contains", "path": "a", "regex": "(unclosed"}, "check 'file_contains' regex does not compile"),
-        ({"type": "only_files_written", "allowed": [1]}, "check 'only_files_written' parameter 'allowed' must be a non-empty list of non-empty strings"),
-        ({"type": "file_csv_values_in", "path": "a", "column": "c", "allowed": []}, "check 'file_csv_values_in' parameter 'allowed' must be a non-empty list"),
-        ({"type": "file_csv_values_in", "path": "a", "column": "c", "allowed": ["x"], "rows": -1}, "check 'file_csv_values_in' parameter 'rows' must be 0 or more"),
+        (
+            {"type": "only_files_written", "allowed": [1]},
+            "check 'only_files_written' parameter 'allowed' must be a non-empty list of non-empty strings",
+        ),
+        (
+            {"type": "file_csv_values_in", "path": "a", "column": "c", "allowed": []},
+            "check 'file_csv_values_in' parameter 'allowed' must be a non-empty list",
+        ),
+        (
+            {"type": "file_csv_values_in", "path": "a", "column": "c", "allowed": ["x"], "rows": -1},
+            "check 'file_csv_values_in' parameter 'rows' must be 0 or more",
+        ),
         ({"type": "tool_call_count", "min": 2, "max": 1}, "check 'tool_call_count' parameter 'max' must be at least 'min'"),
     ],
 )

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
-from tests.helpers import REPO
 
 from harness.ledger import Ledger
 from harness.vocab import OUTCOMES
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

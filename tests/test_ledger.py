@@ -79,9 +79,17 @@ def test_rows_round_trip(filled):
 def test_update_and_delete_are_rejected(filled, table):
     db = sqlite3.connect(filled)
     with Ledger(filled) as ledger:
-        ledger.record_labels(Labels(run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={}))
+        ledger.record_labels(
+            Labels(
+                run_id="r1", turn=1, classifier_version="2", failure_modes=[], recovered_calls=[], recovered_by=None, details={}
+            )
+        )
         ledger.record_attestation(Attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="f" * 64))
-        ledger.record_attempt(Attempt(run_id="r1", turn=1, attempt=1, error_type="BackendTimeout", error="slow", status_code=None, retry_in_ms=500.0))
+        ledger.record_attempt(
+            Attempt(
+                run_id="r1", turn=1, attempt=1, error_type="BackendTimeout", error="slow", status_code=None, retry_in_ms=500.0
+            )
+        )
     column = "name" if table == "_migrations" else "run_id"
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
         db.execute(f"UPDATE {table} SET {column} = 'x'")
@@ -201,7 +209,9 @@ def test_attestations_are_chained_and_verified(filled):
     db.commit()
     db.close()
     with Ledger(filled, readonly=True) as ledger:
-        assert ledger.verify().problem == "attestations row seq=1 (run r1): row_hash does not match its content (the row was edited)"
+        assert (
+            ledger.verify().problem == "attestations row seq=1 (run r1): row_hash does not match its content (the row was edited)"
+        )
 
 
 def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled):

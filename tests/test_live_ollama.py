@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 
 import pytest
-from tests.helpers import REPO
 
 from harness.ledger import Ledger
-from harness.vocab import OUTCOMES
 from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
+from harness.vocab import OUTCOMES
+from tests.helpers import REPO
 
 MODEL = os.environ.get("HARNESS_LIVE_OLLAMA")
 pytestmark = [pytest.mark.live, pytest.mark.skipif(not MODEL, reason="set HARNESS_LIVE_OLLAMA=<pulled model> to run")]

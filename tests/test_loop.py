@@ -9,14 +9,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from tests.helpers import IDEAL, REPO, REPORT, call_line, text_line, write_cassette
 
 from harness.backends import open_backend
 from harness.errors import TokenLimitExceeded, TurnLimitExceeded
 from harness.ledger import Ledger
 from harness.loop import CircuitBreaker, RetryPolicy, RunOptions, RunPlan, run_once
 from harness.scenarios import load_scenario
-
+from tests.helpers import IDEAL, REPO, REPORT, call_line, text_line, write_cassette
 
 
 @pytest.fixture
@@ -34,8 +33,6 @@ def run(tmp_path, scenario, replies, *, parser="lenient", tool_mode="native", **
         [run_row] = [r for r in ledger.runs() if r.run_id == summary.run_id]
         assert ledger.verify().ok
     return summary, turns, run_row
-
-
 
 
 # -- breaker boundaries ----------------------------------------------------------------------------------
@@ -59,7 +56,12 @@ def test_ideal_replies_pass_and_every_turn_is_recorded(tmp_path, scenario):
     executed = turns[0].record.executed_calls
     assert executed[0]["output"] == '["config.json", "hello.txt", "memo.md"]'
     assert turns[0].record.raw_reply["tool_calls"][0]["function"]["name"] == "list_files"
-    assert (run_row.start.backend, run_row.start.tool_mode, run_row.start.parser, run_row.outcome) == ("replay", "native", "lenient", "pass")
+    assert (run_row.start.backend, run_row.start.tool_mode, run_row.start.parser, run_row.outcome) == (
+        "replay",
+        "native",
+        "lenient",
+        "pass",
+    )
     assert run_row.start.model_digest.startswith("sha256:")
 
 
@@ -116,7 +118,11 @@ def test_strict_parser_ends_the_run_on_a_call_written_in_text(tmp_path, scenario
 
 
 def test_prompt_mode_sends_no_tools_and_answers_as_tool_response(tmp_path, scenario):
-    replies = [text_line("<tool_call>" + json.dumps(LIST) + "</tool_call>"), text_line("<tool_call>" + json.dumps(WRITE) + "</tool_call>"), text_line("Done.")]
+    replies = [
+        text_line("<tool_call>" + json.dumps(LIST) + "</tool_call>"),
+        text_line("<tool_call>" + json.dumps(WRITE) + "</tool_call>"),
+        text_line("Done."),
+    ]
     summary, turns, run_row = run(tmp_path, scenario, replies, tool_mode="prompt")
     assert summary.outcome == "pass" and run_row.start.tool_mode == "prompt"
     assert "tool_call_tags_in_content" in turns[0].record.failure_modes
@@ -181,14 +187,22 @@ def test_http_500_mid_run_is_infra_error(tmp_path, scenario):
     try:
         plan = RunPlan(scenario, f"openai:m@http://127.0.0.1:{server.server_port}/v1", 0.0)
         with Ledger(tmp_path / "ledger.sqlite") as ledger, open_backend(plan.model) as backend:
-            summary = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs", retry=RetryPolicy(max_attempts=3, base_delay_s=0.01)))
+            summary = run_once(
+                plan,
+                backend,
+                ledger,
+                RunOptions(runs_dir=tmp_path / "runs", retry=RetryPolicy(max_attempts=3, base_delay_s=0.01)),
+            )
             assert summary.outcome == "infra_error" and summary.turns == 1
             assert "500" in summary.error
             [row] = ledger.runs()
             assert row.outcome == "infra_error" and row.end.turns == 1
             attempts = ledger.attempts()
             assert [(a.turn, a.attempt, a.error_type, a.status_code) for a in attempts] == [
-                (2, 1, "BackendResponseError", 500), (2, 2, "BackendResponseError", 500), (2, 3, "BackendResponseError", 500)]
+                (2, 1, "BackendResponseError", 500),
+                (2, 2, "BackendResponseError", 500),
+                (2, 3, "BackendResponseError", 500),
+            ]
             assert 5 <= attempts[0].retry_in_ms <= 10 and 10 <= attempts[1].retry_in_ms <= 20 and attempts[2].retry_in_ms is None
     finally:
         server.shutdown()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import signal
 import sqlite3
@@ -13,32 +12,43 @@ import sys
 import time
 
 import pytest
-from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
 
 from harness.backends import open_backend
-from tests.backend_fakes import closed_port
-from tests.fake_agent_server import FakeAgentServer
-from harness.ledger import Ledger
 from harness.console import summary_rows
+from harness.ledger import Ledger
 from harness.loop import RetryPolicy, RunOptions
 from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix, plan_matrix, run_matrix
 from harness.scenarios import load_scenario
+from tests.backend_fakes import closed_port
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
 
 SCENARIO = SCENARIO_FILE
 FAST_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.01)
 
 
 def plans_for(model: str, *, repeats: int, temperatures=(0.0,), tool_mode="native"):
-    return expand_matrix([load_scenario(SCENARIO)], MatrixOverrides([model], list(temperatures), repeats, None, [tool_mode], None))
+    return expand_matrix(
+        [load_scenario(SCENARIO)], MatrixOverrides([model], list(temperatures), repeats, None, [tool_mode], None)
+    )
 
 
 def test_expand_matrix_order_and_overrides():
     scenario = load_scenario(SCENARIO)
-    plans = expand_matrix([scenario], MatrixOverrides(["replay:a.jsonl", "replay:b.jsonl"], [0.0, 1.0], 2, [7], None, ["strict", "lenient"]))
+    plans = expand_matrix(
+        [scenario], MatrixOverrides(["replay:a.jsonl", "replay:b.jsonl"], [0.0, 1.0], 2, [7], None, ["strict", "lenient"])
+    )
     assert len(plans) == 2 * 2 * 2 * 2
     first = plans[0]
-    assert (first.model, first.tool_mode, first.parser, first.temperature, first.seed, first.repetition) == ("replay:a.jsonl", "prompt", "strict", 0.0, 7, 0)
+    assert (first.model, first.tool_mode, first.parser, first.temperature, first.seed, first.repetition) == (
+        "replay:a.jsonl",
+        "prompt",
+        "strict",
+        0.0,
+        7,
+        0,
+    )
     assert plans[1].repetition == 1 and plans[1].options().seed == 8
     assert len({p.identity("d") for p in plans}) == len(plans)  # every planned run has its own identity
     assert plans[0].identity("d") == dataclasses.replace(plans[0]).identity("d")  # deterministic
@@ -70,7 +80,11 @@ def test_flaky_server_retries_and_infra_errors_stay_out_of_failure_rates(tmp_pat
     assert [s.outcome for s in result.summaries] == ["pass", "infra_error", "pass"]
     first, second = result.summaries[0].run_id, result.summaries[1].run_id
     assert [(a.attempt, a.error_type, a.status_code) for a in attempts if a.run_id == first] == [
-        (1, "BackendUnavailable", None), (2, "BackendResponseError", 500), (3, "BackendResponseError", 429), (4, "BackendTimeout", None)]
+        (1, "BackendUnavailable", None),
+        (2, "BackendResponseError", 500),
+        (3, "BackendResponseError", 429),
+        (4, "BackendTimeout", None),
+    ]
     assert [a.retry_in_ms for a in attempts if a.run_id == first][2] == 1000.0  # Retry-After: 1 honoured
     assert [a.attempt for a in attempts if a.run_id == second] == [1, 2, 3, 4, 5]
     [row] = summary_rows(result.summaries)

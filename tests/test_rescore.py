@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tests.helpers import REPO, call_line, text_line, write_cassette
-
 from harness.classifier import CLASSIFIER_VERSION
 from harness.cli import main
 from harness.ledger import Labels, Ledger
@@ -11,6 +9,7 @@ from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
+from tests.helpers import REPO, call_line, text_line, write_cassette
 
 
 def _ledger_with_runs(tmp_path, tool_mode):

@@ -77,7 +77,11 @@ def test_write_size_cap(box):
         ("read_file", {"path": "nope.txt"}, "ERROR: no such file: 'nope.txt'"),
         ("read_file", {"path": 3}, "ERROR: path must be a non-empty string, got 3"),
         ("write_file", {"path": "a.txt", "content": ["x"]}, "ERROR: content must be a string, got list"),
-        ("write_file", {"path": "a.txt", "content": "x", "mode": "w"}, "ERROR: unexpected argument(s) mode; write_file takes content, path"),
+        (
+            "write_file",
+            {"path": "a.txt", "content": "x", "mode": "w"},
+            "ERROR: unexpected argument(s) mode; write_file takes content, path",
+        ),
         ("list_files", {"path": "hello.txt"}, "ERROR: 'hello.txt' is not a directory"),
         ("write_file", {"path": "sub", "content": "x"}, "ERROR: 'sub' is a directory"),
         ("read_file", {"path": "a\x00b"}, "ERROR: path must not contain NUL bytes"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.helpers import CASSETTES, REPO
 
 from harness.backends import open_backend
 from harness.backends.replay import load_cassette
@@ -19,6 +18,7 @@ from harness.cli import main
 from harness.ledger import Ledger
 from harness.loop import RunOptions, RunPlan, run_once
 from harness.scenarios import load_scenario
+from tests.helpers import CASSETTES, REPO
 
 SCENARIOS = sorted(p.stem for p in (REPO / "scenarios").glob("*.toml"))
 LIBRARY = [
@@ -28,31 +28,49 @@ LIBRARY = [
 
 #: scenario -> (outcome of broken.jsonl, {failing check: detail}) — the intended reason, exactly
 BROKEN = {
-    "list_and_report": ("task_failed", {
-        "file_names_all_fixtures": "does not name ['hello.txt']",
-        "file_names_only_existing": "names files that do not exist: ['echo.txt']",
-    }),
-    "long_context": ("turn_limit", {
-        "file_exists": "report.txt does not exist",
-        "file_names_all_fixtures": "report.txt does not exist",
-        "file_names_only_existing": "report.txt does not exist",
-        "file_states_count": "report.txt does not exist",
-    }),
-    "weather_probe": ("task_failed", {
-        "tool_call_count": "0 tool call(s) made, expected at least 1",
-        "final_answer_contains": "final answer does not contain '17'; final answer does not contain 'light drizzle'",
-    }),
+    "list_and_report": (
+        "task_failed",
+        {
+            "file_names_all_fixtures": "does not name ['hello.txt']",
+            "file_names_only_existing": "names files that do not exist: ['echo.txt']",
+        },
+    ),
+    "long_context": (
+        "turn_limit",
+        {
+            "file_exists": "report.txt does not exist",
+            "file_names_all_fixtures": "report.txt does not exist",
+            "file_names_only_existing": "report.txt does not exist",
+            "file_states_count": "report.txt does not exist",
+        },
+    ),
+    "weather_probe": (
+        "task_failed",
+        {
+            "tool_call_count": "0 tool call(s) made, expected at least 1",
+            "final_answer_contains": "final answer does not contain '17'; final answer does not contain 'light drizzle'",
+        },
+    ),
     "read_and_summarize": ("task_failed", {"file_contains": "does not contain 'Marisol'"}),
-    "code_review": ("task_failed", {
-        "file_contains": r"does not contain 'average'; does not match /(?i)(\bline\s*:?\s*13\b|\bL13\b|stats\.py:13\b)/",
-    }),
-    "support_triage": ("task_failed", {
-        "file_csv_values_in": "category values not in ['billing', 'bug', 'account', 'feature_request']: ['refund']",
-        "file_csv_value": "T-101: category = 'refund', expected 'billing'",
-    }),
-    "extract_fields": ("task_failed", {
-        "file_json_field": 'date = "21 May 2024", expected "2024-05-21"; cost = 4250, expected "EUR 4,250.00"',
-    }),
+    "code_review": (
+        "task_failed",
+        {
+            "file_contains": r"does not contain 'average'; does not match /(?i)(\bline\s*:?\s*13\b|\bL13\b|stats\.py:13\b)/",
+        },
+    ),
+    "support_triage": (
+        "task_failed",
+        {
+            "file_csv_values_in": "category values not in ['billing', 'bug', 'account', 'feature_request']: ['refund']",
+            "file_csv_value": "T-101: category = 'refund', expected 'billing'",
+        },
+    ),
+    "extract_fields": (
+        "task_failed",
+        {
+            "file_json_field": 'date = "21 May 2024", expected "2024-05-21"; cost = 4250, expected "EUR 4,250.00"',
+        },
+    ),
     "no_tool_needed": ("task_failed", {"no_tool_called": "1 tool call(s) made"}),
 }
 
@@ -64,7 +82,9 @@ def replay(tmp_path, name, kind, *, turns=None):
     """
     scenario = load_scenario(REPO / "scenarios" / f"{name}.toml")
     cassette = CASSETTES / name / f"{kind}.jsonl"
-    plan = RunPlan(scenario, f"replay:{cassette}", 0.0, tool_mode=scenario.matrix.tool_modes[0], parser=scenario.matrix.parsers[0])
+    plan = RunPlan(
+        scenario, f"replay:{cassette}", 0.0, tool_mode=scenario.matrix.tool_modes[0], parser=scenario.matrix.parsers[0]
+    )
     with Ledger(tmp_path / "ledger.sqlite") as ledger, open_backend(plan.model) as backend:
         summary = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs"))
         [row] = [r for r in ledger.runs() if r.run_id == summary.run_id]
@@ -105,14 +125,26 @@ def test_broken_cassette_fails_for_the_intended_reason(tmp_path, name):
 @pytest.mark.parametrize(
     ("name", "output"),
     [
-        ("weather_probe", {"city": "Paris", "temperature_c": 17, "condition": "light drizzle", "humidity_pct": 82, "wind_kph": 14}),
-        ("support_triage", [{"id": f"T-10{i}", "text": text} for i, text in enumerate([
-            "I was charged twice for my March invoice. Please refund one of the two payments.",
-            "The export button does nothing when I click it; the CSV file never downloads.",
-            "Please change the email address on my account to the new one in my signature.",
-            "Could you add a dark mode to the dashboard? The white screen is hard on the eyes at night.",
-            "The app crashes every time I open the settings page on my Android phone.",
-        ], start=1)]),
+        (
+            "weather_probe",
+            {"city": "Paris", "temperature_c": 17, "condition": "light drizzle", "humidity_pct": 82, "wind_kph": 14},
+        ),
+        (
+            "support_triage",
+            [
+                {"id": f"T-10{i}", "text": text}
+                for i, text in enumerate(
+                    [
+                        "I was charged twice for my March invoice. Please refund one of the two payments.",
+                        "The export button does nothing when I click it; the CSV file never downloads.",
+                        "Please change the email address on my account to the new one in my signature.",
+                        "Could you add a dark mode to the dashboard? The white screen is hard on the eyes at night.",
+                        "The app crashes every time I open the settings page on my Android phone.",
+                    ],
+                    start=1,
+                )
+            ],
+        ),
     ],
 )
 def test_data_tools_answer_from_the_scenario_tool_data(tmp_path, name, output):
@@ -156,7 +188,13 @@ def test_done_sentence_names_every_checked_value(name):
 def test_default_matrix_fits_the_embedded_model(name):
     scenario = load_scenario(REPO / "scenarios" / f"{name}.toml")
     m = scenario.matrix
-    assert (m.models, m.temperatures, m.repeats, m.tool_modes, m.parsers) == (("embedded:smollm2-135m",), (0.0,), 1, ("prompt",), ("lenient",))
+    assert (m.models, m.temperatures, m.repeats, m.tool_modes, m.parsers) == (
+        ("embedded:smollm2-135m",),
+        (0.0,),
+        1,
+        ("prompt",),
+        ("lenient",),
+    )
     assert scenario.max_tokens <= 256 and 6 <= scenario.turn_limit <= 10
 
 

@@ -8,7 +8,7 @@ from harness.cli import main
 from harness.errors import ScenarioError
 from harness.scenarios import load_scenario
 
-BASE = '''name = "probe"
+BASE = """name = "probe"
 what_it_does = "Look up the weather in Paris."
 what_it_does_not = "Guessing the weather."
 done_looks_like = "The final answer contains 17."
@@ -26,7 +26,7 @@ turn_limit = 6
 [[checks]]
 type = "final_answer_contains"
 text = "17"
-'''
+"""
 
 
 def write(tmp_path, text, name="probe.toml"):
@@ -44,7 +44,10 @@ def without_line(text, prefix):
 def test_base_file_loads_with_its_spec_in_the_system_prompt(tmp_path):
     scenario = load_scenario(write(tmp_path, BASE))
     assert (scenario.what_it_does, scenario.what_it_does_not, scenario.done_looks_like) == (
-        "Look up the weather in Paris.", "Guessing the weather.", "The final answer contains 17.")
+        "Look up the weather in Paris.",
+        "Guessing the weather.",
+        "The final answer contains 17.",
+    )
     system = scenario.system_message("native")
     assert system == "You are an assistant.\n\nScope: Look up the weather in Paris.\nOut of scope: Guessing the weather."
     assert "<tools>" in scenario.system_message("prompt") and "<tools>" not in system
@@ -82,25 +85,46 @@ def test_tool_data_is_bound_to_the_offered_tool(tmp_path):
 HOSTILE = {
     "missing field": (lambda t: without_line(t, "task ="), "field 'task' is missing"),
     "wrong type": (lambda t: t.replace("turn_limit = 6", 'turn_limit = "six"'), "field 'turn_limit' must be an integer >= 1"),
-    "unknown check type": (lambda t: t.replace('type = "final_answer_contains"', 'type = "answer_contains"'),
-                           "field 'checks[0]': check type 'answer_contains' is unknown"),
-    "bad regex": (lambda t: t.replace('type = "final_answer_contains"\ntext = "17"', 'type = "file_contains"\npath = "a.txt"\nregex = "(17"'),
-                  "field 'checks[0]': check 'file_contains' regex does not compile"),
-    "fixture path with ..": (lambda t: t.replace('"notes.txt" = "Paris"', '"../notes.txt" = "Paris"'),
-                             "field 'fixtures' has an unusable path: '.', '..' and empty components are not allowed: '../notes.txt'"),
+    "unknown check type": (
+        lambda t: t.replace('type = "final_answer_contains"', 'type = "answer_contains"'),
+        "field 'checks[0]': check type 'answer_contains' is unknown",
+    ),
+    "bad regex": (
+        lambda t: t.replace(
+            'type = "final_answer_contains"\ntext = "17"', 'type = "file_contains"\npath = "a.txt"\nregex = "(17"'
+        ),
+        "field 'checks[0]': check 'file_contains' regex does not compile",
+    ),
+    "fixture path with ..": (
+        lambda t: t.replace('"notes.txt" = "Paris"', '"../notes.txt" = "Paris"'),
+        "field 'fixtures' has an unusable path: '.', '..' and empty components are not allowed: '../notes.txt'",
+    ),
     "unknown tool": (lambda t: t.replace('"read_file"]', '"read_files"]'), "field 'tools' must be a list of tool names from"),
-    "tool_data for a tool not offered": (lambda t: t + '\n[tool_data.list_tickets]\n"T-1" = "help"\n',
-                                         "field 'tool_data.list_tickets' is data for a tool that is not offered"),
-    "tool_data for a tool without data": (lambda t: t + '\n[tool_data.read_file]\n"a" = "b"\n',
-                                          "field 'tool_data.read_file' is not allowed; the tool read_file takes no fixture data"),
-    "tool_data breaks its schema": (lambda t: t.replace("temperature_c = 17", 'temperature_c = "warm"'),
-                                    "field 'tool_data.get_current_weather.Paris.temperature_c' is invalid: 'warm' is not of type 'number'"),
+    "tool_data for a tool not offered": (
+        lambda t: t + '\n[tool_data.list_tickets]\n"T-1" = "help"\n',
+        "field 'tool_data.list_tickets' is data for a tool that is not offered",
+    ),
+    "tool_data for a tool without data": (
+        lambda t: t + '\n[tool_data.read_file]\n"a" = "b"\n',
+        "field 'tool_data.read_file' is not allowed; the tool read_file takes no fixture data",
+    ),
+    "tool_data breaks its schema": (
+        lambda t: t.replace("temperature_c = 17", 'temperature_c = "warm"'),
+        "field 'tool_data.get_current_weather.Paris.temperature_c' is invalid: 'warm' is not of type 'number'",
+    ),
     "unknown field": (lambda t: t.replace("turn_limit = 6", "turn_limt = 6"), "unknown field 'turn_limt'"),
-    "offered data tool, no table": (lambda t: t.replace('[tool_data.get_current_weather]\n"Paris" = { temperature_c = 17, condition = "light drizzle" }\n', ""),
-                                    "field 'tool_data.get_current_weather' is missing; expected a table of fixture data"),
-    "tool_data not a table": (lambda t: t.replace("turn_limit = 6", "turn_limit = 6\ntool_data = 3").replace(
-        '[tool_data.get_current_weather]\n"Paris" = { temperature_c = 17, condition = "light drizzle" }\n', ""),
-                              "field 'tool_data' must be a table of [tool_data.<tool>] tables"),
+    "offered data tool, no table": (
+        lambda t: t.replace(
+            '[tool_data.get_current_weather]\n"Paris" = { temperature_c = 17, condition = "light drizzle" }\n', ""
+        ),
+        "field 'tool_data.get_current_weather' is missing; expected a table of fixture data",
+    ),
+    "tool_data not a table": (
+        lambda t: t.replace("turn_limit = 6", "turn_limit = 6\ntool_data = 3").replace(
+            '[tool_data.get_current_weather]\n"Paris" = { temperature_c = 17, condition = "light drizzle" }\n', ""
+        ),
+        "field 'tool_data' must be a table of [tool_data.<tool>] tables",
+    ),
     "not TOML": (lambda t: t.replace("turn_limit = 6", "turn_limit = "), "not a valid TOML file"),
 }
 

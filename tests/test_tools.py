@@ -8,7 +8,10 @@ import pytest
 
 from harness.tools import BUILTIN_TOOLS, Sandbox
 
-WEATHER = {"Paris": {"temperature_c": 17, "condition": "light drizzle", "humidity_pct": 82}, "Lisbon": {"temperature_c": 24, "condition": "sunny"}}
+WEATHER = {
+    "Paris": {"temperature_c": 17, "condition": "light drizzle", "humidity_pct": 82},
+    "Lisbon": {"temperature_c": 24, "condition": "sunny"},
+}
 TICKETS = {"T-2": "second", "T-1": "first"}
 
 
