@@ -34,8 +34,12 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     path = ledger_path(args)
     with Ledger(path, readonly=True) as ledger:
         result = ledger.verify()
+        pending = ledger.pending_migrations()
     if result.ok:
         print(f"{path}: OK, {result.rows} rows verified.")
+        if pending:
+            print(f"harness: {path} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {path}` upgrades it.",
+                  file=sys.stderr)  # fmt: skip
         return 0
     print(f"harness: {path}: verification FAILED at {result.problem}.", file=sys.stderr)
     return 1

@@ -18,13 +18,14 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.report.frames import LedgerFrames
 from harness.stats import pass_hat_k, wilson_interval
+from harness.vocab import OUTCOMES
 
 __all__ = ["write_all"]
 
 _Drawn = tuple[str, str, str]
 """``(file name, alt text, caption)`` of one plot drawn."""
 
-_OUTCOME_ORDER = ("pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted", "unfinished")
+_OUTCOME_ORDER = (*OUTCOMES, "unfinished")
 _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "#ff7f0e", "token_limit": "#e377c2",
                     "infra_error": "#7f7f7f", "interrupted": "#bcbd22", "unfinished": "#c7c7c7"}  # fmt: skip
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")

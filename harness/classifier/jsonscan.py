@@ -1,0 +1,241 @@
+"""JSON scanning and narrow repair: find bracketed values, parse them, repair the defects we name.
+
+Everything is bounded and linear (nothing recurses on input structure). :data:`FAIL` is the
+"did not parse" sentinel every parser here returns instead of raising. Why our own repair and
+not the ``json-repair`` package: see docs/failure-modes.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import warnings
+from typing import Any
+
+from harness.classifier.types import MAX_REPAIR_CHARS, jsonable
+
+__all__ = ["FAIL", "literal", "loads", "pseudo_code", "repair", "scan_balanced", "string_end"]
+
+#: Returned by :func:`loads`, :func:`literal` and :func:`repair` when the text does not parse.
+FAIL = object()
+_SCAN_TOKEN = re.compile(r"[{}\[\]\"']")
+
+
+def string_end(text: str, start: int, quote: str, allow_newline: bool = True) -> int:
+    """Index of the quote closing the string opened at ``start``, or -1 (backslash-aware, linear)."""
+    j = start + 1
+    while True:
+        k = text.find(quote, j)
+        if k < 0:
+            return -1
+        if not allow_newline:
+            nl = text.find("\n", j, k)
+            if nl >= 0:
+                return -1
+        b = k - 1
+        n = 0
+        while b >= j and text[b] == "\\":
+            n += 1
+            b -= 1
+        if n % 2 == 0:
+            return k
+        j = k + 1
+
+
+def scan_balanced(text: str, start: int, limit: int) -> tuple[int, bool, int]:
+    """Scan a bracketed value starting at ``text[start]`` (``{`` or ``[`` or ``(``-free).
+
+    Returns:
+        ``(end, closed, max_depth)``: ``end`` is one past the closing bracket (or ``limit``
+        when unclosed).
+    """
+    depth = 0
+    max_depth = 0
+    i = start
+    while i < limit:
+        m = _SCAN_TOKEN.search(text, i, limit)
+        if m is None:
+            return limit, False, max_depth
+        ch = m.group()
+        pos = m.start()
+        if ch == '"' or ch == "'":
+            end = string_end(text, pos, ch, allow_newline=(ch == '"'))
+            if end < 0 or end >= limit:
+                if ch == '"':
+                    return limit, False, max_depth
+                i = pos + 1  # a lone apostrophe is just a character
+                continue
+            i = end + 1
+            continue
+        if ch in "{[":
+            depth += 1
+            max_depth = max(max_depth, depth)
+        else:
+            depth -= 1
+            if depth <= 0:
+                return pos + 1, True, max_depth
+        i = pos + 1
+    return limit, False, max_depth
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)``, or :data:`FAIL` when it does not parse (never raises)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError, MemoryError):
+        return FAIL
+
+
+def literal(text: str) -> Any:
+    """A dict or list written as a Python literal (JSON-ready), or :data:`FAIL`."""
+    if len(text) > MAX_REPAIR_CHARS:
+        return FAIL
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return FAIL
+    if not isinstance(value, (dict, list)):
+        return FAIL
+    return jsonable(value)
+
+
+_REPAIR_TOKEN = re.compile(r"\"|'|[{}\[\],:]|[A-Za-z_$][\w$]*|\s+|[^\"'{}\[\],:A-Za-z_$\s]+")
+_PY_CONST = {"True": "true", "False": "false", "None": "null"}
+
+
+def _sq_to_json(inner: str) -> str:
+    inner = inner.replace("\\'", "'")
+    inner = re.sub(r'(?<!\\)"', '\\"', inner)
+    return '"' + inner.replace("\n", "\\n") + '"'
+
+
+def _close(parts: list[str], open_stack: list[str]) -> Any:
+    """Parse repaired ``parts`` after dropping a trailing comma and closing ``open_stack``."""
+    body = "".join(parts).rstrip()
+    while body.endswith(","):
+        body = body[:-1].rstrip()
+    if body.endswith(":"):
+        body += " null"
+    return loads(body + "".join(reversed(open_stack)))
+
+
+def repair(text: str) -> Any:  # long: one tokenizer loop whose state (out, stack, commas) does not split well
+    """Narrow JSON repair; returns the parsed value or :data:`FAIL`.
+
+    Closes unclosed strings and brackets, drops trailing commas, quotes bare keys, turns single
+    quotes into double quotes and ``True/False/None`` into JSON; a truncated tail is cut back
+    to the last comma. Texts over :data:`~harness.classifier.types.MAX_REPAIR_CHARS` fail.
+    """
+    if len(text) > MAX_REPAIR_CHARS:
+        return FAIL
+    out: list[str] = []
+    stack: list[str] = []
+    commas: list[tuple[int, int]] = []  # (len(out) before the comma, stack depth)
+    i = 0
+    n = len(text)
+    truncated = False
+    while i < n:
+        m = _REPAIR_TOKEN.match(text, i)
+        if m is None:  # pragma: no cover - the token regex matches every character
+            return FAIL
+        tok = m.group()
+        if tok == '"' or tok == "'":
+            end = string_end(text, i, tok)
+            if end < 0:
+                body = text[i + 1 :]
+                if body.endswith("\\"):
+                    body = body[:-1]
+                out.append(_sq_to_json(body) if tok == "'" else '"' + body.replace("\n", "\\n") + '"')
+                truncated = True
+                break
+            body = text[i + 1 : end]
+            out.append(_sq_to_json(body) if tok == "'" else '"' + body.replace("\n", "\\n") + '"')
+            i = end + 1
+            continue
+        if tok in "{[":
+            stack.append("}" if tok == "{" else "]")
+            out.append(tok)
+        elif tok in "}]":
+            # drop a trailing comma before a closer
+            while out and out[-1].isspace():
+                out.pop()
+            if out and out[-1] == ",":
+                out.pop()
+            if stack:
+                out.append(stack.pop())
+            if not stack:
+                i = m.end()
+                break
+        elif tok == ",":
+            commas.append((len(out), len(stack)))
+            out.append(tok)
+        elif tok in _PY_CONST:
+            out.append(_PY_CONST[tok])
+        elif tok[0].isalpha() or tok[0] in "_$":
+            rest = text[m.end() : m.end() + 64].lstrip()
+            if rest.startswith(":") and tok not in ("true", "false", "null"):
+                out.append('"' + tok + '"')  # bare key
+            else:
+                out.append(tok)
+        else:
+            out.append(tok)
+        i = m.end()
+    else:
+        truncated = bool(stack)
+
+    value = _close(out, stack)
+    if value is FAIL and truncated and commas:
+        cut, depth = commas[-1]
+        # the stack at the comma was the first `depth` openers of the current stack
+        value = _close(out[:cut], stack[:depth])
+    return value
+
+
+_CODE_PLACEHOLDER = "\x00"
+_PSEUDO_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("concatenation", re.compile(r"\x00\s*\+|\+\s*\x00|[\w\])]\s*\+\s*[\w(\[]")),
+    ("function_call", re.compile(r"[A-Za-z_]\w*\s*\(")),
+    ("template_literal", re.compile(r"`")),
+    ("f_string", re.compile(r"(?<![\w])[fF][rR]?\x00")),
+    (
+        "bare_identifier",
+        re.compile(r"[:\[,]\s*(?!(?:true|false|null|True|False|None)\b)[A-Za-z_][\w.]*(?=\s*[,}\]\[]|\s*$)"),
+    ),
+)
+
+
+def _skeleton(text: str) -> str:
+    """The text with string literals blanked to a placeholder (bounded, linear)."""
+    text = text[:MAX_REPAIR_CHARS]
+    out = []
+    i = 0
+    n = len(text)
+    while i < n:
+        q1 = text.find('"', i)
+        q2 = text.find("'", i)
+        cands = [q for q in (q1, q2) if q >= 0]
+        if not cands:
+            out.append(text[i:])
+            break
+        q = min(cands)
+        out.append(text[i:q])
+        end = string_end(text, q, text[q], allow_newline=(text[q] == '"'))
+        if end < 0:
+            if text[q] == "'":
+                out.append("'")
+                i = q + 1
+                continue
+            out.append(_CODE_PLACEHOLDER)
+            break
+        out.append(_CODE_PLACEHOLDER)
+        i = end + 1
+    return "".join(out)
+
+
+def pseudo_code(text: str) -> list[str]:
+    """Names of the code patterns (``concatenation``, ``function_call``...) outside string literals."""
+    skel = _skeleton(text)
+    return [name for name, pattern in _PSEUDO_PATTERNS if pattern.search(skel)]

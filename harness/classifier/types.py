@@ -1,0 +1,261 @@
+"""The classifier's vocabulary: version, failure modes, recovery steps, caps, result types.
+
+Also the tiny helpers every other module of :mod:`harness.classifier` shares (detail
+shortening, JSON-ready copies, defensive reads of response fields). No I/O; imports nothing
+from the rest of the package.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CLASSIFIER_VERSION",
+    "Classification",
+    "FAILURE_MODES",
+    "MAX_CANDIDATES",
+    "MAX_DEPTH",
+    "MAX_HISTORY_MESSAGES",
+    "MAX_HISTORY_TEXT",
+    "MAX_PYTHONIC_CHARS",
+    "MAX_REGIONS",
+    "MAX_REPAIR_CHARS",
+    "MAX_SCAN_CHARS",
+    "PARSER_POLICIES",
+    "RECOVERY_STEPS",
+    "ToolCall",
+    "get",
+    "jsonable",
+    "short",
+    "text_of",
+]
+
+#: Bump whenever any label for some input can change; stored with every label set.
+CLASSIFIER_VERSION = "1.0.4"
+
+#: Canonical failure modes, in canonical order: name -> one-line definition.
+FAILURE_MODES: dict[str, str] = {
+    # envelope
+    "raw_json_in_content": "a call object written as bare JSON text in the content",
+    "code_fence": "a call inside a Markdown code fence, with or without a language",
+    "mixed_prose": "natural-language text around a call written in the content",
+    "tool_call_tags_in_content": "<tool_call> markup left in the content",
+    "wrong_wrapper_tag": "another wrapper or marker (<tools>, <function>, <json>, [TOOL_CALLS], "
+    "<|python_tag|>...), or unclosed / mismatched tags",
+    "foreign_call_syntax": "a call that is not a JSON object: pythonic name(arg=...) or XML-style parameters",
+    "multiple_calls": "more than one call in one reply",
+    # payload
+    "invalid_json": "a call-like object that no repair makes parseable",
+    "pseudo_code_in_arguments": "argument values written as code: + concatenation, function calls, "
+    "template literals, f-strings, bare identifiers",
+    "repaired_json": "a call parseable only after repair (missing closing braces, trailing commas, single-quoted Python dicts)",
+    "stringified_arguments": "arguments given as a JSON string instead of an object (or double-encoded)",
+    "nonstandard_keys": "a call object with other keys than name/arguments (parameters, tool/params, "
+    "action/action_input, short form)",
+    # validation
+    "unknown_tool": "a call to a tool that was not offered (nearest offered name in details)",
+    "schema_violation": "arguments break the tool's JSON Schema: missing required, wrong type, unexpected argument",
+    # behaviour
+    "repeated_call": "the same name and canonical arguments as an earlier call in the run",
+    "fabricated_tool_result": "the reply asserts tool output no tool returned (tool-response markup, "
+    "or names that appear in no tool result or prompt)",
+    "narration_without_call": "no call while the text announces or shows an action instead of taking it",
+    "empty_response": "no content and no call",
+    "truncated_by_length": "the server stopped the reply at the token limit (finish_reason length)",
+    "reasoning_leak": "<think>-style reasoning blocks left in the content",
+    "sandbox_escape_attempt": "a path argument outside the sandbox (absolute, ~, or climbing above . via ..)",
+}
+
+#: The fixed, documented order of lenient recovery steps (see docs/failure-modes.md).
+RECOVERY_STEPS: tuple[str, ...] = (
+    "strip_reasoning",
+    "tagged",
+    "fenced",
+    "json_document",
+    "json_lines",
+    "brace_scan",
+    "python_literal",
+    "pythonic",
+    "xml_parameters",
+    "repair",
+)
+
+#: Parser policies accepted by :meth:`Classification.calls`.
+PARSER_POLICIES: tuple[str, ...] = ("strict", "lenient")
+
+MAX_SCAN_CHARS = 262_144
+MAX_CANDIDATES = 32
+MAX_REGIONS = 32
+MAX_DEPTH = 64
+MAX_REPAIR_CHARS = 65_536
+MAX_PYTHONIC_CHARS = 4_096
+MAX_HISTORY_MESSAGES = 256
+MAX_HISTORY_TEXT = 2_000_000
+
+_MAX_DETAIL_CHARS = 300
+
+
+# --------------------------------------------------------------------------- public types
+
+
+@dataclass
+class ToolCall:
+    """One tool call, structured or recovered from content.
+
+    Attributes:
+        name: the tool name as written ("" when the server gave none).
+        arguments: parsed arguments, JSON-ready; ``{}`` when unparseable.
+        source: ``"structured"`` or the recovery step that found it (a :data:`RECOVERY_STEPS`
+            member other than ``strip_reasoning``).
+        id: the server's call id for structured calls, else ``None``.
+        valid: the name is offered (when tools are offered) and the arguments parsed and
+            pass the tool's JSON Schema.
+        errors: validation messages, each at most a few hundred characters.
+    """
+
+    name: str
+    arguments: dict
+    source: str
+    id: str | None = None
+    valid: bool = True
+    errors: list[str] = field(default_factory=list)
+
+    def canonical(self) -> str:
+        """Return canonical JSON of name and arguments (sorted keys) for repeat detection."""
+        return _canonical(self.name, self.arguments)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the call as a JSON-ready dict with every attribute."""
+        return {
+            "name": self.name,
+            "arguments": self.arguments,
+            "source": self.source,
+            "id": self.id,
+            "valid": self.valid,
+            "errors": list(self.errors),
+        }
+
+
+@dataclass
+class Classification:
+    """The labels and calls of one reply.
+
+    Attributes:
+        failure_modes: canonical names from :data:`FAILURE_MODES`, canonical order, no duplicates.
+        structured_calls: pass 1, the server's own ``tool_calls``.
+        recovered_calls: pass 2, calls recovered from content (always computed).
+        recovered_by: the first :data:`RECOVERY_STEPS` step that produced a call, or ``None``.
+        details: JSON-serializable evidence keyed by failure mode, e.g.
+            ``{"unknown_tool": {"lst_files": "list_files"}, "schema_violation": [{"tool",
+            "message"}], "fabricated_tool_result": [...], "empty_response":
+            {"completion_tokens": 40}}``.
+        classifier_version: :data:`CLASSIFIER_VERSION` at classification time.
+
+    Example::
+
+        c = classify({"content": '{"name": "list_files", "arguments": {"path": "."}}'}, tools=tools)
+        c.failure_modes            # ["raw_json_in_content"]
+        c.calls("lenient")[0].name # "list_files"
+    """
+
+    failure_modes: list[str]
+    structured_calls: list[ToolCall]
+    recovered_calls: list[ToolCall]
+    recovered_by: str | None
+    details: dict
+    classifier_version: str = CLASSIFIER_VERSION
+
+    def calls(self, parser: str) -> list[ToolCall]:
+        """Return the calls a parser policy acts on.
+
+        Args:
+            parser: ``"strict"`` (structured calls only) or ``"lenient"`` (structured calls if
+                any, else recovered calls).
+
+        Returns:
+            The list of calls (may be empty).
+
+        Raises:
+            ValueError: ``parser`` is not in :data:`PARSER_POLICIES`.
+        """
+        if parser == "strict":
+            return list(self.structured_calls)
+        if parser == "lenient":
+            return list(self.structured_calls or self.recovered_calls)
+        raise ValueError(f"unknown parser policy {parser!r}; expected one of {', '.join(PARSER_POLICIES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the classification as a JSON-ready dict (calls as :meth:`ToolCall.to_dict`)."""
+        return {
+            "failure_modes": list(self.failure_modes),
+            "structured_calls": [c.to_dict() for c in self.structured_calls],
+            "recovered_calls": [c.to_dict() for c in self.recovered_calls],
+            "recovered_by": self.recovered_by,
+            "details": self.details,
+            "classifier_version": self.classifier_version,
+        }
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def short(value: Any, limit: int = _MAX_DETAIL_CHARS) -> str:
+    """``value`` (its ``repr`` unless a str) cut to ``limit`` characters, ending in ``...`` when cut."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """Return a JSON-ready copy of ``value`` (depth-capped, so cycles and deep data are safe)."""
+    if depth > MAX_DEPTH:
+        return "..."
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in list(value.items())[:1000]:
+            out[k if isinstance(k, str) else short(k)] = jsonable(v, depth + 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value)[:10_000]
+        if isinstance(value, (set, frozenset)):
+            items.sort(key=repr)
+        return [jsonable(v, depth + 1) for v in items]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return short(value)
+
+
+def _canonical(name: str, arguments: Any) -> str:
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def text_of(content: Any) -> str:
+    """Content as text: a str, or the text parts of an OpenAI content-part list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content[:1000]:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    return ""
+
+
+def get(mapping: Any, key: str) -> Any:
+    """``mapping.get(key)`` when ``mapping`` is a Mapping whose ``get`` works, else ``None``."""
+    if isinstance(mapping, Mapping):
+        try:
+            return mapping.get(key)
+        except Exception:  # noqa: BLE001 - a hostile Mapping must not break classification
+            return None
+    return None

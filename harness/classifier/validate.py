@@ -1,0 +1,251 @@
+"""Offered tools, structured calls and validation: unknown tool names and JSON Schema violations.
+
+Reads the tool definitions (``{name: parameters schema}``), normalizes the server's own
+``tool_calls`` and raw argument values into :class:`~harness.classifier.types.ToolCall`
+arguments, and judges every call against the offered tools (the ``unknown_tool`` /
+``schema_violation`` step). Validators are cached by schema text.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jsonschema
+
+from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair
+from harness.classifier.types import MAX_CANDIDATES, ToolCall, get, jsonable, short
+
+__all__ = [
+    "args_from_raw",
+    "offered_tools",
+    "schema_properties",
+    "schema_types",
+    "structured_calls",
+    "validation_step",
+]
+
+_MAX_VALIDATION_ERRORS = 10
+
+# --------------------------------------------------------------------------- schema helpers
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def schema_properties(schema: Any) -> list[str]:
+    """The string property names of an object schema, in declaration order (``[]`` otherwise)."""
+    if isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping):
+        return [k for k in schema["properties"] if isinstance(k, str)]
+    return []
+
+
+def schema_types(schema: Any) -> dict[str, Any]:
+    """``{property: declared "type"}`` of an object schema (``{}`` otherwise)."""
+    if not (isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping)):
+        return {}
+    return {k: v.get("type") for k, v in schema["properties"].items() if isinstance(v, Mapping)}
+
+
+def _validator(schema: Any) -> Any:
+    """A cached jsonschema validator, or ``None`` when the schema itself is invalid."""
+    if not isinstance(schema, (Mapping, bool)):
+        return None
+    try:
+        key = json.dumps(schema, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if key in _VALIDATORS:
+        return _VALIDATORS[key]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            cls.check_schema(schema)
+            validator = cls(schema)
+    except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
+        validator = None
+    if len(_VALIDATORS) > 256:
+        _VALIDATORS.clear()
+    _VALIDATORS[key] = validator
+    return validator
+
+
+def _schema_errors(schema: Any, arguments: dict) -> list[str]:
+    errors: list[str] = []
+    validator = _validator(schema)
+    if validator is not None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for err in validator.iter_errors(arguments):
+                    where = "/".join(str(p) for p in err.absolute_path)
+                    errors.append(short(f"{where + ': ' if where else ''}{err.message}"))
+                    if len(errors) >= _MAX_VALIDATION_ERRORS:
+                        break
+        except Exception as exc:  # noqa: BLE001 - e.g. a pathological pattern in the schema
+            errors.append(short(f"schema could not be applied: {exc}"))
+    if isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping):
+        if schema.get("additionalProperties") is not False:
+            props = schema["properties"]
+            patterns = schema.get("patternProperties")
+            patterns = [p for p in patterns if isinstance(p, str)] if isinstance(patterns, Mapping) else []
+            for key in arguments:
+                if key in props:
+                    continue
+                if any(_safe_search(p, key) for p in patterns):
+                    continue
+                errors.append(short(f"unexpected argument {key!r}"))
+    return errors
+
+
+def _safe_search(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except (re.error, RecursionError):
+        return False
+
+
+# --------------------------------------------------------------------------- tools, structured calls
+
+
+def offered_tools(tools: Any) -> dict[str, Any]:
+    """``{name: parameters schema}`` from OpenAI-style (or bare) tool definitions."""
+    offered: dict[str, Any] = {}
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        return offered
+    for tool in list(tools)[:1000]:
+        fn = get(tool, "function")
+        spec = fn if isinstance(fn, Mapping) else tool
+        name = get(spec, "name")
+        if isinstance(name, str) and name:
+            params = get(spec, "parameters")
+            offered[name] = params if params is not None else get(spec, "input_schema")
+    return offered
+
+
+def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[str]]:
+    """Normalize raw arguments; returns ``(arguments, errors, modes)``.
+
+    ``modes`` may hold ``"pseudo:<pattern>"`` entries (code found in arguments that are not
+    valid JSON) besides failure-mode names.
+    """
+    modes: set[str] = set()
+    if raw is None:
+        return {}, [], modes
+    if isinstance(raw, Mapping):
+        return jsonable(raw), [], modes
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}, [], modes
+        if not structured:
+            modes.add("stringified_arguments")
+        value = loads(raw)
+        if isinstance(value, str):  # double-encoded
+            modes.add("stringified_arguments")
+            value = loads(value)
+        if value is FAIL:
+            value = literal(raw)
+            if value is FAIL:
+                value = repair(raw)
+            if isinstance(value, Mapping):
+                modes.add("repaired_json")
+            else:
+                modes.add("invalid_json")
+                modes.discard("stringified_arguments")
+                modes.update(f"pseudo:{p}" for p in pseudo_code(raw))
+                return {}, ["arguments are not valid JSON"], modes
+        if isinstance(value, Mapping):
+            return jsonable(value), [], modes
+        return {}, [f"arguments are a JSON {type(value).__name__}, not an object"], modes
+    return {}, [f"arguments are a {type(raw).__name__}, not an object"], modes
+
+
+def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
+    """The server's own ``tool_calls`` (OpenAI or Ollama shape) as ``(calls, argument modes)``."""
+    calls: list[ToolCall] = []
+    modes: set[str] = set()
+    if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)):
+        return calls, modes
+    for item in list(tool_calls)[: MAX_CANDIDATES * 4]:
+        if not isinstance(item, Mapping):
+            continue
+        fn = get(item, "function")
+        spec = fn if isinstance(fn, Mapping) else item
+        name = get(spec, "name")
+        raw = get(spec, "arguments")
+        if raw is None:
+            raw = get(spec, "parameters")
+        explicit_null = raw is None and isinstance(spec, Mapping) and ("arguments" in spec or "parameters" in spec)
+        args, errors, arg_modes = args_from_raw(raw, structured=True)
+        if explicit_null:
+            errors = ["arguments are null, not an object"]
+        modes |= arg_modes
+        call_id = get(item, "id")
+        calls.append(
+            ToolCall(
+                name=name if isinstance(name, str) else "",
+                arguments=args,
+                source="structured",
+                id=call_id if isinstance(call_id, str) else None,
+                valid=not errors,
+                errors=errors,
+            )
+        )
+    return calls, modes
+
+
+# --------------------------------------------------------------------------- the validation step
+
+
+def _nearest_name(name: str, tool_names: frozenset[str]) -> str | None:
+    """The offered name a wrong one was meant to be: same name in another case, else the closest."""
+    lower = {t.lower(): t for t in tool_names}
+    nearest = lower.get(name.lower())
+    if nearest is None:
+        close = difflib.get_close_matches(name[:200], sorted(tool_names), n=1, cutoff=0.6)
+        nearest = close[0] if close else None
+    return nearest
+
+
+def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """``unknown_tool`` and ``schema_violation``: judge every call against the offered tools.
+
+    Marks each failing call ``valid = False`` and appends its messages to ``call.errors`` (the
+    calls are mutated in place). Nothing is judged when ``tools`` is not a list of definitions
+    (the offered tools are not known).
+
+    Returns:
+        ``(modes, evidence)``: evidence ``{"unknown_tool": {name: nearest offered name or None},
+        "schema_violation": [{"tool", "message"}]}`` for the modes found.
+    """
+    modes: set[str] = set()
+    evidence: dict[str, Any] = {}
+    if tools is None or not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        return modes, evidence  # the offered tools are not known: names cannot be judged
+    tool_names = frozenset(offered)
+    unknown: dict[str, str | None] = {}
+    violations: list[dict[str, str]] = []
+    for call in calls:
+        if call.name not in tool_names:
+            nearest = _nearest_name(call.name, tool_names)
+            unknown[call.name] = nearest
+            call.valid = False
+            call.errors.append(f"unknown tool {call.name!r}" + (f"; nearest offered: {nearest!r}" if nearest else ""))
+            continue
+        errors = _schema_errors(offered[call.name], call.arguments)
+        errors += [e for e in call.errors if e.endswith("not an object")]  # [1, 2], 7, null: the shape itself is wrong
+        if errors:
+            call.valid = False
+            call.errors.extend(errors)
+            violations.extend({"tool": call.name, "message": e} for e in errors)
+    if unknown:
+        modes.add("unknown_tool")
+        evidence["unknown_tool"] = unknown
+    if violations:
+        modes.add("schema_violation")
+        evidence["schema_violation"] = violations[: _MAX_VALIDATION_ERRORS * 4]
+    return modes, evidence
