@@ -380,6 +380,7 @@ class _Run:
                 repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
                 harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
+                        "requires_tool": scenario.requires_tool,
                         "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config},
             ),
             claim=self.options.claim,
@@ -430,6 +431,7 @@ class _Run:
                 prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
                 latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
                 details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
+                reasoning=reply.reasoning,
             )
         )  # fmt: skip
         if self.stop.is_set():
@@ -449,6 +451,7 @@ class _Run:
             latency_ms=row.latency_ms,  # the latency measured when the reply was recorded (null if unknown)
             raw=row.raw_reply,
             identity=self.backend.identity(),
+            reasoning=row.reasoning,
             extra={"cache_hit": True},
         )
 

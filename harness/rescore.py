@@ -70,6 +70,7 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
                 "tool_calls": record.tool_calls,
                 "finish_reason": record.finish_reason,
                 "usage": {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens},
+                "reasoning_content": record.reasoning,
             }
             verdict = classify(response, tools=tools, history=history)
             ledger.record_labels(

@@ -14,6 +14,7 @@ A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
     max_tokens = 256                          # optional, completion cap per reply
     num_ctx = 4096                            # optional, context length
     api_key_env = "MY_KEY"                    # optional, env var for openai: backends
+    requires_tool = true                      # optional, default true: the task cannot be done without a tool
 
     [fixtures]                                # optional: sandbox-relative path -> text
     "hello.txt" = "Hello"
@@ -96,6 +97,9 @@ class Scenario:
     max_tokens: int = 256
     num_ctx: int = 4096
     api_key_env: str | None = None
+    requires_tool: bool = True
+    """Whether the task needs a tool: a run that ends without any tool answering is
+    ``skipped_required_tool``; with False, any call is ``unneeded_call``."""
     matrix: Matrix = field(default_factory=Matrix)
 
     @property
@@ -172,6 +176,12 @@ class _Fields:
             raise self.fail(key, expected, value)
         return value
 
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, "true or false", value)
+        return value
+
     def string_list(self, key: str, default: tuple[str, ...], *, nonempty: bool = True) -> tuple[str, ...]:
         value = self.data.get(key, list(default))
         what = "a list of strings" + (" (not empty)" if nonempty else "")
@@ -198,6 +208,7 @@ class _Fields:
 _TOP_LEVEL = {
     "name", "what_it_does", "what_it_does_not", "done_looks_like", "system_prompt", "task", "tools",
     "fixtures", "checks", "turn_limit", "token_limit", "max_tokens", "num_ctx", "api_key_env", "matrix", "description", "tool_data",
+    "requires_tool",
 }  # fmt: skip
 _MATRIX = set(AXES)
 
@@ -253,6 +264,7 @@ def load_scenario(path: str | Path) -> Scenario:
         max_tokens=f.integer("max_tokens", 256),
         num_ctx=f.integer("num_ctx", 4096, minimum=256),
         api_key_env=api_key_env,
+        requires_tool=f.boolean("requires_tool", True),
         matrix=matrix,
     )
 

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.scenarios import load_scenario
+from tests.helpers import SCENARIO_FILE
+from tests.ledger_builders import build_two_model_ledger
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cwd(tmp_path, monkeypatch):
@@ -20,3 +24,15 @@ def _isolated_cwd(tmp_path, monkeypatch):
 @pytest.fixture
 def ledger_path(tmp_path) -> Path:
     return tmp_path / "results" / "ledger.sqlite"
+
+
+@pytest.fixture
+def scenario():
+    """The reference scenario, list_and_report.toml, loaded."""
+    return load_scenario(SCENARIO_FILE)
+
+
+@pytest.fixture
+def two(ledger_path):
+    """A ledger with two models' runs of known outcomes and failure modes (tests/ledger_builders.py)."""
+    return build_two_model_ledger(ledger_path)

@@ -1,15 +1,41 @@
-"""Helpers shared by the tests: repository paths and replay-cassette builders."""
+"""Helpers shared by the tests: repository paths, replay-cassette builders, and the red-team harness.
+
+The red-team regression tests spread over the feature test files hold the harness to these rules
+(README, "Errors you can cause"; docs/reports.md; docs/scenarios.md):
+
+* bad user input gets one clear sentence and a non-zero exit, never a traceback, and loses
+  nothing already recorded (:func:`assert_one_sentence_error`);
+* bad model output is data: recorded, never a crash; every started run ends with one of the
+  outcomes and the ledger verifies (:func:`assert_recorded`); a matrix runs each planned
+  identity once;
+* nothing the model sends touches anything outside its run's sandbox;
+* reports give correct numbers and markdown that no stored name can break; the same ledger
+  gives the same bytes; a review frame depends on the run, not on where you stand;
+* a done check gives a verdict in bounded time, and the verdict matches its documented meaning.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from harness.backends import open_backend
+from harness.cli import main
+from harness.ledger import Ledger
+from harness.loop import RetryPolicy, RunOptions, RunPlan, run_once
+from harness.vocab import OUTCOMES
 
 REPO = Path(__file__).resolve().parent.parent
 CASSETTES = Path(__file__).resolve().parent / "cassettes"
 SCENARIO_FILE = REPO / "scenarios" / "list_and_report.toml"
 REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"
 """A report.txt that passes every check of list_and_report."""
+RUN_FLAGS = ["--temperature", "0", "--tool-mode", "native", "--parser", "lenient"]
+"""``harness run`` flags that pin the matrix to one cell per model and repetition."""
 
 
 def write_cassette(path: Path, replies: list[dict]) -> Path:
@@ -45,3 +71,131 @@ IDEAL = [
     text_line("I wrote report.txt: 3 files."),
 ]
 """An ideal model's replies for list_and_report: list, write the report, answer."""
+
+
+# -- one run fed hostile model output ----------------------------------------------------------------
+_FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
+
+
+def ledger_counts(ledger: Ledger) -> dict[str, int]:
+    """Row counts of the runs, turns and run_ends tables."""
+    return {t: n for t, n in ledger.row_counts().items() if t in ("runs", "turns", "run_ends")}
+
+
+def _run_plan(tmp_path, plan, backend):
+    """Run one plan; return (summary, ledger facts). Any exception escapes (that is the finding)."""
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        summary = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs", retry=_FAST_RETRY))
+        facts = {"verify": ledger.verify(), **ledger_counts(ledger), "turn_rows": ledger.turns(summary.run_id)}
+    return summary, facts
+
+
+def run_replay(tmp_path, scenario, lines, *, raw=False, tool_mode="native", parser="lenient", **changes):
+    """Replay cassette lines (dicts, or raw text lines with raw=True) through one run."""
+    cassette = tmp_path / "cassette.jsonl"
+    if raw:
+        cassette.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    else:
+        write_cassette(cassette, lines)
+    plan = RunPlan(dataclasses.replace(scenario, **changes), f"replay:{cassette}", 0.0, tool_mode=tool_mode, parser=parser)
+    with open_backend(plan.model) as backend:
+        return _run_plan(tmp_path, plan, backend)
+
+
+def assert_recorded(summary, facts):
+    """The rules for a run fed bad model output: an outcome, an end row, a ledger that verifies."""
+    assert summary.outcome in OUTCOMES
+    assert facts["run_ends"] == facts["runs"] == 1
+    assert facts["verify"].ok, facts["verify"].problem
+
+
+def chat_body(message, *, finish="stop", usage=None):
+    """An OpenAI chat-completions body holding one choice with ``message``."""
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage if usage is not None else {"prompt_tokens": 5, "completion_tokens": 5}}  # fmt: skip
+
+
+@contextmanager
+def odd_server(bodies):
+    """A 127.0.0.1 OpenAI-ish server answering POSTs with ``bodies`` in order (the last repeats).
+
+    Each body is a dict (sent as JSON, HTTP 200) or a ``(status, content_type, bytes)`` tuple.
+    """
+    count = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, status, ctype, data):
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802
+            self._send(404, "application/json", b"{}")
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = bodies[min(count[0], len(bodies) - 1)]
+            count[0] += 1
+            if isinstance(body, dict):
+                body = (200, "application/json", json.dumps(body).encode())
+            self._send(*body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def run_server(tmp_path, scenario, bodies, **changes):
+    """Run one native-mode run against :func:`odd_server` answering with ``bodies``."""
+    with odd_server(bodies) as url:
+        plan = RunPlan(dataclasses.replace(scenario, **changes), f"openai:m@{url}", 0.0, tool_mode="native")
+        with open_backend(plan.model, timeout_s=5) as backend:
+            return _run_plan(tmp_path, plan, backend)
+
+
+def finished_ledger(tmp_path, scenario) -> Path:
+    """A ledger holding one finished, passing run."""
+    summary, facts = run_replay(tmp_path, scenario, IDEAL)
+    assert summary.outcome == "pass" and facts["verify"].ok
+    return tmp_path / "ledger.sqlite"
+
+
+# -- bad command lines and scenario files ------------------------------------------------------------
+def cli(capsys, *argv):
+    """Run the CLI in-process; an exception escaping main() is a traceback for the user."""
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_sentence_error(rc, err):
+    """A non-zero exit with one ``harness: ...`` line on stderr and no traceback."""
+    assert rc != 0
+    assert "Traceback" not in err
+    assert err.startswith("harness: ") and err.count("\n") == 1, err
+
+
+def scenario_toml(tmp_path, *, head_replace=(), fixtures=None, checks=None, matrix="", name="s.toml") -> Path:
+    """The reference scenario with some parts swapped out, written to tmp_path/name."""
+    text = SCENARIO_FILE.read_text(encoding="utf-8")
+    head, rest = text.split("[fixtures]", 1)
+    for old, new in head_replace:
+        head = head.replace(old, new)
+    fixtures_part = "[fixtures]" + rest.split("[[checks]]", 1)[0] if fixtures is None else "[fixtures]\n" + fixtures + "\n"
+    checks_part = "[[checks]]" + rest.split("[[checks]]", 1)[1].split("[matrix]", 1)[0] if checks is None else checks + "\n"
+    path = tmp_path / name
+    path.write_text(head + fixtures_part + checks_part + matrix, encoding="utf-8")
+    return path

@@ -192,3 +192,10 @@ def test_identity_after_generate_is_stamped_on_replies():
         after = backend.generate([], None, OPTIONS).identity
     assert (before.server_version, before.model_digest) == (None, None)
     assert (after.server_version, after.model_digest) == ("0.6.2", "sha256:feed")
+
+
+def test_thinking_is_kept_as_reasoning():
+    body = {**TEXT_BODY, "message": {"role": "assistant", "content": "Hello!", "thinking": "A greeting; no tool needed."}}
+    with FakeServer({("POST", CHAT): json_reply(200, body)}) as server, OllamaBackend(MODEL, server.url) as backend:
+        reply = backend.generate([{"role": "user", "content": "hi"}], None, OPTIONS)
+    assert (reply.content, reply.reasoning) == ("Hello!", "A greeting; no tool needed.")

@@ -1,4 +1,8 @@
-"""OpenAICompatBackend against a real HTTP server on 127.0.0.1."""
+"""OpenAICompatBackend against a real HTTP server on 127.0.0.1.
+
+Also holds the red-team regression tests for odd server bodies: an infra error or data, recorded
+by a run that ends with an outcome.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from harness.backends import GenerateOptions, OpenAICompatBackend
 from harness.backends.openai_compat import parse_retry_after
 from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ModelNotFound
 from tests.backend_fakes import FakeServer, closed_port, drop_mid_body, json_reply, raw_reply, slow_json_reply
+from tests.helpers import assert_recorded, chat_body, run_server
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "list the files"}]
@@ -187,3 +192,50 @@ def test_caller_client_is_not_closed():
 )
 def test_parse_retry_after(value, expected):
     assert parse_retry_after(value) == expected
+
+
+# -- red-team: odd server bodies inside a run ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": []},
+        {"choices": [{"message": None}]},
+        {"error": {"message": "model overloaded"}},
+        (200, "application/json", b"[1, 2]"),
+        (200, "application/json", b"\xff\xfe{"),
+        (200, "text/html", b"<html>not json</html>"),
+    ],
+    ids=["choices-empty", "message-null", "200-with-error", "json-array", "bad-utf8", "html"],
+)
+def test_guard_odd_server_bodies_are_infra_errors(tmp_path, scenario, body):
+    summary, facts = run_server(tmp_path, scenario, [body])
+    assert_recorded(summary, facts)
+    assert summary.outcome == "infra_error" and summary.error
+
+
+def test_guard_tool_calls_of_the_wrong_shape_from_a_server_are_data(tmp_path, scenario):
+    done = chat_body({"role": "assistant", "content": "done"})
+    for i, calls in enumerate(["list_files()", {"function": {"name": "list_files"}}, ["x", 1, None]]):
+        summary, facts = run_server(
+            tmp_path / str(i), scenario, [chat_body({"role": "assistant", "content": None, "tool_calls": calls}), done]
+        )
+        assert_recorded(summary, facts)
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_beside_the_content_is_kept(field):
+    # vLLM, llama.cpp (--reasoning-format) and SGLang return reasoning_content; newer servers name it reasoning
+    body = {
+        "choices": [{"message": {"role": "assistant", "content": "Hi.", field: "The user greets me."}, "finish_reason": "stop"}]
+    }
+    with FakeServer({("POST", CHAT): json_reply(200, body)}) as server, _backend(server) as backend:
+        reply = backend.generate(MESSAGES, None, OPTIONS)
+    assert (reply.content, reply.reasoning) == ("Hi.", "The user greets me.")
+    assert reply.response_dict()["reasoning_content"] == "The user greets me."
+
+
+def test_reasoning_reaches_the_ledger(tmp_path, scenario):
+    body = chat_body({"role": "assistant", "content": "Done.", "reasoning_content": "<tool_call>no</tool_call> maybe"})
+    summary, facts = run_server(tmp_path, scenario, [body])
+    assert [t.record.reasoning for t in facts["turn_rows"]] == ["<tool_call>no</tool_call> maybe"]
+    assert summary.turns == 1

@@ -1,4 +1,7 @@
-"""ReplayBackend and the cassette recorder."""
+"""ReplayBackend and the cassette recorder.
+
+Also holds the red-team regression tests for malformed cassettes: a usage error, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +11,17 @@ import json
 
 import pytest
 
-from harness.backends import BackendIdentity, CassetteRecorder, GenerateOptions, ReplayBackend, Reply, write_cassette_line
+from harness.backends import (
+    BackendIdentity,
+    CassetteRecorder,
+    GenerateOptions,
+    ReplayBackend,
+    Reply,
+    open_backend,
+    write_cassette_line,
+)
 from harness.errors import CassetteExhausted, UsageError
+from tests.helpers import SCENARIO_FILE, assert_one_sentence_error, cli
 
 LINES = [
     {
@@ -123,19 +135,45 @@ def test_recorder_round_trip(tmp_path):
         ),
         _reply(tool_calls=[{"function": {"name": "ls", "arguments": {"p": 1}}}], finish_reason="stop"),
         _reply(content="final answer\nwith newline", finish_reason="length", prompt_tokens=5, completion_tokens=0),
+        _reply(content="", reasoning="<think>no call</think> reasoning only"),
     ]
     path = tmp_path / "rec" / "cassette.jsonl"
     with CassetteRecorder(path) as recorder:
         for reply in originals:
             recorder.record(reply)
-        assert recorder.count == 3
+        assert recorder.count == 4
     backend = ReplayBackend(path)
     backend.start_run()
     replayed = [backend.generate([], None, OPTS) for _ in originals]
     assert [r.response_dict() for r in replayed] == [r.response_dict() for r in originals]
+    assert replayed[3].reasoning == "<think>no call</think> reasoning only"  # reasoning is recorded and replayed
     # recording the replayed replies again gives the same file, byte for byte
     again = tmp_path / "again.jsonl"
     with CassetteRecorder(again) as recorder:
         for reply in replayed:
             recorder.record(reply)
     assert again.read_bytes() == path.read_bytes()
+
+
+# -- red-team: malformed cassettes are usage errors -------------------------------------------------------
+# red-team finding: a cassette line nested too deep was a traceback
+def test_cassette_line_nested_too_deep_is_a_usage_error(tmp_path, capsys):
+    # load_cassette catches ValueError only; json.loads raises RecursionError -> traceback.
+    depth = 5000
+    cassette = tmp_path / "deep.jsonl"
+    cassette.write_text('{"content": ' + "[" * depth + "]" * depth + "}\n", encoding="utf-8")
+    with pytest.raises(UsageError):
+        open_backend(f"replay:{cassette}")
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{cassette}")
+    assert_one_sentence_error(rc, err)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["null", "[]", "1", '{"content": 5}', '{"tool_calls": "x"}', '{"usage": {"prompt_tokens": "5"}}', "{not json"],
+)
+def test_guard_malformed_cassette_lines_are_usage_errors(tmp_path, capsys, line):
+    cassette = tmp_path / "bad.jsonl"
+    cassette.write_text(line + "\n", encoding="utf-8")
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{cassette}")
+    assert rc == 2 and "line 1" in err

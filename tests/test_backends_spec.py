@@ -1,4 +1,7 @@
-"""Model spec parsing and open_backend."""
+"""Model spec parsing and open_backend.
+
+Also holds a red-team regression test: a malformed URL in a spec is a usage error, not a traceback.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from harness.backends import (
     parse_model_spec,
 )
 from harness.errors import UsageError
+from tests.helpers import SCENARIO_FILE, assert_one_sentence_error, cli
 
 
 @pytest.mark.parametrize(
@@ -131,3 +135,14 @@ def test_every_module_exports_what_it_lists(module_name):
 
     module = importlib.import_module(f"harness.backends.{module_name}")
     assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
+
+
+# -- red-team ---------------------------------------------------------------------------------------------
+# red-team finding: a malformed URL in a model spec was a traceback
+@pytest.mark.parametrize("spec", ["openai:m@http://[::1", "ollama:m@http://[zz]:1"])
+def test_model_spec_with_a_malformed_url_is_a_usage_error(tmp_path, capsys, spec):
+    # urllib's urlsplit raises ValueError("Invalid IPv6 URL") out of _normalize_url -> traceback
+    with pytest.raises(UsageError):
+        parse_model_spec(spec)
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", spec)
+    assert_one_sentence_error(rc, err)

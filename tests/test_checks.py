@@ -1,13 +1,24 @@
-"""Every done-check type, passing and failing, plus the validation of check tables."""
+"""Every done-check type, passing and failing, plus the validation of check tables.
+
+Also holds the red-team regression tests for checks: a verdict in bounded time (regex budget,
+huge or hostile files), a verdict that matches the documented meaning (csv, json field), and no
+crash on a NUL path or a non-string final answer.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.checks import CHECK_TYPES, CheckContext, evaluate_checks, validate_check
+from harness.errors import ScenarioError
+from harness.scenarios import load_scenario
+from tests.helpers import REPO, assert_recorded, chat_body, run_replay, run_server, scenario_toml, text_line
 
 FIXTURES = ("config.json", "hello.txt", "memo.md")
 
@@ -247,3 +258,130 @@ def test_evaluation_keeps_order_and_never_raises_on_model_output(tmp_path):
 def test_validate_check_names_the_problem(check, problem):
     message = validate_check(check)
     assert message is not None and message.startswith(problem)
+
+
+# -- red-team: bounded, documented verdicts on hostile input ---------------------------------------------
+def _check(tmp_path: Path, content: str | bytes, check: dict, name: str = "out.txt"):
+    target = tmp_path / "sb" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    [result] = evaluate_checks([check], CheckContext(tmp_path / "sb", (), (name,), None, 0))
+    return result
+
+
+# red-team finding: a non-string final answer crashed the checks
+@pytest.mark.parametrize(
+    "content, check",
+    [
+        ([{"type": "text", "text": "done"}], {"type": "final_answer_contains", "text": "done"}),
+        (7, {"type": "final_answer_not_contains", "text": "x"}),
+    ],
+    ids=["content-parts-list", "content-int"],
+)
+def test_non_string_final_answer_does_not_crash_the_checks(tmp_path, scenario, content, check):
+    # evaluate_checks -> (ctx.final_answer or "").lower(): AttributeError escapes run_once after
+    # the turns were recorded; the run never gets its end row.
+    body = chat_body({"role": "assistant", "content": content})
+    summary, facts = run_server(tmp_path, scenario, [body], checks=(check,))
+    assert_recorded(summary, facts)
+
+
+# red-team finding: a check path with a NUL byte crashed the end of the run
+def test_check_path_with_nul_byte_is_refused_or_evaluated(tmp_path, scenario):
+    # validate_check accepts path = "a\u0000b"; at the end of the run _read() calls
+    # Path.resolve(), which raises ValueError (not caught by evaluate_checks): run_once raises
+    # after every turn was recorded and the run gets no end row.
+    path = scenario_toml(tmp_path, checks='[[checks]]\ntype = "file_exists"\npath = "a\\u0000b"')
+    try:
+        loaded = load_scenario(path)
+    except ScenarioError:
+        return
+    summary, facts = run_replay(tmp_path, loaded, [text_line("done")])
+    assert_recorded(summary, facts)
+
+
+# red-team finding: a catastrophic regex hung the end of a run
+def test_a_catastrophic_check_regex_cannot_hang_the_end_of_a_run(tmp_path):
+    """`file_contains` runs the scenario's regex with `re.search` on up to 1 MiB of model-written
+    text, with no time budget. `^(a+)+$` against 40 'a's and a '!' never finishes (28 'a's already
+    take ~15 s), so the run never gets its end row and, in a matrix, its worker never frees; Python's
+    `re` holds the GIL, so Ctrl-C cannot stop it either. Expected: a bounded evaluation that fails
+    the check with 'could not evaluate: timed out' (or the regex refused when the scenario loads)."""
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    (sandbox / "r.txt").write_text("a" * 40 + "!", encoding="utf-8")
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from harness.checks import CheckContext, evaluate_checks\n"
+        "check = {'type': 'file_contains', 'path': 'r.txt', 'regex': '^(a+)+$'}\n"
+        f"print(evaluate_checks([check], CheckContext(Path({str(sandbox)!r}), (), (), None, 0)))\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=8)
+    except subprocess.TimeoutExpired:
+        pytest.fail("evaluating one file_contains check took more than 8 s (catastrophic backtracking, no time budget)")
+    assert done.returncode == 0 and "passed=False" in done.stdout
+
+
+# red-team finding: file_json_field confused booleans with numbers
+@pytest.mark.parametrize("written, expected", [('{"count": true}', 1), ('{"count": 1}', True), ('{"flag": 0}', False)])
+def test_file_json_field_does_not_confuse_booleans_with_numbers(tmp_path, written, expected):
+    """`file_json_field` compares with Python `==`, where True == 1 and False == 0: a model that
+    writes `true` passes a check for the number 1 (and `0` passes a check for false)."""
+    field = "count" if "count" in written else "flag"
+    result = _check(tmp_path, written, {"type": "file_json_field", "path": "out.txt", "field": field, "value": expected})
+    assert not result.passed, result.detail
+
+
+# red-team finding: csv checks failed on a UTF-8 BOM
+def test_csv_checks_read_a_file_with_a_utf8_byte_order_mark(tmp_path):
+    """A CSV saved with a UTF-8 BOM (Excel, PowerShell, many Windows tools; a model can emit it
+    too) is decoded with 'utf-8', so the first header is '\\ufeffticket' and every check on that
+    column fails with the misleading 'no row with ticket = ...' / 'no column ticket'."""
+    body = b"ticket,category\nT-101,billing\nT-102,bug\n"
+    check = {
+        "type": "file_csv_value",
+        "path": "t.csv",
+        "key_column": "ticket",
+        "key": "T-101",
+        "column": "category",
+        "value": "billing",
+    }
+    result = _check(tmp_path, b"\xef\xbb\xbf" + body, check, name="t.csv")
+    assert result.passed, result.detail
+
+
+# red-team finding: file_csv_values_in looked for the column in the first data row
+def test_file_csv_values_in_checks_the_column_against_the_header(tmp_path):
+    """The column's presence is checked on the first data row, not the header: a file with only a
+    header that lacks the column passes ('0 data row(s), every category in [...]')."""
+    check = {"type": "file_csv_values_in", "path": "t.csv", "column": "category", "allowed": ["bug"]}
+    result = _check(tmp_path, "ticket,label\n", check, name="t.csv")
+    assert not result.passed, result.detail
+
+
+# red-team finding: file_csv_values_in looked for the column in the first data row
+def test_file_csv_values_in_names_the_short_row_not_a_missing_column(tmp_path):
+    """A short first data row is reported as "no column 'category'" although the header has it."""
+    check = {"type": "file_csv_values_in", "path": "t.csv", "column": "category", "allowed": ["bug"]}
+    result = _check(tmp_path, "ticket,category\nT-1\nT-2,bug\n", check, name="t.csv")
+    assert not result.passed
+    assert "no column" not in result.detail, result.detail
+
+
+@pytest.mark.parametrize("content, check, passed", [
+    ('ticket,category\nT-101,"bill\ning"\n', {"column": "category", "allowed": ["billing"]}, False),
+    ("ticket , category \nT-1, bug \n", {"column": "category", "allowed": ["bug"], "rows": 1}, True),
+    ("ticket,category\n" + "T,bug\n" * 60_000, {"column": "category", "allowed": ["bug"]}, True),
+])  # fmt: skip
+def test_guard_csv_checks_on_quoted_newlines_spaces_and_big_files(tmp_path, content, check, passed):
+    result = _check(tmp_path, content, {"type": "file_csv_values_in", "path": "t.csv", **check}, name="t.csv")
+    assert result.passed is passed, result.detail
+
+
+def test_guard_checks_on_hostile_json_and_huge_files(tmp_path):
+    deep = _check(tmp_path, "[" * 200_000, {"type": "file_json_field", "path": "out.txt", "field": "a", "value": 1})
+    assert not deep.passed and "could not evaluate" in deep.detail
+    started = time.perf_counter()
+    names = _check(tmp_path, ("a." * 400_000) + "\n" + "x-" * 100_000, {"type": "file_names_only_existing", "path": "out.txt"})
+    assert time.perf_counter() - started < 5 and names.detail

@@ -1,5 +1,9 @@
 """Tests for harness.classifier: examples from the spec, one positive and one negative per mode,
-recovery shapes, robustness (hypothesis) and bounded work on pathological inputs."""
+recovery shapes, robustness (hypothesis) and bounded work on pathological inputs.
+
+Also holds the red-team regression tests for the classifier: non-object arguments are labelled,
+and pathological text is classified in bounded time.
+"""
 
 from __future__ import annotations
 
@@ -56,9 +60,7 @@ HISTORY = [
     {
         "role": "assistant",
         "content": None,
-        "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}}
-        ],
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}}],
     },
     {"role": "tool", "tool_call_id": "call_1", "content": '{"files": ["hello.txt", "notes.md", "data.csv"]}'},
 ]
@@ -141,11 +143,20 @@ def test_calls_policy():
 def test_to_dict_shape():
     d = run(LIST_CALL).to_dict()
     assert set(d) == {
-        "failure_modes", "structured_calls", "recovered_calls", "recovered_by", "details", "classifier_version",
+        "failure_modes",
+        "structured_calls",
+        "recovered_calls",
+        "recovered_by",
+        "details",
+        "classifier_version",
     }
     assert d["recovered_calls"][0] == {
-        "name": "list_files", "arguments": {"path": "."}, "source": "json_document", "id": None,
-        "valid": True, "errors": [],
+        "name": "list_files",
+        "arguments": {"path": "."},
+        "source": "json_document",
+        "id": None,
+        "valid": True,
+        "errors": [],
     }
 
 
@@ -173,7 +184,11 @@ def test_code_fence_without_language():
 
 @pytest.mark.parametrize(
     "prose",
-    ["There are 3 files. I will create report.txt.", "ファイルは3つあります。report.txt を作成します。", "Файлов три. Создаю отчёт."],
+    [
+        "There are 3 files. I will create report.txt.",
+        "ファイルは3つあります。report.txt を作成します。",
+        "Файлов три. Создаю отчёт.",
+    ],
 )
 def test_mixed_prose_any_script(prose):
     result = run(prose + "\n" + WRITE_CALL, history=HISTORY)
@@ -187,13 +202,20 @@ def test_tool_call_tags_and_wrong_wrapper():
 
 
 def test_two_lines_one_with_pseudo_code():
-    content = LIST_CALL + "\n" + (
-        r'{"name": "write_file", "arguments": {"path": "report.txt", '
-        r'"content": "Files:\n" + "\n".join(result["files"])}}'
+    content = (
+        LIST_CALL
+        + "\n"
+        + (
+            r'{"name": "write_file", "arguments": {"path": "report.txt", '
+            r'"content": "Files:\n" + "\n".join(result["files"])}}'
+        )
     )
     result = run(content)
     assert result.failure_modes == [
-        "raw_json_in_content", "multiple_calls", "invalid_json", "pseudo_code_in_arguments",
+        "raw_json_in_content",
+        "multiple_calls",
+        "invalid_json",
+        "pseudo_code_in_arguments",
     ]
     assert [(c.name, c.arguments) for c in result.recovered_calls] == [("list_files", {"path": "."})]
     assert result.recovered_by == "json_lines"
@@ -237,16 +259,23 @@ def test_narration_empty_truncated_repeated():
 
 def test_clean_structured_call_has_no_failure_mode():
     for content in (None, "", "Let me write the report now.", "Writing the report."):
-        result = run(content, tool_calls=[structured("write_file", '{"path": "report.txt", "content": "hello.txt"}')],
-                     history=HISTORY, finish_reason="tool_calls")
+        result = run(
+            content,
+            tool_calls=[structured("write_file", '{"path": "report.txt", "content": "hello.txt"}')],
+            history=HISTORY,
+            finish_reason="tool_calls",
+        )
         assert result.failure_modes == [], (content, result.details)
         assert result.structured_calls[0].valid
 
 
 def test_final_answer_after_tool_use_is_clean():
     history = HISTORY + [
-        {"role": "assistant", "content": None,
-         "tool_calls": [structured("write_file", '{"path": "report.txt", "content": "hello.txt"}', "call_2")]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [structured("write_file", '{"path": "report.txt", "content": "hello.txt"}', "call_2")],
+        },
         {"role": "tool", "tool_call_id": "call_2", "content": "wrote 9 bytes"},
     ]
     assert modes("I created report.txt listing the 3 files.", history=history) == []
@@ -257,31 +286,31 @@ def test_final_answer_after_tool_use_is_clean():
 
 
 NEGATIVE = [
-        ("raw_json_in_content", "I can't do that.", {}),
-        ("code_fence", "```python\nprint('hello')\n```", {}),
-        ("mixed_prose", LIST_CALL, {}),
-        ("tool_call_tags_in_content", "<tools>" + LIST_CALL + "</tools>", {}),
-        ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL + "</tool_call>", {}),
-        ("wrong_wrapper_tag", "Use <json> tags in HTML-ish prose.", {}),
-        ("foreign_call_syntax", "I used list_files() earlier and it worked.", {}),
-        ("foreign_call_syntax", LIST_CALL, {}),
-        ("multiple_calls", LIST_CALL, {}),
-        ("invalid_json", 'Here is data: {"name": "Alice", "age": 3} and {broken', {}),
-        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.py", "content": "x = \\"a\\" + b"}}', {}),
-        ("repaired_json", LIST_CALL, {}),
-        ("stringified_arguments", None, {"tool_calls": [structured("list_files", '{"path": "."}')]}),
-        ("nonstandard_keys", LIST_CALL, {}),
-        ("unknown_tool", '{"name": "anything", "arguments": {}}', {"tools": None}),  # offered tools unknown
-        ("schema_violation", WRITE_CALL, {}),
-        ("repeated_call", None, {"tool_calls": [structured("list_files", '{"path": "src"}')], "history": HISTORY}),
-        ("fabricated_tool_result", WRITE_CALL, {"history": HISTORY}),
-        ("narration_without_call", "I wrote the report to report.txt.", {}),
-        ("narration_without_call", "Let me know if you want changes.", {}),
-        ("narration_without_call", LIST_CALL, {}),
-        ("empty_response", "<think>planning</think>", {"tool_calls": [structured("list_files", '{"path": "."}')]}),
-        ("truncated_by_length", "Complete answer.", {"finish_reason": "stop"}),
-        ("reasoning_leak", "I think this is fine: thinking about <b>it</b>.", {}),
-        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "src/../docs"}}', {}),
+    ("raw_json_in_content", "I can't do that.", {}),
+    ("code_fence", "```python\nprint('hello')\n```", {}),
+    ("mixed_prose", LIST_CALL, {}),
+    ("tool_call_tags_in_content", "<tools>" + LIST_CALL + "</tools>", {}),
+    ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL + "</tool_call>", {}),
+    ("wrong_wrapper_tag", "Use <json> tags in HTML-ish prose.", {}),
+    ("foreign_call_syntax", "I used list_files() earlier and it worked.", {}),
+    ("foreign_call_syntax", LIST_CALL, {}),
+    ("multiple_calls", LIST_CALL, {}),
+    ("invalid_json", 'Here is data: {"name": "Alice", "age": 3} and {broken', {}),
+    ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.py", "content": "x = \\"a\\" + b"}}', {}),
+    ("repaired_json", LIST_CALL, {}),
+    ("stringified_arguments", None, {"tool_calls": [structured("list_files", '{"path": "."}')]}),
+    ("nonstandard_keys", LIST_CALL, {}),
+    ("unknown_tool", '{"name": "anything", "arguments": {}}', {"tools": None}),  # offered tools unknown
+    ("schema_violation", WRITE_CALL, {}),
+    ("repeated_call", None, {"tool_calls": [structured("list_files", '{"path": "src"}')], "history": HISTORY}),
+    ("fabricated_tool_result", WRITE_CALL, {"history": HISTORY}),
+    ("narration_without_call", "I wrote the report to report.txt.", {}),
+    ("narration_without_call", "Let me know if you want changes.", {}),
+    ("narration_without_call", LIST_CALL, {}),
+    ("empty_response", "<think>planning</think>", {"tool_calls": [structured("list_files", '{"path": "."}')]}),
+    ("truncated_by_length", "Complete answer.", {"finish_reason": "stop"}),
+    ("reasoning_leak", "I think this is fine: thinking about <b>it</b>.", {}),
+    ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "src/../docs"}}', {}),
 ]
 
 
@@ -291,73 +320,84 @@ def test_negative(mode, content, kwargs):
 
 
 POSITIVE = [
-        ("raw_json_in_content", "Sure: " + LIST_CALL, {}),
-        ("raw_json_in_content", "{'name': 'list_files', 'arguments': {'path': '.'}}", {}),
-        ("code_fence", "```\n" + LIST_CALL + "\n```", {}),
-        ("code_fence", "~~~json\n" + LIST_CALL + "\n~~~", {}),
-        ("mixed_prose", "Sure! " + "<tool_call>" + LIST_CALL + "</tool_call>", {}),
-        ("tool_call_tags_in_content", "<tool_call>" + LIST_CALL, {}),
-        ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL, {}),
-        ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL + "</tools>", {}),
-        ("wrong_wrapper_tag", "<function>" + LIST_CALL + "</function>", {}),
-        ("wrong_wrapper_tag", "<function-call>" + LIST_CALL + "</function-call>", {}),
-        ("wrong_wrapper_tag", "<json>" + LIST_CALL + "</json>", {}),
-        ("wrong_wrapper_tag", "[TOOL_CALLS] [" + LIST_CALL + "]", {}),
-        ("wrong_wrapper_tag", "<|python_tag|>" + LIST_CALL, {}),
-        ("wrong_wrapper_tag", LIST_CALL + "</tool_call>", {}),
-        ("foreign_call_syntax", "list_files(path='.')", {}),
-        ("foreign_call_syntax", "<function=list_files>\n<parameter=path>\n.\n</parameter>\n</function>", {}),
-        ("foreign_call_syntax", '<invoke name="list_files"><parameter name="path">.</parameter></invoke>', {}),
-        ("multiple_calls", LIST_CALL + "\n" + WRITE_CALL, {}),
-        ("multiple_calls", None, {"tool_calls": [structured("list_files", '{"path": "."}'),
-                                                  structured("list_files", '{"path": "src"}')]}),
-        ("invalid_json", '{"name": "list_files", "arguments": {"path": .}}', {}),
-        ("invalid_json", None, {"tool_calls": [structured("list_files", '{"path": .}')]}),
-        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": f"{x}"}}', {}),
-        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": os.path.join("a", "b"), "content": ""}}', {}),
-        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": `x ${y}`}}', {}),
-        ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": files}}', {}),
-        ("pseudo_code_in_arguments", "write_file(path='a.txt', content='\\n'.join(files))", {}),
-        ("repaired_json", '{"name": "list_files", "arguments": {"path": "."}', {}),
-        ("repaired_json", '{"name": "list_files", "arguments": {"path": ".",},}', {}),
-        ("repaired_json", "{'name': 'list_files', 'arguments': {'path': '.'}}", {}),
-        ("repaired_json", "{'name': 'list_files', 'arguments': {'path': '.', 'recursive': True}}", {}),
-        ("repaired_json", '{name: "list_files", arguments: {path: "."}}', {}),
-        ("stringified_arguments", None, {"tool_calls": [structured("list_files", json.dumps('{"path": "."}'))]}),
-        ("nonstandard_keys", '{"tool": "list_files", "params": {"path": "."}}', {}),
-        ("nonstandard_keys", '{"tool_name": "list_files", "parameters": {"path": "."}}', {}),
-        ("nonstandard_keys", '{"action": "list_files", "action_input": {"path": "."}}', {}),
-        ("nonstandard_keys", '{"function": {"name": "list_files", "arguments": {"path": "."}}}', {}),
-        ("nonstandard_keys", '{"list_files": {"path": "."}}', {}),
-        ("nonstandard_keys", 'Action: list_files\nAction Input: {"path": "."}', {}),
-        ("unknown_tool", '{"name": "lst_files", "arguments": {"path": "."}}', {}),
-        ("unknown_tool", None, {"tool_calls": [structured("delete_file", '{"path": "a"}')]}),
-        ("unknown_tool", '{"name": "list_files", "arguments": {}}', {"tools": []}),  # nothing was offered
-        ("schema_violation", '{"name": "list_files", "arguments": {"path": 3}}', {}),
-        ("schema_violation", '{"name": "list_files", "arguments": {"path": ".", "recursive": true}}', {}),
-        ("repeated_call", LIST_CALL, {"history": HISTORY}),
-        ("repeated_call", None, {"tool_calls": [structured("list_files", '{"path": "."}')], "history": [
-            {"role": "assistant", "content": "<tool_call>" + LIST_CALL + "</tool_call>"},
-            {"role": "tool", "content": "hello.txt"}]}),
-        ("fabricated_tool_result", "<tool_response>hello.txt</tool_response>", {}),
-        ("fabricated_tool_result", "Observation: the directory holds hello.txt", {}),
-        ("fabricated_tool_result", "The directory contains echo.txt and notes.md.", {"history": HISTORY}),
-        ("narration_without_call", "Now I'll create the report file.", {}),
-        ("narration_without_call", "Let me list the files first.", {}),
-        ("narration_without_call", "Next, I will write report.txt.", {}),
-        ("narration_without_call", "```bash\nls -la\n```", {}),
-        ("narration_without_call", "```\ncat hello.txt > report.txt\n```", {}),
-        ("empty_response", None, {}),
-        ("empty_response", "   \n", {}),
-        ("empty_response", "<think>I should list files</think>", {}),
-        ("truncated_by_length", "The files are", {"finish_reason": "length"}),
-        ("reasoning_leak", "<think>list first</think>" + LIST_CALL, {}),
-        ("reasoning_leak", "<think>unclosed reasoning that never ends", {}),
-        ("reasoning_leak", "the template opened it</think>I will list the files.", {}),
-        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "/etc"}}', {}),
-        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "~/secrets"}}', {}),
-        ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "a/../../b"}}', {}),
-        ("sandbox_escape_attempt", None, {"tool_calls": [structured("write_file", '{"path": "..", "content": ""}')]}),
+    ("raw_json_in_content", "Sure: " + LIST_CALL, {}),
+    ("raw_json_in_content", "{'name': 'list_files', 'arguments': {'path': '.'}}", {}),
+    ("code_fence", "```\n" + LIST_CALL + "\n```", {}),
+    ("code_fence", "~~~json\n" + LIST_CALL + "\n~~~", {}),
+    ("mixed_prose", "Sure! " + "<tool_call>" + LIST_CALL + "</tool_call>", {}),
+    ("tool_call_tags_in_content", "<tool_call>" + LIST_CALL, {}),
+    ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL, {}),
+    ("wrong_wrapper_tag", "<tool_call>" + LIST_CALL + "</tools>", {}),
+    ("wrong_wrapper_tag", "<function>" + LIST_CALL + "</function>", {}),
+    ("wrong_wrapper_tag", "<function-call>" + LIST_CALL + "</function-call>", {}),
+    ("wrong_wrapper_tag", "<json>" + LIST_CALL + "</json>", {}),
+    ("wrong_wrapper_tag", "[TOOL_CALLS] [" + LIST_CALL + "]", {}),
+    ("wrong_wrapper_tag", "<|python_tag|>" + LIST_CALL, {}),
+    ("wrong_wrapper_tag", LIST_CALL + "</tool_call>", {}),
+    ("foreign_call_syntax", "list_files(path='.')", {}),
+    ("foreign_call_syntax", "<function=list_files>\n<parameter=path>\n.\n</parameter>\n</function>", {}),
+    ("foreign_call_syntax", '<invoke name="list_files"><parameter name="path">.</parameter></invoke>', {}),
+    ("multiple_calls", LIST_CALL + "\n" + WRITE_CALL, {}),
+    (
+        "multiple_calls",
+        None,
+        {"tool_calls": [structured("list_files", '{"path": "."}'), structured("list_files", '{"path": "src"}')]},
+    ),
+    ("invalid_json", '{"name": "list_files", "arguments": {"path": .}}', {}),
+    ("invalid_json", None, {"tool_calls": [structured("list_files", '{"path": .}')]}),
+    ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": f"{x}"}}', {}),
+    ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": os.path.join("a", "b"), "content": ""}}', {}),
+    ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": `x ${y}`}}', {}),
+    ("pseudo_code_in_arguments", '{"name": "write_file", "arguments": {"path": "a.txt", "content": files}}', {}),
+    ("pseudo_code_in_arguments", "write_file(path='a.txt', content='\\n'.join(files))", {}),
+    ("repaired_json", '{"name": "list_files", "arguments": {"path": "."}', {}),
+    ("repaired_json", '{"name": "list_files", "arguments": {"path": ".",},}', {}),
+    ("repaired_json", "{'name': 'list_files', 'arguments': {'path': '.'}}", {}),
+    ("repaired_json", "{'name': 'list_files', 'arguments': {'path': '.', 'recursive': True}}", {}),
+    ("repaired_json", '{name: "list_files", arguments: {path: "."}}', {}),
+    ("stringified_arguments", None, {"tool_calls": [structured("list_files", json.dumps('{"path": "."}'))]}),
+    ("nonstandard_keys", '{"tool": "list_files", "params": {"path": "."}}', {}),
+    ("nonstandard_keys", '{"tool_name": "list_files", "parameters": {"path": "."}}', {}),
+    ("nonstandard_keys", '{"action": "list_files", "action_input": {"path": "."}}', {}),
+    ("nonstandard_keys", '{"function": {"name": "list_files", "arguments": {"path": "."}}}', {}),
+    ("nonstandard_keys", '{"list_files": {"path": "."}}', {}),
+    ("nonstandard_keys", 'Action: list_files\nAction Input: {"path": "."}', {}),
+    ("unknown_tool", '{"name": "lst_files", "arguments": {"path": "."}}', {}),
+    ("unknown_tool", None, {"tool_calls": [structured("delete_file", '{"path": "a"}')]}),
+    ("unknown_tool", '{"name": "list_files", "arguments": {}}', {"tools": []}),  # nothing was offered
+    ("schema_violation", '{"name": "list_files", "arguments": {"path": 3}}', {}),
+    ("schema_violation", '{"name": "list_files", "arguments": {"path": ".", "recursive": true}}', {}),
+    ("repeated_call", LIST_CALL, {"history": HISTORY}),
+    (
+        "repeated_call",
+        None,
+        {
+            "tool_calls": [structured("list_files", '{"path": "."}')],
+            "history": [
+                {"role": "assistant", "content": "<tool_call>" + LIST_CALL + "</tool_call>"},
+                {"role": "tool", "content": "hello.txt"},
+            ],
+        },
+    ),
+    ("fabricated_tool_result", "<tool_response>hello.txt</tool_response>", {}),
+    ("fabricated_tool_result", "Observation: the directory holds hello.txt", {}),
+    ("fabricated_tool_result", "The directory contains echo.txt and notes.md.", {"history": HISTORY}),
+    ("narration_without_call", "Now I'll create the report file.", {}),
+    ("narration_without_call", "Let me list the files first.", {}),
+    ("narration_without_call", "Next, I will write report.txt.", {}),
+    ("narration_without_call", "```bash\nls -la\n```", {}),
+    ("narration_without_call", "```\ncat hello.txt > report.txt\n```", {}),
+    ("empty_response", None, {}),
+    ("empty_response", "   \n", {}),
+    ("empty_response", "<think>I should list files</think>", {}),
+    ("truncated_by_length", "The files are", {"finish_reason": "length"}),
+    ("reasoning_leak", "<think>list first</think>" + LIST_CALL, {}),
+    ("reasoning_leak", "<think>unclosed reasoning that never ends", {}),
+    ("reasoning_leak", "the template opened it</think>I will list the files.", {}),
+    ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "/etc"}}', {}),
+    ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "~/secrets"}}', {}),
+    ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "a/../../b"}}', {}),
+    ("sandbox_escape_attempt", None, {"tool_calls": [structured("write_file", '{"path": "..", "content": ""}')]}),
 ]
 
 
@@ -372,11 +412,21 @@ def test_positive_and_negative_cover_every_mode():
 
 
 def test_reference_fabrication_case():
-    good = run(None, tool_calls=[structured("write_file", json.dumps(
-        {"path": "report.txt", "content": "Files:\nhello.txt\nnotes.md\ndata.csv"}))], history=HISTORY)
+    good = run(
+        None,
+        tool_calls=[
+            structured("write_file", json.dumps({"path": "report.txt", "content": "Files:\nhello.txt\nnotes.md\ndata.csv"}))
+        ],
+        history=HISTORY,
+    )
     assert good.failure_modes == []
-    bad = run(None, tool_calls=[structured("write_file", json.dumps(
-        {"path": "report.txt", "content": "Files:\necho.txt\nnotes.md\ndata.csv"}))], history=HISTORY)
+    bad = run(
+        None,
+        tool_calls=[
+            structured("write_file", json.dumps({"path": "report.txt", "content": "Files:\necho.txt\nnotes.md\ndata.csv"}))
+        ],
+        history=HISTORY,
+    )
     assert bad.failure_modes == ["fabricated_tool_result"]
     assert bad.details["fabricated_tool_result"] == ["echo.txt"]
 
@@ -389,9 +439,15 @@ def test_fabrication_detected_in_prompt_tool_mode_history():
         {"role": "assistant", "content": '<tool_call>{"name": "list_files", "arguments": {"path": "."}}</tool_call>'},
         {"role": "user", "content": '<tool_response>\n["hello.txt", "notes.md"]\n</tool_response>'},
     ]
-    bad = run('<tool_call>{"name": "write_file", "arguments": {"path": "report.txt", "content": "echo.txt, notes.md"}}</tool_call>', history=history)
+    bad = run(
+        '<tool_call>{"name": "write_file", "arguments": {"path": "report.txt", "content": "echo.txt, notes.md"}}</tool_call>',
+        history=history,
+    )
     assert "fabricated_tool_result" in bad.failure_modes and bad.details["fabricated_tool_result"] == ["echo.txt"]
-    good = run('<tool_call>{"name": "write_file", "arguments": {"path": "report.txt", "content": "hello.txt, notes.md"}}</tool_call>', history=history)
+    good = run(
+        '<tool_call>{"name": "write_file", "arguments": {"path": "report.txt", "content": "hello.txt, notes.md"}}</tool_call>',
+        history=history,
+    )
     assert "fabricated_tool_result" not in good.failure_modes
 
 
@@ -402,10 +458,18 @@ def test_an_echoed_tool_definition_is_not_a_call():
          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": []}}})  # fmt: skip
     result = run(echoed)
     assert result.recovered_calls == [] and result.calls("lenient") == []
-    bare = json.dumps({"name": "write_file", "description": "Write.", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}})
+    bare = json.dumps(
+        {
+            "name": "write_file",
+            "description": "Write.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+    )
     assert run(bare).recovered_calls == []
     # a real call that happens to use "parameters" for its arguments is still recovered
-    assert [c.name for c in run(json.dumps({"name": "list_files", "parameters": {"path": "."}})).recovered_calls] == ["list_files"]
+    assert [c.name for c in run(json.dumps({"name": "list_files", "parameters": {"path": "."}})).recovered_calls] == [
+        "list_files"
+    ]
 
 
 def test_nothing_fabricated_before_any_tool_answered():
@@ -475,8 +539,13 @@ def test_tool_calls_wrapper_and_pythonic_positional():
 
 
 def test_prose_mentions_are_not_calls():
-    for text in ("Call print(x) to debug.", "See f(a, b) in the paper.", "Use os.path.join(a, b) here.",
-                 "The set {1, 2, 3} is small.", 'The JSON {"name": "Alice"} describes a person.'):
+    for text in (
+        "Call print(x) to debug.",
+        "See f(a, b) in the paper.",
+        "Use os.path.join(a, b) here.",
+        "The set {1, 2, 3} is small.",
+        'The JSON {"name": "Alice"} describes a person.',
+    ):
         result = run(text)
         assert result.recovered_calls == [], text
         assert result.failure_modes == [], (text, result.failure_modes)
@@ -507,16 +576,27 @@ def test_broken_tool_schema_disables_validation_only():
 # --------------------------------------------------------------------------- robustness
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=50),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=50),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
 )
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
-CALL_TEXTS = [LIST_CALL, WRITE_CALL, "<tool_call>" + LIST_CALL + "</tool_call>", "```json\n" + WRITE_CALL + "\n```",
-              "list_files(path='.')", "<function=write_file><parameter=path>a</parameter></function>"]
+CALL_TEXTS = [
+    LIST_CALL,
+    WRITE_CALL,
+    "<tool_call>" + LIST_CALL + "</tool_call>",
+    "```json\n" + WRITE_CALL + "\n```",
+    "list_files(path='.')",
+    "<function=write_file><parameter=path>a</parameter></function>",
+]
 
 
 def _mutate(text: str, data: st.DataObject) -> str:
@@ -560,14 +640,20 @@ def test_never_raises_on_mutated_calls(data):
 @FAST
 @given(JUNK, JUNK, JUNK, JUNK, JUNK, JUNK)
 def test_never_raises_on_junk_fields(content, tool_calls, finish, usage, tools, history):
-    for response in ({"content": content, "tool_calls": tool_calls, "finish_reason": finish, "usage": usage},
-                     content, tool_calls):
+    for response in (
+        {"content": content, "tool_calls": tool_calls, "finish_reason": finish, "usage": usage},
+        content,
+        tool_calls,
+    ):
         result = classify(response, tools=tools, history=history)
         assert isinstance(result, Classification)
         assert "internal_error" not in result.details
         json.dumps(result.to_dict())
-    classify({"tool_calls": [tool_calls, {"function": content}]}, tools=[tools, {"function": tools}],
-             history=[history, {"role": "assistant", "content": content, "tool_calls": tool_calls}])
+    classify(
+        {"tool_calls": [tool_calls, {"function": content}]},
+        tools=[tools, {"function": tools}],
+        history=[history, {"role": "assistant", "content": content, "tool_calls": tool_calls}],
+    )
 
 
 @FAST
@@ -619,3 +705,34 @@ def test_deep_structured_arguments_complete():
     cyclic: dict = {"path": "."}
     cyclic["self"] = cyclic
     run(None, tool_calls=[{"function": {"name": "list_files", "arguments": cyclic}}])
+
+
+# --------------------------------------------------------------------------- red-team
+# red-team finding: non-object arguments to an offered tool carried no label
+@pytest.mark.parametrize("arguments", [[1, 2], None, 7])
+def test_non_object_arguments_to_an_offered_tool_are_labelled(scenario, arguments):
+    # the tool answers "ERROR: arguments must be a JSON object" but the turn carries no label
+    reply = {"content": None, "tool_calls": [{"function": {"name": "list_files", "arguments": arguments}}],
+             "finish_reason": "tool_calls"}  # fmt: skip
+    verdict = classify(reply, tools=scenario.tool_schemas(), history=[])
+    assert verdict.failure_modes, "a call whose arguments are not an object must carry a failure mode"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{" * 200_000,
+        '{"a":' * 40_000,
+        "list_files(" * 20_000,
+        "<tool_call>" * 20_000,
+        "```json\n{}\n```\n" * 10_000,
+        '{"name": "list_files", "arguments": {"path": "' + "\\" * 200_000 + '"}}',
+    ],
+    ids=["braces", "open-objects", "open-calls", "tags", "fences", "backslashes"],
+)
+def test_guard_classifier_is_fast_on_pathological_text(scenario, content):
+    import time
+
+    start = time.perf_counter()
+    classify({"content": content, "tool_calls": None, "finish_reason": "stop"}, tools=scenario.tool_schemas(), history=[])
+    assert time.perf_counter() - start < 5

@@ -1,4 +1,8 @@
-"""Tests for ``harness classify``."""
+"""Tests for ``harness classify``.
+
+Also holds the red-team regression tests for it: junk input and a document without a response
+object are usage errors, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import pytest
 
 from harness.classifier import CLASSIFIER_VERSION, FAILURE_MODES
 from harness.cli import main
+from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,9 +61,7 @@ def test_classify_stdin(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["failure_modes"] == ["empty_response"]
 
 
-@pytest.mark.parametrize(
-    "text", ["{not json", "[1, 2]", '"a string"', "null", "[" * 100_000, "", "\udcff"]
-)
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"a string"', "null", "[" * 100_000, "", "\udcff"])
 def test_unreadable_or_non_object_json_is_a_one_line_error(monkeypatch, capsys, text):
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))
     assert main(["classify", "-"]) == 2
@@ -80,16 +83,22 @@ def test_missing_and_binary_files(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "doc",
-    [{"tools": "x", "messages": {"a": 1}, "response": {"content": 5, "tool_calls": "y"}},
-     {"response": {"tool_calls": [None, 1, {"function": 2}], "usage": "lots"}}],
+    [
+        {"tools": "x", "messages": {"a": 1}, "response": {"content": 5, "tool_calls": "y"}},
+        {"response": {"tool_calls": [None, 1, {"function": 2}], "usage": "lots"}},
+    ],
 )
 def test_wrong_types_classify_without_traceback(tmp_path, capsys, doc):
-    # wrong types inside the response are data; a missing response object is a usage error (test_adversarial)
+    # wrong types inside the response are data; a missing response object is a usage error (below)
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     assert main(["classify", str(path)]) == 0
     assert set(json.loads(capsys.readouterr().out)) == {
-        "failure_modes", "calls", "recovered_by", "classifier_version", "details",
+        "failure_modes",
+        "calls",
+        "recovered_by",
+        "classifier_version",
+        "details",
     }
 
 
@@ -113,7 +122,36 @@ def test_subprocess_stdin():
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["failure_modes"] == ["code_fence", "unknown_tool"]
     bad = subprocess.run(
-        [sys.executable, "-m", "harness", "classify", "-"], input="{", capture_output=True, text=True, timeout=60,
-        check=False, cwd=ROOT,
+        [sys.executable, "-m", "harness", "classify", "-"],
+        input="{",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+# -- red-team: junk input and documents without a response --------------------------------------------
+# red-team finding: a document without a response object was classified as empty_response
+@pytest.mark.parametrize(
+    "doc",
+    [{}, {"content": '{"name": "list_files", "arguments": {}}', "tool_calls": None}, {"response": "text"}],
+    ids=["empty-object", "bare-cassette-line", "response-not-object"],
+)
+def test_classify_a_document_without_a_response_object_is_a_usage_error(tmp_path, capsys, doc):
+    # exits 0 and reports "empty_response" for a reply it never saw: a bare cassette line holding
+    # a raw JSON call is labelled empty_response instead of raw_json_in_content.
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    rc, _, err = cli(capsys, "classify", path)
+    assert rc == 2 and "response" in err
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00binary", b"[1, 2]", b'"s"', b"[" * 100_000])
+def test_guard_classify_junk_input(tmp_path, capsys, content):
+    path = tmp_path / "junk"
+    path.write_bytes(content)
+    rc, _, err = cli(capsys, "classify", path)
+    assert rc == 2 and "Traceback" not in err

@@ -1,14 +1,21 @@
-"""The ledger: append-only enforced by SQLite, hash-chained, verifiable, migrated on open."""
+"""The ledger: append-only enforced by SQLite, hash-chained, verifiable, migrated on open.
+
+Also holds the red-team regression tests for damaged ledgers: `harness ledger verify` must fail on
+an edited row or on whole tables dropped.
+"""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 
 from harness.errors import LedgerError
 from harness.ledger import Attempt, Attestation, Labels, Ledger, RunEnd, RunStart, TurnRecord, record_fields
+from tests.helpers import cli, finished_ledger
 
 
 def run_start(run_id: str = "r1", **overrides) -> RunStart:
@@ -51,9 +58,14 @@ def filled(ledger_path):
     return ledger_path
 
 
+ALL_MIGRATIONS = ["m001_initial", "m002_attestations", "m003_attempts", "m004_turn_reasoning"]
+OLD_LEDGER = Path(__file__).resolve().parent / "data" / "ledger_m003.sqlite"
+"""A ledger written by the harness before m004 (one run, two turns), kept as a real old file."""
+
+
 def test_blank_ledger_gets_the_whole_schema(ledger_path):
     with Ledger(ledger_path) as ledger:
-        assert ledger.applied_migrations() == ["m001_initial", "m002_attestations", "m003_attempts"]
+        assert ledger.applied_migrations() == ALL_MIGRATIONS
         assert ledger.migrate() == []  # second open: nothing pending
         assert ledger.verify().ok
     db = sqlite3.connect(ledger_path)
@@ -226,6 +238,63 @@ def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled):
     with Ledger(filled, readonly=True) as ledger:
         assert ledger.verify().ok  # the old schema is still a valid ledger
     with Ledger(filled) as ledger:
-        assert ledger.applied_migrations() == ["m001_initial", "m002_attestations", "m003_attempts"]
+        assert sorted(ledger.applied_migrations()) == ALL_MIGRATIONS
         ledger.record_attestation(Attestation(run_id="r1", reviewer="ann", notes=None, frame_sha256="a" * 64))
         assert ledger.verify().ok
+
+
+# -- red-team: damaged ledgers fail verify ----------------------------------------------------------------
+# red-team finding: a ledger with whole tables dropped verified OK
+@pytest.mark.parametrize("tables", [("run_ends",), ("labels", "attempts"), ("turns", "run_ends")])
+def test_ledger_verify_fails_when_whole_tables_were_dropped(tmp_path, scenario, capsys, tables):
+    # A readonly Ledger keeps only the tables that exist ("older read-only ledgers"), so deleting
+    # every outcome by dropping run_ends leaves a ledger that `harness ledger verify` calls OK.
+    ledger = finished_ledger(tmp_path, scenario)
+    db = sqlite3.connect(ledger)
+    for table in tables:
+        db.execute(f"DROP TABLE {table}")
+    db.commit()
+    db.close()
+    rc, out, err = cli(capsys, "ledger", "verify", "--ledger", ledger)
+    assert rc == 1, out
+
+
+def test_guard_tampered_row_fails_verify(tmp_path, scenario, capsys):
+    ledger = finished_ledger(tmp_path, scenario)
+    db = sqlite3.connect(ledger)
+    db.execute("DROP TRIGGER turns_no_update")
+    db.execute("UPDATE turns SET content = 'hacked' WHERE seq = 1")
+    db.execute("CREATE TRIGGER turns_no_update BEFORE UPDATE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
+    db.commit()
+    db.close()
+    rc, _, err = cli(capsys, "ledger", "verify", "--ledger", ledger)
+    assert rc == 1 and "turns row seq=1" in err
+
+
+def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
+    from harness.cli import main
+
+    path = tmp_path / "old.sqlite"
+    shutil.copyfile(OLD_LEDGER, path)
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.pending_migrations() == ["m004_turn_reasoning"]
+        assert ledger.verify().ok
+        assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None]
+    assert main(["ledger", "verify", "--ledger", str(path)]) == 0
+    assert "`harness ledger migrate --ledger" in capsys.readouterr().err  # read-only opens say what to run
+    with Ledger(path) as ledger:  # a writable open migrates: turns gains the reasoning column
+        assert ledger.applied_migrations() == ALL_MIGRATIONS
+        ledger.record_turn(turn("old1", 3, content="third", reasoning="I should answer now."))
+        assert ledger.verify().ok  # old rows hash without the new column, new rows with it
+        assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None, "I should answer now."]
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER turns_no_update")
+    db.execute("UPDATE turns SET reasoning = 'forged' WHERE turn = 1")  # a value where the old row had none
+    db.execute("CREATE TRIGGER turns_no_update BEFORE UPDATE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
+    db.commit()
+    db.close()
+    with Ledger(path, readonly=True) as ledger:
+        assert (
+            ledger.verify().problem
+            == "turns row seq=1 (run old1, turn 1): row_hash does not match its content (the row was edited)"
+        )

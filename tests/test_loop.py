@@ -1,4 +1,8 @@
-"""The agent loop, driven by replay cassettes: breaker boundaries, broken call shapes, infra errors."""
+"""The agent loop, driven by replay cassettes: breaker boundaries, broken call shapes, infra errors.
+
+Also holds the red-team regression tests for odd replies, token counts and content: whatever the
+model sends is recorded, every run ends with an outcome and the ledger verifies.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +15,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from harness.backends import open_backend
-from harness.errors import TokenLimitExceeded, TurnLimitExceeded
+from harness.errors import TokenLimitExceeded, TurnLimitExceeded, UsageError
 from harness.ledger import Ledger
 from harness.loop import CircuitBreaker, RetryPolicy, RunOptions, RunPlan, run_once
-from harness.scenarios import load_scenario
-from tests.helpers import IDEAL, REPO, REPORT, call_line, text_line, write_cassette
-
-
-@pytest.fixture
-def scenario():
-    return load_scenario(REPO / "scenarios" / "list_and_report.toml")
+from tests.helpers import (
+    IDEAL,
+    REPORT,
+    assert_recorded,
+    call_line,
+    chat_body,
+    run_replay,
+    run_server,
+    text_line,
+    write_cassette,
+)
 
 
 def run(tmp_path, scenario, replies, *, parser="lenient", tool_mode="native", **scenario_changes):
@@ -215,3 +223,121 @@ def test_ledger_rows_cannot_be_changed_after_a_run(tmp_path, scenario):
     with pytest.raises(sqlite3.IntegrityError):
         db.execute("UPDATE run_ends SET outcome = 'pass'")
     db.close()
+
+
+# -- red-team: odd replies, token counts and content are recorded, never a crash ---------------------------
+# red-team finding: lone surrogates
+@pytest.mark.parametrize(
+    "line",
+    [
+        text_line("\ud800 a lone surrogate"),  # valid JSON: "\ud800"
+        call_line("write_file", {"path": "\ud800.txt", "content": "x"}),
+        call_line("write_file", {"path": "s.txt", "content": "\udcff"}),
+    ],
+    ids=["content", "path", "write-content"],
+)
+def test_lone_surrogate_in_a_reply_is_recorded_not_a_crash(tmp_path, scenario, line):
+    # A JSON "\ud800" escape decodes to a lone surrogate; the ledger's row hash does
+    # (prev_hash + payload).encode("utf-8") and raises UnicodeEncodeError: the run has no end row.
+    summary, facts = run_replay(tmp_path, scenario, [line, text_line("done")])
+    assert_recorded(summary, facts)
+
+
+# red-team finding: token counts beyond SQLite's INTEGER range
+def test_token_count_beyond_sqlite_integer_range_from_a_cassette(tmp_path, scenario):
+    # OverflowError: Python int too large to convert to SQLite INTEGER (not a sqlite3.Error, so
+    # not even turned into a LedgerError); the run is left without an end row.
+    summary, facts = run_replay(tmp_path, scenario, [text_line("done", tokens=(10**20, 1))])
+    assert_recorded(summary, facts)
+
+
+# red-team finding: token counts beyond SQLite's INTEGER range
+def test_token_count_beyond_sqlite_integer_range_from_a_server(tmp_path, scenario):
+    body = chat_body({"role": "assistant", "content": "done"}, usage={"prompt_tokens": 10**19, "completion_tokens": 1})
+    summary, facts = run_server(tmp_path, scenario, [body])
+    assert_recorded(summary, facts)
+
+
+# red-team finding: negative token counts
+def test_negative_token_counts_do_not_buy_extra_budget(tmp_path, scenario):
+    # usage.prompt_tokens = -1_000_000 is accepted and summed: the run's total goes negative and
+    # the token breaker (token_limit = 100) never trips although 4 x 200 tokens were spent after it.
+    lines = [call_line("list_files", {"path": "."}, tokens=(-1_000_000, 0))]
+    lines += [call_line("list_files", {"path": "."}, tokens=(200, 0)) for _ in range(4)] + [text_line("done")]
+    try:
+        summary, facts = run_replay(tmp_path, scenario, lines, token_limit=100)
+    except UsageError:
+        return  # refusing the cassette outright is fine too
+    assert summary.tokens >= 0
+    assert all((t.record.prompt_tokens or 0) >= 0 for t in facts["turn_rows"])
+    assert summary.outcome == "token_limit"
+
+
+# red-team finding: negative token counts
+def test_negative_token_counts_from_a_server_are_not_recorded_as_spent(tmp_path, scenario):
+    body = chat_body({"role": "assistant", "content": "done"}, usage={"prompt_tokens": -5, "completion_tokens": 1})
+    summary, facts = run_server(tmp_path, scenario, [body])
+    assert summary.tokens >= 0
+    assert facts["turn_rows"][0].record.prompt_tokens in (None, 0) or facts["turn_rows"][0].record.prompt_tokens > 0
+
+
+# red-team finding: non-string content or finish_reason
+@pytest.mark.parametrize(
+    "message, finish",
+    [
+        ({"role": "assistant", "content": 42}, "stop"),
+        ({"role": "assistant", "content": True}, "stop"),
+        ({"role": "assistant", "content": "x"}, 1),
+        ({"role": "assistant", "content": "x"}, 1.5),
+        ({"role": "assistant", "content": "x"}, False),
+    ],
+    ids=["content-int", "content-bool", "finish-int", "finish-float", "finish-bool"],
+)
+def test_non_string_content_or_finish_reason_keeps_the_ledger_verifiable(tmp_path, scenario, message, finish):
+    # The row hash is computed over the Python value (42), SQLite's TEXT affinity stores "42",
+    # and `harness ledger verify` then reports the row as edited.
+    summary, facts = run_server(tmp_path, scenario, [chat_body(message, finish=finish)])
+    assert_recorded(summary, facts)
+
+
+# red-team finding: deeply nested structured arguments
+def test_deeply_nested_structured_arguments_are_recorded(tmp_path, scenario):
+    # 600 levels parse fine with json.loads, but ledger._json_columns calls dataclasses.asdict,
+    # which recurses per level: RecursionError from record_turn, the run never ends.
+    depth = 600
+    nested = '{"a":' * depth + "1" + "}" * depth
+    line = ('{"content": null, "tool_calls": [{"function": {"name": "list_files", "arguments": {"path": ".", "x": '
+            + nested + '}}}], "finish_reason": "tool_calls"}')  # fmt: skip
+    summary, facts = run_replay(tmp_path, scenario, [line, json.dumps(text_line("done"))], raw=True)
+    assert_recorded(summary, facts)
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    [
+        [{"function": {"name": 5, "arguments": {}}}],
+        [{"function": {"name": ["a"], "arguments": {}}}],
+        [{"function": None}],
+        [{"function": "list_files"}],
+        [{"function": {"name": "list_files", "arguments": "{{{"}}],
+        [{"id": "same", "function": {"name": "list_files", "arguments": {}}}] * 2,
+        [{"id": {"x": 1}, "function": {"name": "list_files", "arguments": {}}}],
+        [{"function": {"name": "write_file", "arguments": {"path": f"f{i}.txt", "content": "x"}}} for i in range(300)],
+    ],
+    ids=["name-int", "name-list", "function-null", "function-string", "junk-arguments", "ids-collide", "id-object", "300-calls"],
+)
+@pytest.mark.parametrize("tool_mode", ["native", "prompt"])
+def test_guard_malformed_structured_calls_are_data(tmp_path, scenario, tool_calls, tool_mode):
+    line = {"content": "calling", "tool_calls": tool_calls, "finish_reason": "tool_calls", "usage": None}
+    summary, facts = run_replay(tmp_path, scenario, [line, text_line("done")], tool_mode=tool_mode)
+    assert_recorded(summary, facts)
+
+
+def test_guard_one_megabyte_reply_and_null_everything(tmp_path, scenario):
+    summary, facts = run_replay(tmp_path, scenario, [{"content": "x" * (1 << 20)}])
+    assert_recorded(summary, facts)
+    summary, facts = run_replay(
+        tmp_path / "b", scenario, [{"content": None, "tool_calls": None, "finish_reason": None, "usage": None}]
+    )
+    assert_recorded(summary, facts)
+    assert summary.failure_modes == ["empty_response"]

@@ -1,4 +1,8 @@
-"""Matrix execution at scale: concurrency, resume after SIGKILL, Ctrl-C, retries of flaky servers, cache."""
+"""Matrix execution at scale: concurrency, resume after SIGKILL, Ctrl-C, retries of flaky servers, cache.
+
+Also holds the red-team regression tests for the runner: every started run ends with an outcome,
+and a matrix runs each planned identity once (two matrices on one ledger, a scenario given twice).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +13,24 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from harness.backends import open_backend
+from harness.cli import main
 from harness.console import summary_rows
 from harness.ledger import Ledger
 from harness.loop import RetryPolicy, RunOptions
 from harness.matrix import MatrixOverrides
+from harness.report import load_frames, summary_table
 from harness.runner import expand_matrix, plan_matrix, run_matrix
 from harness.scenarios import load_scenario
+from harness.vocab import OUTCOMES
 from tests.backend_fakes import closed_port
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import IDEAL, REPO, SCENARIO_FILE, write_cassette
+from tests.helpers import IDEAL, REPO, RUN_FLAGS, SCENARIO_FILE, ledger_counts, write_cassette
 
 SCENARIO = SCENARIO_FILE
 FAST_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.01)
@@ -235,3 +243,135 @@ def test_a_second_ctrl_c_quits_at_once_and_still_ends_the_runs_in_flight(tmp_pat
         runs = ledger.runs()
         assert ledger.verify().ok
     assert [(r.outcome, r.end.turns) for r in runs] == [("interrupted", 0), ("interrupted", 0)]
+
+
+# -- red-team: every started run ends, each planned identity runs once -------------------------------------
+# red-team finding: a backend bug left runs without an end row
+def test_a_backend_bug_leaves_no_run_without_an_end_row(tmp_path):
+    """A backend raising something other than BackendError inside generate (a bug in a backend,
+    an unexpected body shape, a KeyError in a client library) escapes run_once: that run never
+    gets an end row (it stays 'unfinished' forever) and every other run in flight is recorded as
+    'interrupted by the user', which the user did not do. The CLI then prints a traceback."""
+    cassette = write_cassette(tmp_path / "c.jsonl", IDEAL)
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    class Buggy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def for_run(self):
+            return Buggy(self.inner.for_run())
+
+        def generate(self, *args, **kwargs):
+            with lock:
+                calls["n"] += 1
+                n = calls["n"]
+            if n == 2:
+                raise KeyError("choices")  # a bug, not a BackendError
+            time.sleep(0.3)
+            return self.inner.generate(*args, **kwargs)
+
+    def factory(spec, **kw):
+        return Buggy(open_backend(spec, **kw))
+
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        try:
+            run_matrix(
+                plans_for(f"replay:{cassette}", repeats=4),
+                ledger,
+                RunOptions(runs_dir=tmp_path / "runs", jobs=2),
+                backend_factory=factory,
+            )
+        except Exception:
+            pass  # raising is acceptable; what the ledger says is not
+        runs = ledger.runs()
+    assert runs, "no run was recorded at all"
+    assert [r.run_id for r in runs if r.outcome is None] == []
+    assert not any(r.end.error == "interrupted by the user" for r in runs)
+
+
+# red-team finding: two matrices on one ledger ran every identity twice
+def test_two_matrices_on_one_ledger_do_not_run_each_identity_twice(tmp_path):
+    """Two `harness run` processes started on one ledger (two terminals, a CI retry) both read the
+    finished identities before either starts a run, so every planned run is executed twice; the
+    report then counts the copies as independent samples (n = 8 for 4 planned runs). README:
+    'completes exactly the planned set'. Threads with their own Ledger connection stand in for
+    the two processes; the barrier makes the race deterministic."""
+    cassette = write_cassette(tmp_path / "c.jsonl", IDEAL)
+    plans = plans_for(f"replay:{cassette}", repeats=4)
+    barrier = threading.Barrier(2)
+
+    def factory(spec, **kw):
+        barrier.wait(10)  # both matrices have planned before either runs
+        return open_backend(spec, **kw)
+
+    Ledger(tmp_path / "l.sqlite").close()
+
+    def one_matrix():
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory)
+
+    threads = [threading.Thread(target=one_matrix) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        per_identity = ledger.finished_identities()
+    assert sorted(per_identity.values()) == [1, 1, 1, 1]
+
+
+# red-team finding: a scenario given twice ran twice
+def test_the_same_scenario_given_twice_runs_once(tmp_path, capsys):
+    """`harness run s.toml ./s.toml` (or a shell glob that matches a file twice) plans every run
+    twice with the same identity, and both copies run: the ledger holds duplicates."""
+    cassette = write_cassette(tmp_path / "c.jsonl", IDEAL)
+    scenario = tmp_path / "s.toml"
+    scenario.write_bytes(SCENARIO_FILE.read_bytes())
+    main(["run", "s.toml", "./s.toml", "--model", f"replay:{cassette}", "--repeats", "2", *RUN_FLAGS])
+    with Ledger(tmp_path / "results" / "ledger.sqlite") as ledger:
+        runs = ledger.runs()
+    assert len(runs) == len({r.start.identity for r in runs}) == 2
+
+
+# red-team finding: cached turns recorded 0 ms latency
+def test_cached_replies_do_not_count_as_zero_millisecond_latency(tmp_path, capsys):
+    """`--cache --no-resume` re-runs a matrix from recorded replies and stores each cached turn
+    with latency_ms = 0.0; the report's per-turn latency p50 then drops to 0 ms although every real
+    request took ~50 ms. A cache hit has no latency: it should be NULL (or left out of the
+    percentiles), like any other measurement that was not taken."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_bytes(SCENARIO_FILE.read_bytes())
+    with FakeAgentServer(delay_s=0.05) as server:
+        argv = ["run", "s.toml", "--model", f"openai:ideal@{server.base_url}", "--repeats", "1", *RUN_FLAGS]
+        assert main(argv) == 0
+        assert main([*argv, "--cache", "--no-resume"]) == 0
+        assert main([*argv, "--cache", "--no-resume"]) == 0
+    [row] = summary_table(load_frames(tmp_path / "results" / "ledger.sqlite")).to_dict("records")
+    assert row["latency_p50_ms"] >= 40, row
+
+
+def test_guard_sixteen_jobs_on_a_replay_model(tmp_path):
+    cassette = write_cassette(tmp_path / "c.jsonl", IDEAL)
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        result = run_matrix(plans_for(f"replay:{cassette}", repeats=48), ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=16, record_dir=tmp_path / "rec"))  # fmt: skip
+        assert [s.outcome for s in result.summaries] == ["pass"] * 48
+        assert ledger.verify().ok
+        assert sorted(ledger.finished_identities().values()) == [1] * 48
+    assert len(list((tmp_path / "rec").glob("*.jsonl"))) == 48
+
+
+def test_guard_server_faults_mid_matrix_end_as_outcomes(tmp_path, scenario):
+    faults = {2: "drop", 3: "500", 5: "garbage", 7: "429"}
+    with FakeAgentServer(faults=faults.get, slots=4) as server:
+        plans = expand_matrix([scenario], MatrixOverrides(models=[f"openai:m@{server.base_url}"], repeats=4,
+                                                          temperatures=[0.0], tool_modes=["native"]))  # fmt: skip
+        with Ledger(tmp_path / "ledger.sqlite") as ledger:
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=4, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)))  # fmt: skip
+            assert len(result.summaries) == 4 and all(s.outcome in OUTCOMES for s in result.summaries)
+            assert ledger_counts(ledger)["run_ends"] == 4
+            assert ledger.verify().ok

@@ -1,9 +1,14 @@
-"""Reports, compare, review: numbers checked against hand computation on ledgers with known contents."""
+"""Reports, compare, statistics: numbers checked against hand computation on ledgers with known contents.
+
+Also holds the red-team regression tests for reports: correct numbers, markdown that no stored
+name can break, readable plots, the same bytes from the same ledger, one-sentence usage errors.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 import sqlite3
 import struct
 from pathlib import Path
@@ -13,11 +18,12 @@ import pytest
 
 from harness import review, stats
 from harness.cli import main
-from harness.ledger import Labels, Ledger
+from harness.ledger import Ledger
 from harness.report import (
     compare,
     compare_models,
     failure_mode_table,
+    format_comparison,
     lenient_rescue,
     load_frames,
     markdown,
@@ -28,6 +34,7 @@ from harness.report import (
     write_report,
 )
 from harness.report import frames as frames_module
+from harness.stats import mcnemar_midp, newcombe_paired_diff, pass_hat_k, wilson_interval
 from tests.ledger_builders import BIG, RAW, REPEAT, SMALL, add_run, build_two_model_ledger
 
 Z = 1.959963984540054
@@ -37,11 +44,6 @@ def wilson_by_hand(k: int, n: int) -> tuple[float, float]:
     p = k / n
     centre, half, den = p + Z * Z / (2 * n), Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)), 1 + Z * Z / n
     return (centre - half) / den, (centre + half) / den
-
-
-@pytest.fixture
-def two(ledger_path):
-    return build_two_model_ledger(ledger_path)
 
 
 # -- statistics -----------------------------------------------------------------------------------------
@@ -259,72 +261,6 @@ def test_compare_pairs_and_tests(two, capsys):
     assert main(["compare", SMALL, BIG, "--ledger", str(two), "--scenario", "nope"]) == 2
 
 
-# -- review and attest ----------------------------------------------------------------------------------
-def test_review_frame_has_five_parts_and_reads_the_promise(ledger_path, tmp_path, capsys):
-    scenario = tmp_path / "sc.toml"
-    scenario.write_text(
-        'what_it_does = "lists files"\nwhat_it_does_not = "deletes"\ndone_looks_like = "report.txt has 3 lines"\n'
-    )
-    digest = hashlib.sha256(scenario.read_bytes()).hexdigest()
-    with Ledger(ledger_path) as ledger:
-        add_run(ledger, "abc123", model=SMALL, scenario_path=str(scenario), scenario_hash=digest, outcome="task_failed",
-                turns=[([RAW], '{"name": "x"}'), ([], "done")], files_written=["report.txt"],
-                checks=[{"check": "file_exists", "passed": True, "detail": "ok"}, {"check": "file_states_count", "passed": False, "detail": "2 lines, wanted 3"}])  # fmt: skip
-    frame = review.review_frame(ledger_path, "abc")
-    assert list(frame) == ["run", "promise", "acceptance", "diff", "evidence", "open_questions"]
-    assert frame["promise"]["status"] == "unchanged" and frame["promise"]["done_looks_like"] == "report.txt has 3 lines"
-    assert frame["diff"]["first_input_sha256"] == "req-abc123-1" and frame["diff"]["files_written"] == ["report.txt"]
-    assert [t["labels"] for t in frame["evidence"]] == [[RAW], []]
-    assert frame["open_questions"] == [
-        f"`{RAW}` on turn 1: is the label right, and did it change the outcome?",
-        "Check `file_states_count` failed (2 lines, wanted 3): is the check right, or did the model miss the task?",
-    ]
-    assert main(["review", "abc123", "--ledger", str(ledger_path)]) == 0
-    text = capsys.readouterr().out
-    for part in (
-        "## 1. The promise",
-        "## 2. The acceptance criteria",
-        "## 3. The diff",
-        "## 4. The evidence",
-        "## 5. The open questions",
-    ):
-        assert part in text
-    assert "- Done looks like: report.txt has 3 lines" in text and f"Frame SHA-256: {review.frame_sha256(frame)}" in text
-
-    assert main(["review", "abc123", "--verify", "--ledger", str(ledger_path)]) == 1
-    assert "has no attestation" in capsys.readouterr().err
-    assert main(["attest", "abc123", "--reviewer", "ann", "--notes", "label ok", "--ledger", str(ledger_path)]) == 0
-    assert review.frame_sha256(frame) in capsys.readouterr().out
-    assert main(["review", "abc123", "--verify", "--ledger", str(ledger_path)]) == 0
-    assert "unchanged since attested by ann" in capsys.readouterr().out
-    with Ledger(ledger_path) as ledger:
-        rows = [(a.reviewer, a.notes, a.frame_sha256) for a in ledger.attestations("abc123")]
-        assert rows == [("ann", "label ok", review.frame_sha256(frame))]
-        ledger.record_labels(
-            Labels(
-                run_id="abc123",
-                turn=2,
-                classifier_version="2",
-                failure_modes=["empty_response"],
-                recovered_calls=[],
-                recovered_by=None,
-                details={},
-            )
-        )
-        assert ledger.verify().ok
-    assert main(["review", "abc123", "--verify", "--ledger", str(ledger_path)]) == 1
-    assert "the frame CHANGED since attested by ann" in capsys.readouterr().err
-    scenario.write_text("changed")
-    assert review.review_frame(ledger_path, "abc123")["promise"]["status"] == "changed"
-
-
-def test_review_unknown_run_is_a_usage_error(two, capsys):
-    assert main(["review", "nope", "--ledger", str(two)]) == 2
-    assert main(["review", "small", "--ledger", str(two)]) == 2  # ambiguous prefix
-    err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("harness: no run 'nope'") and "matches several runs" in err[1]
-
-
 def test_reports_open_the_ledger_read_only(two):
     before = two.read_bytes()
     write_report(two, "out", formats=["md", "csv"])
@@ -356,3 +292,189 @@ def test_a_run_identity_counts_once_the_newest_run(tmp_path):
     write_report(path, tmp_path / "out", formats=["md"])
     text = (tmp_path / "out" / "report.md").read_text()
     assert "1 run(s) repeat a run identity that finished again later" in text
+
+
+# -- red-team: names cannot break the markdown, plots stay readable, numbers stay right -------------------
+def _unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
+def _broken_tables(markdown: str) -> list[str]:
+    """Lines of a markdown table block whose cell count differs from the block's header."""
+    bad, header = [], None
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            if header is None:
+                header = _unescaped_pipes(line)
+            elif _unescaped_pipes(line) != header:
+                bad.append(line)
+        else:
+            if header is not None and line.strip():
+                bad.append(line)  # a table row split by a newline continues as a non-table line
+            header = None
+    return bad
+
+
+# red-team finding: unescaped names broke the markdown
+def test_report_failure_mode_names_cannot_break_the_markdown_tables(tmp_path):
+    """A label that is not a canonical mode name (a rescore by another classifier, a hand-written
+    labels row) goes into the failure-mode table unescaped: `|` adds a column, a newline splits the row."""
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        add_run(led, "a", model=SMALL, turns=[(["raw|json\nnext`x"], "reply")], outcome="task_failed")
+        add_run(led, "b", model=BIG, turns=[(["code_fence"], "x")])
+    write_report(ledger, tmp_path / "out", formats=["md"])
+    text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert _broken_tables(text) == []
+
+
+# red-team finding: unescaped names broke the markdown
+def test_report_names_outside_tables_are_escaped_too(tmp_path):
+    """Scenario and model names are escaped inside tables (_cell_text) but not in the
+    'Same in every row' line, the shortest-reply bullets, the edge notes and the rescue lines:
+    a newline in a name starts a new markdown block, a backtick closes the code span."""
+    ledger = tmp_path / "l.sqlite"
+    scenario, model = "sc\n# injected heading `", "ollama:m\n# injected heading"
+    with Ledger(ledger) as led:
+        add_run(led, "a", model=model, scenario=scenario, turns=[(["code_fence"], "x")])
+        add_run(led, "b", model="ollama:other", scenario=scenario, repetition=1, turns=[([], "y")])
+    write_report(ledger, tmp_path / "out", formats=["md"])
+    text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "\n# injected heading" not in text
+
+
+# red-team finding: `harness compare` left model names unescaped
+def test_compare_table_survives_pipes_and_newlines_in_model_names(tmp_path):
+    """``harness compare`` builds its table with the model specs as column headers, unescaped; a
+    replay cassette path or an OpenAI model name with `|` (legal in both) shifts every column."""
+    ledger = tmp_path / "l.sqlite"
+    a, b = "replay:cassettes/a|b.jsonl", "openai:team|model@http://127.0.0.1:9/v1"
+    with Ledger(ledger) as led:
+        for rep in range(4):
+            add_run(led, f"a{rep}", model=a, repetition=rep, outcome="pass", turns=[(["mode|x"], "t")])
+            add_run(led, f"b{rep}", model=b, repetition=rep, outcome="task_failed" if rep else "pass")
+    text = format_comparison(compare_models(load_frames(ledger), a, b))
+    assert _broken_tables(text) == []
+
+
+# red-team finding: long model specs made the plots unreadable
+def test_plots_stay_readable_with_realistic_model_specs(tmp_path, monkeypatch):
+    """The outcomes plot puts each full model spec as an x tick label on a fixed 8-inch figure: four
+    ordinary specs (`openai:bartowski/Qwen2.5-Coder-7B-Instruct-GGUF@http://127.0.0.1:8080/v1`, ...)
+    print on top of each other and no model can be read."""
+    from harness.report import plots as _plots
+
+    figures = {}
+    save = _plots._save
+
+    def keep(fig, path, footer):
+        figures[Path(path).name] = fig
+        save(fig, path, footer)
+
+    monkeypatch.setattr(_plots, "_save", keep)
+    models = [f"openai:bartowski/{name}-GGUF@http://127.0.0.1:{8080 + i}/v1"
+              for i, name in enumerate(["Qwen2.5-Coder-7B-Instruct", "Llama-3.2-3B-Instruct", "Mistral-7B-Instruct-v0.3", "Phi-3.5-mini-instruct"])]  # fmt: skip
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        for i, model in enumerate(models):
+            for rep in range(2):
+                add_run(led, f"r{i}{rep}", model=model, repetition=rep, outcome="pass" if rep else "task_failed")
+    write_report(ledger, tmp_path / "out", formats=["png"])
+    fig = figures["outcomes.png"]
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+    assert overlapping == [], f"{len(overlapping)} pairs of model labels overlap on outcomes.png"
+
+
+# red-team finding: long model specs made the plots unreadable
+def test_long_model_specs_do_not_collapse_the_plots(tmp_path):
+    """A spec of about 90 characters without spaces (a long GGUF path, a hosted model name with a
+    URL) makes constrained layout give up: matplotlib warns 'axes sizes collapsed to zero' on stderr
+    and the plots are written with unusable axes. Labels should be shortened or wrapped."""
+    import warnings
+
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        for i in range(2):
+            add_run(led, f"r{i}", model=f"embedded:/srv/models/{i}-" + "q" * 70 + ".gguf", turns=[(["code_fence"], "x")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write_report(ledger, tmp_path / "out", formats=["png"])
+    assert [str(w.message) for w in caught if "collapsed" in str(w.message)] == []
+
+
+def test_guard_statistics_match_hand_computed_values():
+    # Wilson 2/3: (p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n), z = 1.96
+    low, high = wilson_interval(2, 3)
+    assert (round(low, 4), round(high, 4)) == (0.2077, 0.9385)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    # McNemar mid-p, b = 3, c = 0: 2·(1/8) − 1/8 = 1/8; b = 5, c = 1: 2·(1+6)/64 − 6/64 = 8/64
+    assert mcnemar_midp(3, 0) == pytest.approx(0.125)
+    assert mcnemar_midp(5, 1) == pytest.approx(8 / 64)
+    assert mcnemar_midp(0, 0) == 1.0
+    # pass^k: C(c,k)/C(n,k); 8 of 10 passes, k = 4: C(8,4)/C(10,4) = 70/210
+    assert pass_hat_k(10, 8, 4) == pytest.approx(1 / 3)
+    diff, lo, hi = newcombe_paired_diff(1, 3, 0, 1)
+    assert diff == pytest.approx(0.6) and lo == pytest.approx(0.0801, abs=1e-4) and hi == pytest.approx(0.8006, abs=1e-4)
+
+
+def test_guard_known_ledger_numbers_in_the_summary(tmp_path):
+    frames = load_frames(build_two_model_ledger(tmp_path / "l.sqlite"))
+    table = summary_table(frames, ["model"]).set_index("model")
+    # SMALL: 3 + 1 passes of 20 scored, 2 infra_error excluded; BIG: 8 + 7 of 20, 1 interrupted excluded
+    assert (table.loc[SMALL, "scored"], table.loc[SMALL, "passes"], table.loc[SMALL, "infra_error"]) == (20, 4, 2)
+    assert (table.loc[BIG, "scored"], table.loc[BIG, "passes"], table.loc[BIG, "interrupted"]) == (20, 15, 1)
+    assert (table.loc[BIG, "pass_low"], table.loc[BIG, "pass_high"]) == pytest.approx(wilson_interval(15, 20))
+
+
+def test_guard_report_is_byte_identical_with_odd_names_and_tiny_temperatures(tmp_path):
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        for rep in range(3):
+            add_run(led, f"a{rep}", model="ollama:é<script>`|x", repetition=rep, temperature=1e-9,
+                    outcome="pass" if rep else "task_failed", turns=[(["code_fence"], "a|b\nc")])  # fmt: skip
+            add_run(led, f"b{rep}", model="ollama:b", repetition=rep, latency=float("nan") if rep else None)
+
+    def digest(folder: Path) -> dict[str, str]:
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())}
+
+    write_report(ledger, tmp_path / "o1", formats=["md", "png", "csv"])
+    write_report(ledger, tmp_path / "o2", formats=["md", "png", "csv"])
+    assert digest(tmp_path / "o1") == digest(tmp_path / "o2")
+    assert "1e-09" in (tmp_path / "o1" / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("argv", [
+    ["report", "--out", "{ledger}"], ["report", "--out", "{file}"], ["report", "--by", "seed"], ["report", "--by", ","],
+    ["report", "--format", "pdf"], ["compare", SMALL, SMALL], ["compare", SMALL, "nope"], ["compare", SMALL, BIG, "--scenario", "zz"],
+    ["review", "%"], ["review", ""], ["attest", "small-t0-r1", "--reviewer", " \n "],
+])  # fmt: skip
+def test_guard_report_compare_review_usage_errors_are_one_sentence(tmp_path, capsys, argv):
+    ledger = build_two_model_ledger(tmp_path / "l.sqlite")
+    (tmp_path / "afile").write_text("keep", encoding="utf-8")
+    argv = [a.format(ledger=ledger, file=tmp_path / "afile") for a in argv]
+    before = ledger.read_bytes()
+    assert main([*argv, "--ledger", str(ledger)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harness: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert ledger.read_bytes() == before and (tmp_path / "afile").read_text(encoding="utf-8") == "keep"
+
+
+def test_guard_compare_with_a_single_model_in_the_ledger_is_a_usage_error(tmp_path, capsys):
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        add_run(led, "a", model=SMALL)
+    assert main(["compare", SMALL, "qwen2.5-coder:1.5b", "--ledger", str(ledger)]) == 2
+    assert "two different models" in capsys.readouterr().err
+
+
+def test_guard_reports_of_only_unfinished_or_interrupted_runs(tmp_path):
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        add_run(led, "u", model=SMALL, outcome=None, turns=[([], "a"), (["code_fence"], "b")])
+        add_run(led, "i", model=SMALL, outcome="interrupted", repetition=1)
+    written = write_report(ledger, tmp_path / "out", formats=["md", "png", "csv"])
+    text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "**No scored run:**" in text and "n/a (no scored run)" in text
+    assert {p.name for p in written} == {"report.md", "summary.csv", "failure_modes.csv", "runs.csv"}  # no empty plots

@@ -1,15 +1,24 @@
-"""Re-scoring: stored replies are re-classified from the ledger alone, labels appended, newest wins."""
+"""Re-scoring: stored replies are re-classified from the ledger alone, labels appended, newest wins.
+
+Also holds the red-team regression tests for rescore: incomplete records are not a traceback, and
+thousands of turns are rescored in bounded time.
+"""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from harness.classifier import CLASSIFIER_VERSION
 from harness.cli import main
-from harness.ledger import Labels, Ledger
+from harness.ledger import Labels, Ledger, RunStart, TurnRecord
 from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from tests.helpers import REPO, call_line, text_line, write_cassette
+from tests.ledger_builders import SMALL, add_run
 
 
 def _ledger_with_runs(tmp_path, tool_mode):
@@ -60,3 +69,57 @@ def test_labels_from_an_older_classifier_are_superseded(tmp_path):
         assert (result.turns, result.changed, result.skipped_current, result.history_mismatch) == (1, 1, 3, 0)
         assert ledger.turns()[1].labels == truth
         assert [r["failure_modes"] for r in ledger.export_rows()][1] == truth
+
+
+# -- red-team: incomplete records and many turns ----------------------------------------------------------
+def _run_start(run_id: str, config) -> RunStart:
+    return RunStart(
+        run_id=run_id, identity="i-" + run_id, scenario="s", scenario_path="s.toml", scenario_hash="h", model="m",
+        backend="replay", base_url=None, server_version=None, model_digest=None, temperature=0.0, seed=0, max_tokens=64,
+        num_ctx=2048, tool_mode="native", parser="lenient", repetition=0, turn_limit=8, token_limit=1000,
+        harness_version="x", git_sha=None, git_dirty=None, sandbox="/tmp/x", config=config,
+    )  # fmt: skip
+
+
+def _turn(run_id: str, executed=None) -> TurnRecord:
+    return TurnRecord(
+        run_id=run_id, turn=1, request_hash="x", raw_reply=None, content='{"name": "list_files", "arguments": {}}',
+        tool_calls=None, recovered_calls=[], executed_calls=executed or [], failure_modes=[], recovered_by=None,
+        classifier_version="0", finish_reason="stop", prompt_tokens=1, completion_tokens=1, latency_ms=None,
+        started_at="a", ended_at="b",
+    )  # fmt: skip
+
+
+# red-team finding: incomplete records crashed the whole rescore
+@pytest.mark.parametrize("config, executed", [
+    ({"system_prompt": "s"}, None),                                   # prompts stored without the task
+    (["not", "an", "object"], None),                                  # config is not an object
+    ({"system_prompt": "s", "task": "t"}, [{"name": "list_files"}]),  # an executed call without its fields
+], ids=["config-without-task", "config-not-object", "executed-call-without-fields"])  # fmt: skip
+def test_rescore_of_a_run_with_incomplete_records_is_not_a_traceback(tmp_path, capsys, config, executed):
+    """rescore rebuilds histories with `config["task"]`, `config.get(...)` and `c["arguments"]`
+    unguarded: a run recorded by another tool or an older harness crashes the whole rescore
+    (KeyError / AttributeError traceback) and no other run is relabelled. README: a damaged ledger
+    is one sentence, never a traceback."""
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        led.start_run(_run_start("bad", config))
+        led.record_turn(_turn("bad", executed))
+    code = main(["rescore", "--ledger", str(ledger)])  # must not raise
+    assert code in (0, 1)
+
+
+def test_guard_rescore_of_runs_recorded_without_prompts_and_of_thousands_of_turns(tmp_path):
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        for i in range(400):
+            add_run(led, f"r{i}", model=SMALL, repetition=i, turns=[([], '{"name": "list_files", "arguments": {}}')] * 5)
+    from harness.rescore import rescore
+
+    started = time.perf_counter()
+    with Ledger(ledger) as led:
+        result = rescore(led)
+        again = rescore(led)
+    assert result.turns == 2000 and result.history_mismatch == 2000  # no prompts stored: classified, flagged
+    assert again.turns == 0 and again.skipped_current == 2000
+    assert time.perf_counter() - started < 20

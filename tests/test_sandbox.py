@@ -1,4 +1,7 @@
-"""The sandbox: tools touch nothing outside the run's folder, whatever the model sends."""
+"""The sandbox: tools touch nothing outside the run's folder, whatever the model sends.
+
+Also holds a red-team regression test: path escapes sent through a whole run write nothing outside.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import os
 import pytest
 
 from harness.tools import BUILTIN_TOOLS, MAX_WRITE_BYTES, Sandbox
+from tests.helpers import assert_recorded, call_line, run_replay, text_line
 
 
 @pytest.fixture
@@ -95,3 +99,25 @@ def test_tool_errors_are_messages_not_exceptions(box, name, arguments, message):
 def test_non_dict_arguments(box):
     result = BUILTIN_TOOLS["list_files"].call(box, ["."])
     assert result.output == "ERROR: arguments must be a JSON object, got list"
+
+
+# -- red-team: path escapes through a whole run ----------------------------------------------------------
+def test_guard_path_escapes_are_refused_and_nothing_is_written_outside(tmp_path, scenario):
+    outside = tmp_path / "outside.txt"
+    lines = [
+        call_line("write_file", {"path": "../../outside.txt", "content": "x"}),
+        call_line("write_file", {"path": str(outside), "content": "x"}),
+        call_line("read_file", {"path": "~/.bashrc"}),
+        call_line("list_files", {"path": "/"}),
+        call_line("read_file", {"path": "/dev/zero"}),
+        call_line("write_file", {"path": "a\x00b", "content": "x"}),
+        call_line("write_file", {"path": "big.txt", "content": "x" * (1024 * 1024 + 1)}),
+        text_line("done"),
+    ]
+    summary, facts = run_replay(tmp_path, scenario, lines)
+    assert_recorded(summary, facts)
+    assert not outside.exists()
+    assert "sandbox_escape_attempt" in summary.failure_modes
+    assert not (summary.sandbox / "big.txt").exists()
+    outputs = [c["output"] for t in facts["turn_rows"][:-1] for c in t.record.executed_calls]
+    assert all(o.startswith("ERROR: ") for o in outputs)

@@ -1,4 +1,8 @@
-"""Scenario files: the spec fields, [tool_data], and one clear sentence for every broken file."""
+"""Scenario files: the spec fields, [tool_data], and one clear sentence for every broken file.
+
+Also holds the red-team regression tests for hostile scenario files: fixtures that cannot be
+seeded, non-finite numbers, bad matrix axes, and `scenarios check` agreeing with `harness run`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import pytest
 from harness.cli import main
 from harness.errors import ScenarioError
 from harness.scenarios import load_scenario
+from tests.helpers import SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml, text_line, write_cassette
 
 BASE = """name = "probe"
 what_it_does = "Look up the weather in Paris."
@@ -150,3 +155,100 @@ def test_check_reports_every_bad_file_and_still_accepts_the_good_one(tmp_path, c
     out, err = capsys.readouterr()
     assert out == f"{good}: OK (probe, 1 checks)\n"
     assert err == f"harness: {bad}: field 'done_looks_like' is missing; expected a non-empty string.\n"
+
+
+# -- red-team: hostile scenario files --------------------------------------------------------------------
+# red-team finding: fixture paths that cannot be seeded passed `scenarios check`
+@pytest.mark.parametrize(
+    "fixtures",
+    ['"." = "x"', '"a" = "x"\n"a/b" = "y"', '"' + "a" * 300 + '" = "x"'],
+    ids=["dot", "file-then-child", "name-too-long"],
+)
+def test_fixture_paths_that_cannot_be_seeded_are_refused_cleanly(tmp_path, capsys, fixtures):
+    # `harness scenarios check` says OK; `harness run` then dies in Sandbox.seed with
+    # IsADirectoryError / FileExistsError / OSError(ENAMETOOLONG) tracebacks.
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    path = scenario_toml(tmp_path, fixtures=fixtures)
+    rc, _, err = cli(capsys, "run", path, "--model", f"replay:{tmp_path / 'done.jsonl'}", "--repeats", 1, "--temperature", 0)
+    if rc != 0:
+        assert_one_sentence_error(rc, err)
+    check_rc, _, check_err = cli(capsys, "scenarios", "check", path)
+    assert (check_rc == 0) == (rc == 0), "scenarios check and run disagree about this scenario"
+
+
+# red-team finding: infinite temperatures were accepted
+@pytest.mark.parametrize("value", ["inf", "+inf"])
+def test_infinite_temperature_in_a_scenario_is_refused(tmp_path, value):
+    # accepted, then sent to servers as the non-JSON token Infinity
+    path = scenario_toml(tmp_path, matrix=f"[matrix]\ntemperatures = [{value}]\n")
+    with pytest.raises(ScenarioError):
+        load_scenario(path)
+
+
+# red-team finding: `scenarios check` accepted an invalid model spec
+def test_scenarios_check_refuses_an_invalid_model_spec_in_the_matrix(tmp_path, capsys):
+    # `scenarios check` prints OK; `harness run` on the same file then fails on matrix.models
+    path = scenario_toml(tmp_path, matrix='[matrix]\nmodels = ["foo:bar"]\n')
+    rc, _, err = cli(capsys, "scenarios", "check", path)
+    assert rc == 1 and "matrix.models" in err
+
+
+# red-team finding: non-finite numbers and case-duplicate cities in tool_data
+@pytest.mark.parametrize("table", [
+    '"Paris" = { temperature_c = nan, condition = "drizzle" }',
+    '"Paris" = { temperature_c = inf, condition = "drizzle" }',
+    '"Paris" = { temperature_c = 17, condition = "drizzle" }\n"paris" = { temperature_c = 30, condition = "sun" }',
+], ids=["nan", "inf", "case-duplicate-city"])  # fmt: skip
+def test_weather_tool_data_refuses_non_finite_numbers_and_case_duplicate_cities(tmp_path, table):
+    """TOML allows `nan` and `inf`; the data schema's "number" accepts them, and the tool then
+    answers with `NaN`/`Infinity`, which is not JSON although the tool promises JSON. Cities that
+    differ only in case ("Paris", "paris") are both accepted, but lookup is case-insensitive and
+    the second can never be answered."""
+    from harness.errors import ScenarioError
+
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\nwhat_it_does = "a"\nwhat_it_does_not = "b"\ndone_looks_like = "c"\nsystem_prompt = "s"\n'
+        'task = "t"\ntools = ["get_current_weather"]\nchecks = [{type = "tool_call_count", min = 1}]\n'
+        f"[tool_data.get_current_weather]\n{table}\n", encoding="utf-8")  # fmt: skip
+    with pytest.raises(ScenarioError):
+        load_scenario(path)
+
+
+@pytest.mark.parametrize(
+    "head_replace, fixtures, matrix",
+    [
+        ((('name = "list_and_report"', 'name = "a/b"'),), None, ""),
+        ((("turn_limit = 8", "turn_limit = 0"),), None, ""),
+        ((("token_limit = 32000", "token_limit = -5"),), None, ""),
+        ((), '"../x" = "x"', ""),
+        ((), '"/etc/x" = "x"', ""),
+        ((), '"a" = 1', ""),
+        ((), None, "[matrix]\ntemperatures = [nan]\n"),
+        ((), None, "[matrix]\nrepeats = 0\n"),
+        ((), None, "[matrix]\nbogus = 1\n"),
+    ],
+    ids=[
+        "name-slash",
+        "turn-limit-0",
+        "negative-tokens",
+        "fixture-dotdot",
+        "fixture-absolute",
+        "fixture-int",
+        "temperature-nan",
+        "repeats-0",
+        "unknown-matrix-key",
+    ],  # fmt: skip
+)
+def test_guard_hostile_scenario_fields_are_scenario_errors(tmp_path, head_replace, fixtures, matrix):
+    path = scenario_toml(tmp_path, head_replace=head_replace, fixtures=fixtures, matrix=matrix)
+    with pytest.raises(ScenarioError, match=str(path).replace("\\", "\\\\")):
+        load_scenario(path)
+
+
+def test_guard_unreadable_scenario_files_are_scenario_errors(tmp_path):
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes(SCENARIO_FILE.read_bytes().replace(b"List the files", b"List th\xe9 files"))
+    for path in (tmp_path, latin1, tmp_path / "missing.toml"):
+        with pytest.raises(ScenarioError):
+            load_scenario(path)

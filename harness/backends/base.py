@@ -85,6 +85,9 @@ class Reply:
         latency_ms: wall-clock time of the request in milliseconds (None when unknown).
         raw: the server's raw JSON body (dict), stored verbatim in the ledger.
         identity: what served the reply.
+        reasoning: the reasoning text the server returned beside the content
+            (``reasoning_content`` or ``reasoning`` in OpenAI-compatible bodies, Ollama's
+            ``thinking``), or ``None``; non-strings are kept as their JSON text.
     """
 
     content: str | None
@@ -95,11 +98,13 @@ class Reply:
     latency_ms: float | None
     raw: Any
     identity: BackendIdentity
+    reasoning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Servers send anything; the harness's fields are typed (the raw body keeps the original).
         self.content = _text_or_none(self.content)
+        self.reasoning = _text_or_none(self.reasoning)
         if self.finish_reason is not None and not isinstance(self.finish_reason, str):
             self.finish_reason = json.dumps(self.finish_reason)
         self.prompt_tokens = _count_or_none(self.prompt_tokens)
@@ -110,14 +115,17 @@ class Reply:
 
         Returns:
             ``{"content", "tool_calls", "finish_reason", "usage": {"prompt_tokens",
-            "completion_tokens"}}``.
+            "completion_tokens"}}``, plus ``"reasoning_content"`` when the server returned reasoning.
         """
-        return {
+        out: dict[str, Any] = {
             "content": self.content,
             "tool_calls": self.tool_calls,
             "finish_reason": self.finish_reason,
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
         }
+        if self.reasoning is not None:
+            out["reasoning_content"] = self.reasoning
+        return out
 
 
 MAX_TOKEN_COUNT = 2**40

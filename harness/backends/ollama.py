@@ -140,6 +140,7 @@ class OllamaBackend(OpenAICompatBackend):
             latency_ms=latency_ms,
             raw=body,
             identity=self._reply_identity(),
+            reasoning=message.get("thinking"),
         )
 
     def _unreachable_message(self) -> str:

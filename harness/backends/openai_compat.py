@@ -183,6 +183,7 @@ class OpenAICompatBackend(Backend):
             latency_ms=latency_ms,
             raw=body,
             identity=self._reply_identity(),
+            reasoning=message.get("reasoning_content", message.get("reasoning")),
         )
 
     def _unreachable_message(self) -> str:

@@ -5,7 +5,8 @@ A cassette is JSONL, one reply per line, in the shape of :meth:`Reply.response_d
     {"content": str | null,
      "tool_calls": [{"function": {"name": str, "arguments": object | str}}] | null,
      "finish_reason": str,
-     "usage": {"prompt_tokens": int, "completion_tokens": int}}
+     "usage": {"prompt_tokens": int, "completion_tokens": int},
+     "reasoning_content": str}                     # optional: reasoning returned beside the content
 
 Extra keys are allowed and ignored; a missing ``usage`` gives ``None`` token counts. Blank
 lines are skipped. The whole file is loaded and validated when the backend is opened, so a
@@ -97,6 +98,7 @@ class ReplayBackend(Backend):
             latency_ms=(time.perf_counter() - start) * 1000.0,
             raw=line,
             identity=self.identity(),
+            reasoning=line.get("reasoning_content"),
         )
 
     def identity(self) -> BackendIdentity:
@@ -194,6 +196,8 @@ def _shape_problem(obj: dict[str, Any]) -> str | None:
             return "'tool_calls' must be a list of objects or null"
     if obj.get("finish_reason") is not None and not isinstance(obj["finish_reason"], str):
         return "'finish_reason' must be a string or null"
+    if obj.get("reasoning_content") is not None and not isinstance(obj["reasoning_content"], str):
+        return "'reasoning_content' must be a string or null"
     usage = obj.get("usage")
     if usage is not None:
         if not isinstance(usage, dict):

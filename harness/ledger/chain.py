@@ -2,7 +2,9 @@
 
 ``row_hash = sha256(prev_hash + canonical JSON of [[column, value], ...])`` over the row's
 other columns in table order, with the value exactly as SQLite stores it (:func:`storable`),
-and rows chained per table in ``seq`` order from :data:`GENESIS_HASH`. :func:`verify_chains`
+and rows chained per table in ``seq`` order from :data:`GENESIS_HASH`. A column a migration
+adds later (listed in ``_added_columns``) is hashed only for rows written after it existed.
+:func:`verify_chains`
 names the first row that does not match, which catches a row edited, inserted or deleted with
 the append-only triggers dropped. (Removing rows from the *end* of a table leaves a valid
 shorter chain; export the last hashes elsewhere if that matters to you.)
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.canonical import canonical_json
-from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.migrations import CHAINED_TABLES, added_columns
 from harness.ledger.records import VerifyResult
 
 __all__ = ["GENESIS_HASH", "row_hash", "storable", "verify_chains"]
@@ -66,6 +68,7 @@ def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
         The :class:`~harness.ledger.records.VerifyResult`.
     """
     triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+    added = added_columns(db)
     checked = 0
     for table in CHAINED_TABLES:
         names = list(columns[table])
@@ -74,6 +77,7 @@ def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
                 return VerifyResult(False, checked, f"the table {table} is missing")
             continue
         hashed_cols = [c for c in names if c not in ("seq", "prev_hash", "row_hash")]
+        later = added.get(table, {})  # columns a migration added: rows written before it hash without them
         prev = GENESIS_HASH
         for row in db.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY seq"):
             checked += 1
@@ -87,7 +91,10 @@ def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
                     checked,
                     f"{where}: prev_hash does not match the previous row (a row was removed, inserted or reordered)",
                 )
-            if values["row_hash"] != row_hash(prev, hashed_cols, tuple(values[c] for c in hashed_cols)):
+            cols = [c for c in hashed_cols if values["seq"] > later.get(c, -1)] if later else hashed_cols
+            if any(values[c] is not None for c in hashed_cols if c not in cols):  # written before the column existed
+                return VerifyResult(False, checked, f"{where}: row_hash does not match its content (the row was edited)")
+            if values["row_hash"] != row_hash(prev, cols, tuple(values[c] for c in cols)):
                 return VerifyResult(False, checked, f"{where}: row_hash does not match its content (the row was edited)")
             prev = values["row_hash"]
         for action in ("update", "delete"):

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 
 from harness.ledger.records import utc_now
 
-__all__ = ["CHAINED_TABLES", "MIGRATIONS", "applied", "apply", "migration", "pending"]
+__all__ = ["CHAINED_TABLES", "MIGRATIONS", "added_columns", "applied", "apply", "migration", "pending"]
 
 CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts")
 """Every table whose rows carry ``prev_hash``/``row_hash``, in verification order."""
@@ -102,6 +102,33 @@ def m003_attempts(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX attempts_run ON attempts(run_id)")
     db.execute("CREATE INDEX turns_request ON turns(request_hash)")
     _append_only_triggers(db, "attempts")
+
+
+@migration
+def m004_turn_reasoning(db: sqlite3.Connection) -> None:
+    """Record the reasoning text servers return beside the content (``turns.reasoning``).
+
+    A column added to a chained table is listed in ``_added_columns`` with the last ``seq``
+    written without it, so the hash chain of older rows still verifies (see
+    :mod:`harness.ledger.chain`).
+    """
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS _added_columns (table_name TEXT NOT NULL, column_name TEXT NOT NULL,"
+        " last_seq_without INTEGER NOT NULL, PRIMARY KEY (table_name, column_name))"
+    )
+    _append_only_triggers(db, "_added_columns")
+    db.execute("ALTER TABLE turns ADD COLUMN reasoning TEXT")
+    db.execute("INSERT INTO _added_columns SELECT 'turns', 'reasoning', COALESCE(MAX(seq), 0) FROM turns")
+
+
+def added_columns(db: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """Columns added to chained tables after their creation: table -> column -> last ``seq`` written without it."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_added_columns'").fetchone():
+        return {}
+    added: dict[str, dict[str, int]] = {}
+    for table, column, last_seq in db.execute("SELECT table_name, column_name, last_seq_without FROM _added_columns"):
+        added.setdefault(table, {})[column] = int(last_seq)
+    return added
 
 
 def applied(db: sqlite3.Connection) -> list[str]:

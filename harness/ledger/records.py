@@ -135,6 +135,8 @@ class TurnRecord:
     """UTC time the turn (including tool execution) finished."""
     details: dict[str, Any] = field(default_factory=dict)
     """Classifier evidence (nearest tool names, schema errors, ...)."""
+    reasoning: str | None = None
+    """Reasoning text the server returned beside the content (``reasoning_content``, ``thinking``), or null."""
 
 
 @dataclass(frozen=True)

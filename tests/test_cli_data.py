@@ -1,0 +1,91 @@
+"""`harness export`, `harness ledger verify` and `harness rescore` on the command line.
+
+Red-team regression tests: a damaged or foreign ledger, or an unusable --out, is one sentence on
+stderr and a non-zero exit, never a traceback, and loses nothing already recorded.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from harness.cli import main
+from harness.ledger import Ledger
+from tests.helpers import assert_one_sentence_error, cli, finished_ledger, ledger_counts
+
+
+# red-team finding: export --out onto the ledger truncated it
+def test_export_out_onto_the_ledger_itself_loses_nothing(tmp_path, scenario, capsys):
+    # `harness export --out` opens the output with "w" while the ledger is open: the ledger is
+    # truncated to 0 bytes (every run lost) and the export then dies with
+    # sqlite3.DatabaseError: database disk image is malformed.
+    ledger = finished_ledger(tmp_path, scenario)
+    with Ledger(ledger, readonly=True) as before:
+        counts = ledger_counts(before)
+    try:
+        rc = main(["export", "--ledger", str(ledger), "--out", str(ledger)])
+    except Exception as exc:  # noqa: BLE001 - the traceback is part of the finding, the loss is the point
+        rc = exc
+    with Ledger(ledger, readonly=True) as after:
+        assert ledger_counts(after) == counts
+        assert after.verify().ok
+    assert isinstance(rc, int) and rc != 0
+
+
+# red-team finding: export --out to an unwritable place was a traceback
+@pytest.mark.parametrize("target", ["dir", "missing-parent"])
+def test_export_out_to_an_unwritable_place_is_a_clean_error(tmp_path, scenario, capsys, target):
+    # IsADirectoryError / FileNotFoundError tracebacks from args.out.open("w")
+    ledger = finished_ledger(tmp_path, scenario)
+    out = tmp_path if target == "dir" else tmp_path / "no" / "such" / "x.jsonl"
+    rc, _, err = cli(capsys, "export", "--ledger", ledger, "--out", out)
+    assert_one_sentence_error(rc, err)
+
+
+# red-team finding: a migrations-only SQLite file passed as a ledger
+def test_export_of_an_sqlite_file_with_only_a_migrations_table_is_a_clean_error(tmp_path, capsys):
+    # passes the "is it a ledger" test, then sqlite3.OperationalError: no such table: turns
+    path = tmp_path / "fake.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    db.commit()
+    db.close()
+    rc, _, err = cli(capsys, "export", "--ledger", path)
+    assert_one_sentence_error(rc, err)
+    rc, _, err = cli(capsys, "ledger", "verify", "--ledger", path)
+    assert rc != 0  # "OK, 0 rows verified" for a file with none of the ledger's tables is misleading
+
+
+def test_guard_damaged_ledgers_are_one_sentence(tmp_path, scenario, capsys):
+    ledger = finished_ledger(tmp_path, scenario)
+    truncated = tmp_path / "truncated.sqlite"
+    data = ledger.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    for path in (truncated, other, tmp_path, tmp_path / "missing.sqlite"):
+        for argv in (["ledger", "verify"], ["export"]):
+            rc, _, err = cli(capsys, *argv, "--ledger", path)
+            assert_one_sentence_error(rc, err)
+    assert ledger.read_bytes()[:16] == b"SQLite format 3\x00"
+
+
+def test_guard_export_of_an_empty_ledger_and_rescore_of_an_unfinished_run(tmp_path, scenario, capsys):
+    ledger = tmp_path / "fresh.sqlite"
+    assert cli(capsys, "ledger", "migrate", "--ledger", ledger)[0] == 0
+    rc, out, _ = cli(capsys, "export", "--ledger", ledger, "--format", "csv")
+    assert rc == 0 and out.startswith("run_id,")
+    # an unfinished run: one turn, no end row (as after kill -9)
+    finished = finished_ledger(tmp_path / "f", scenario)
+    db = sqlite3.connect(finished)
+    db.execute("DROP TRIGGER run_ends_no_delete")
+    db.execute("DELETE FROM run_ends")  # the tail of a chain: still a valid (shorter) chain
+    db.execute("CREATE TRIGGER run_ends_no_delete BEFORE DELETE ON run_ends BEGIN SELECT RAISE(ABORT, 'x'); END")
+    db.commit()
+    db.close()
+    rc, out, _ = cli(capsys, "rescore", "--ledger", finished, "--force")
+    assert rc == 0 and "3 turns re-classified" in out

@@ -1,0 +1,102 @@
+"""`harness run` command-line validation, and bad command lines of every command.
+
+Red-team regression tests: a bad command line gets one sentence on stderr and a non-zero exit,
+never a traceback, and loses nothing already on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml, text_line, write_cassette
+
+
+# red-team finding: a seed beyond SQLite's INTEGER range was a traceback
+@pytest.mark.parametrize("where", ["cli", "scenario"])
+def test_seed_beyond_sqlite_integer_range_is_a_clean_error(tmp_path, capsys, where):
+    # seed + repetition = 2**63 -> OverflowError traceback from the ledger insert.
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    model = f"replay:{tmp_path / 'done.jsonl'}"
+    if where == "cli":
+        argv = ["run", SCENARIO_FILE, "--model", model, "--seed", 2**63 - 1, "--repeats", 2]
+    else:
+        argv = ["run", scenario_toml(tmp_path, matrix="[matrix]\nseeds = [9223372036854775807]\nrepeats = 2\n"), "--model", model]
+    rc, _, err = cli(capsys, *argv)
+    assert_one_sentence_error(rc, err)
+
+
+# red-team finding: --temperature nan blamed the ledger
+def test_nan_temperature_on_the_command_line_is_a_usage_error(tmp_path, capsys):
+    # `--temperature nan` passes the `t < 0` check and ends as a LedgerError
+    # "NOT NULL constraint failed: runs.temperature" that blames the ledger, exit 1.
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", "--temperature", "nan")
+    assert rc == 2 and "--temperature" in err
+
+
+# red-team finding: --temperature inf was accepted
+def test_infinite_temperature_on_the_command_line_is_a_usage_error(tmp_path, capsys):
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", "--temperature", "inf")
+    assert rc == 2 and "--temperature" in err
+
+
+# red-team finding: --record onto a file was a traceback
+def test_record_dir_that_is_a_file_is_a_clean_error(tmp_path, capsys):
+    # CassetteRecorder's mkdir raises FileExistsError in a worker thread -> traceback
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("keep me", encoding="utf-8")
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", "--record", not_a_dir)
+    assert_one_sentence_error(rc, err)
+    assert not_a_dir.read_text(encoding="utf-8") == "keep me"
+
+
+# red-team finding: absurd --repeats exhausted memory
+def test_absurd_repeats_fail_fast_instead_of_exhausting_memory(tmp_path):
+    # expand_matrix materialises every RunPlan up front: --repeats 10**12 (or repeats = 2**63-1
+    # in a scenario) runs until MemoryError, printed as a traceback. Bounded here to 400 MB / 60 s.
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"replay:{tmp_path / 'done.jsonl'}",
+            "--repeats", str(10**12), "--dry-run"]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, preexec_fn=limit_memory)
+    except subprocess.TimeoutExpired:
+        pytest.fail("harness run --repeats 10**12 --dry-run did not finish within 60 s")
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("harness: "), proc.stderr[-400:]
+    assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr, proc.stderr[-400:]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", SCENARIO_FILE, "--model", "foo:bar"],
+        ["run", SCENARIO_FILE, "--model", "ollama:"],
+        ["run", SCENARIO_FILE, "--model", "openai:m"],
+        ["run", SCENARIO_FILE, "--model", "embedded:/nonexistent.gguf"],
+        ["run", SCENARIO_FILE, "--model", "replay:/nonexistent"],
+        ["run", SCENARIO_FILE, "--repeats", "0"],
+        ["run", SCENARIO_FILE, "--jobs", "0"],
+        ["run", SCENARIO_FILE, "--max-attempts", "0"],
+        ["run", SCENARIO_FILE, "--temperature", "-1"],
+        ["run", "/nonexistent.toml"],
+        ["classify"],
+        ["classify", "/nonexistent"],
+        ["scenarios", "check", "/nonexistent"],
+        ["models", "pull", "nosuch"],
+    ],
+)
+def test_guard_bad_command_lines_are_one_sentence(capsys, argv):
+    rc, _, err = cli(capsys, *argv)
+    assert_one_sentence_error(rc, err)
