@@ -18,19 +18,43 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.classifier import classify  # noqa: E402
 
 TOOLS = [
-    {"type": "function", "function": {"name": "list_files", "description": "List files.", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-    {"type": "function", "function": {"name": "write_file", "description": "Write a file.", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-        "required": ["path", "content"]}}},
-    {"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "list_files",
+            "description": "List files.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
 ]
 HISTORY = [
     {"role": "system", "content": "You are a careful file assistant. Use the tools; answer briefly."},
     {"role": "user", "content": "List the files, then write report.txt listing them one per line."},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "."}'}}],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"files": ["hello.txt", "notes.md", "data.csv"]})},
 ]
 LONG_TEXT = ("The directory holds three files: hello.txt, notes.md and data.csv. " * 40)[:2000]
@@ -43,19 +67,27 @@ def structured(name: str, args: dict) -> list[dict]:
 
 
 MIX = {
-    "clean_structured": {"content": "", "tool_calls": structured("write_file", {"path": "report.txt",
-                         "content": "hello.txt\nnotes.md\ndata.csv"}), "finish_reason": "tool_calls"},
+    "clean_structured": {
+        "content": "",
+        "tool_calls": structured("write_file", {"path": "report.txt", "content": "hello.txt\nnotes.md\ndata.csv"}),
+        "finish_reason": "tool_calls",
+    },
     "raw_json": {"content": LIST, "finish_reason": "stop"},
     "fenced": {"content": "```json\n" + json.dumps(json.loads(LIST), indent=2) + "\n```", "finish_reason": "stop"},
     "prose_json": {"content": "There are 3 files. I will create report.txt.\n" + WRITE_2K[:300] + "}}"},
     "pythonic": {"content": "list_files(path='.')"},
-    "broken": {"content": LIST + '\n{"name": "write_file", "arguments": {"path": "r.txt", "content": "F:\\n" + '
-               '"\\n".join(result["files"])}}'},
+    "broken": {
+        "content": LIST + '\n{"name": "write_file", "arguments": {"path": "r.txt", "content": "F:\\n" + '
+        '"\\n".join(result["files"])}}'
+    },
     "empty": {"content": "", "usage": {"completion_tokens": 40}},
     "long_2kb_final": {"content": LONG_TEXT, "finish_reason": "stop"},
     "long_2kb_call": {"content": WRITE_2K, "finish_reason": "stop"},
-    "long_2kb_structured": {"content": LONG_TEXT, "tool_calls": structured("write_file", {
-        "path": "report.txt", "content": LONG_TEXT}), "finish_reason": "tool_calls"},
+    "long_2kb_structured": {
+        "content": LONG_TEXT,
+        "tool_calls": structured("write_file", {"path": "report.txt", "content": LONG_TEXT}),
+        "finish_reason": "tool_calls",
+    },
 }
 PATHOLOGICAL = {
     "1MB prose": "word " * 200_000,
