@@ -30,6 +30,8 @@ from harness.loop import RetryPolicy, RunOptions, RunPlan, run_once
 from harness.vocab import OUTCOMES
 
 REPO = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).resolve().parent / "corpus" / "entries"
+"""The real-output corpus (``tests/corpus/README.md``)."""
 CASSETTES = Path(__file__).resolve().parent / "cassettes"
 SCENARIO_FILE = REPO / "scenarios" / "list_and_report.toml"
 REPORT = "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"

@@ -8,6 +8,8 @@ not the ``json-repair`` package: see docs/failure-modes.md.
 from __future__ import annotations
 
 import ast
+import bisect
+import functools
 import json
 import re
 import warnings
@@ -22,25 +24,49 @@ FAIL = object()
 _SCAN_TOKEN = re.compile(r"[{}\[\]\"']")
 
 
+class _QuoteIndex:
+    """Where a text's unescaped quotes and its newlines are: built once per text in one pass.
+
+    A quote is escaped when an odd run of backslashes precedes it; that run never reaches back
+    past another quote, so whether a quote closes a string does not depend on where the string
+    opened, and every :func:`string_end` lookup is a binary search. Callers that retry a scan
+    from each apostrophe of an unclosed string therefore stay linear overall.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.quotes: dict[str, list[int]] = {'"': [], "'": []}
+        for match in _QUOTE_RUN.finditer(text):
+            if len(match.group(1)) % 2 == 0:
+                self.quotes[match.group(2)].append(match.end() - 1)
+        self.newlines = [m.start() for m in _NEWLINE.finditer(text)]
+
+
+_QUOTE_RUN = re.compile(r"(\\*)([\"'])")
+_NEWLINE = re.compile(r"\n")
+
+
+@functools.lru_cache(maxsize=16)
+def _quote_index(text: str) -> _QuoteIndex:
+    return _QuoteIndex(text)
+
+
 def string_end(text: str, start: int, quote: str, allow_newline: bool = True) -> int:
-    """Index of the quote closing the string opened at ``start``, or -1 (backslash-aware, linear)."""
-    j = start + 1
-    while True:
-        k = text.find(quote, j)
-        if k < 0:
+    """Index of the quote closing the string opened at ``text[start]`` (a quote), or -1 (backslash-aware).
+
+    ``O(log n)`` after a one-pass index of the text (:class:`_QuoteIndex`), so scanning a text
+    that retries from every apostrophe stays linear.
+    """
+    index = _quote_index(text)
+    positions = index.quotes[quote]
+    at = bisect.bisect_right(positions, start)
+    if at == len(positions):
+        return -1
+    k = positions[at]
+    if not allow_newline:
+        nl = bisect.bisect_right(index.newlines, start)
+        if nl < len(index.newlines) and index.newlines[nl] < k:
             return -1
-        if not allow_newline:
-            nl = text.find("\n", j, k)
-            if nl >= 0:
-                return -1
-        b = k - 1
-        n = 0
-        while b >= j and text[b] == "\\":
-            n += 1
-            b -= 1
-        if n % 2 == 0:
-            return k
-        j = k + 1
+    return k
 
 
 def scan_balanced(text: str, start: int, limit: int) -> tuple[int, bool, int]:

@@ -68,6 +68,11 @@ FAILURE_MODES: dict[str, str] = {
     "truncated_by_length": "the server stopped the reply at the token limit (finish_reason length)",
     "reasoning_leak": "<think>-style reasoning blocks left in the content",
     "sandbox_escape_attempt": "a path argument outside the sandbox (absolute, ~, or climbing above . via ..)",
+    # added in classifier 2.0: judged only when their inputs are given
+    "skipped_required_tool": "the run ends without the tool it needed: no call, no tool has answered, and the scenario requires one",
+    "unneeded_call": "a call when the scenario declares that no tool is needed",
+    "call_in_reasoning": "a call written only in the reasoning (reasoning_content / thinking field, or a <think> block)",
+    "chat_markup_leak": "chat-template markup echoed as text (<|im_start|>, <|eot_id|>, <end_of_turn>, [INST], ...)",
 }
 
 #: The fixed, documented order of lenient recovery steps (see docs/failure-modes.md).

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
+import regex
+from jsonschema.exceptions import ValidationError
 
 from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair
 from harness.classifier.types import MAX_CANDIDATES, ToolCall, get, jsonable, short
@@ -30,6 +31,84 @@ __all__ = [
 ]
 
 _MAX_VALIDATION_ERRORS = 10
+PATTERN_BUDGET_S = 0.05
+"""Time budget of one JSON-Schema ``pattern``/``patternProperties`` match; a pathological pattern
+(``^(a+)+$``) is reported as a timed-out check instead of hanging the classifier."""
+
+
+class _PatternTimeout(Exception):
+    def __init__(self, pattern: str) -> None:
+        super().__init__(f"pattern {pattern[:80]!r} could not be checked within {PATTERN_BUDGET_S:g} s (timed out)")
+
+
+def _search(pattern: str, text: str) -> bool:
+    """``re.search`` semantics with the ``regex`` module and a time budget.
+
+    Raises:
+        _PatternTimeout: the match ran past :data:`PATTERN_BUDGET_S`.
+    """
+    try:
+        return regex.search(pattern, text, timeout=PATTERN_BUDGET_S) is not None
+    except TimeoutError:
+        raise _PatternTimeout(pattern) from None
+    except (regex.error, RecursionError, TypeError):
+        return False
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        if not _search(pattern, instance):
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
+    except _PatternTimeout as exc:
+        yield ValidationError(str(exc))
+
+
+def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            try:
+                matched = _search(pattern, key)
+            except _PatternTimeout as exc:
+                yield ValidationError(str(exc))
+                continue
+            if matched:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    properties, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = []
+    for key in instance:
+        if key in properties:
+            continue
+        try:
+            if any(_search(p, key) for p in patterns):
+                continue
+        except _PatternTimeout as exc:
+            yield ValidationError(str(exc))
+            continue
+        extras.append(key)
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        yield ValidationError(
+            f"Additional properties are not allowed ({', '.join(repr(e) for e in sorted(extras, key=str))} unexpected)"
+        )
+
+
+_BUDGETED_KEYWORDS = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
+"""jsonschema keywords that run a regex, re-implemented with a time budget (jsonschema uses ``re``, which cannot be stopped)."""
 
 # --------------------------------------------------------------------------- schema helpers
 
@@ -65,7 +144,7 @@ def _validator(schema: Any) -> Any:
             warnings.simplefilter("ignore")
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             cls.check_schema(schema)
-            validator = cls(schema)
+            validator = jsonschema.validators.extend(cls, _BUDGETED_KEYWORDS)(schema)
     except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
         validator = None
     if len(_VALIDATORS) > 256:
@@ -96,17 +175,14 @@ def _schema_errors(schema: Any, arguments: dict) -> list[str]:
             for key in arguments:
                 if key in props:
                     continue
-                if any(_safe_search(p, key) for p in patterns):
+                try:
+                    if any(_search(p, key) for p in patterns):
+                        continue
+                except _PatternTimeout as exc:
+                    errors.append(short(str(exc)))
                     continue
                 errors.append(short(f"unexpected argument {key!r}"))
     return errors
-
-
-def _safe_search(pattern: str, text: str) -> bool:
-    try:
-        return re.search(pattern, text) is not None
-    except (re.error, RecursionError):
-        return False
 
 
 # --------------------------------------------------------------------------- tools, structured calls
