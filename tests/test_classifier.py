@@ -66,18 +66,38 @@ HISTORY = [
 ]
 
 
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather for a city: temperature in degrees Celsius and conditions.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+WEATHER_HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris right now?"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+     "function": {"name": "get_current_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": '{"city": "Paris", "temperature_c": 17, "condition": "light drizzle"}'},
+]  # fmt: skip
+
+
 def structured(name: str, arguments: object, call_id: str = "call_9") -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def run(content=None, *, tool_calls=None, finish_reason="stop", history=(), tools=TOOLS, completion_tokens=12):
+def run(content=None, *, tool_calls=None, finish_reason="stop", history=(), tools=TOOLS, completion_tokens=12, requires_tool=None,
+        reasoning=None):  # fmt: skip
     response = {
         "content": content,
         "tool_calls": tool_calls,
         "finish_reason": finish_reason,
         "usage": {"prompt_tokens": 100, "completion_tokens": completion_tokens},
+        "reasoning_content": reasoning,
     }
-    result = classify(response, tools=tools, history=history)
+    result = classify(response, tools=tools, history=history, requires_tool=requires_tool)
     assert "internal_error" not in result.details, result.details
     json.dumps(result.to_dict())  # always JSON-ready
     return result
@@ -113,9 +133,14 @@ def test_public_constants():
         "truncated_by_length",
         "reasoning_leak",
         "sandbox_escape_attempt",
+        # added in classifier 2.0 (appended: canonical names and their order are a contract)
+        "skipped_required_tool",
+        "unneeded_call",
+        "call_in_reasoning",
+        "chat_markup_leak",
     ]
     assert all(isinstance(v, str) and v and "\n" not in v for v in FAILURE_MODES.values())
-    assert RECOVERY_STEPS[0] == "strip_reasoning" and RECOVERY_STEPS[-1] == "repair"
+    assert RECOVERY_STEPS[0] == "strip_reasoning" and RECOVERY_STEPS[-2:] == ("repair", "reasoning")
     assert len(set(RECOVERY_STEPS)) == len(RECOVERY_STEPS)
     assert isinstance(CLASSIFIER_VERSION, str) and CLASSIFIER_VERSION
     assert sorted(classifier.__all__) == classifier.__all__
@@ -311,6 +336,25 @@ NEGATIVE = [
     ("truncated_by_length", "Complete answer.", {"finish_reason": "stop"}),
     ("reasoning_leak", "I think this is fine: thinking about <b>it</b>.", {}),
     ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "src/../docs"}}', {}),
+    # classifier 2.0 modes
+    (
+        "skipped_required_tool",
+        "The files are hello.txt and notes.md.",
+        {"history": HISTORY, "requires_tool": True},
+    ),  # a tool answered
+    ("skipped_required_tool", "I cannot help with that.", {}),  # requires_tool not given: not judged
+    ("skipped_required_tool", LIST_CALL, {"requires_tool": True}),
+    ("unneeded_call", "Paris is the capital of France.", {"requires_tool": False}),
+    ("unneeded_call", LIST_CALL, {"requires_tool": None}),
+    ("call_in_reasoning", LIST_CALL, {"reasoning": "I will call list_files."}),  # the call is in the content
+    ("call_in_reasoning", "Hello!", {"reasoning": "The user greets me; no tool is needed."}),
+    ("chat_markup_leak", '<|channel|>commentary to=functions.list_files <|constrain|>json<|message|>{"path": "."}<|call|>', {}),
+    ("chat_markup_leak", "Use <tool_call> tags: " + LIST_CALL, {}),
+    ("fabricated_tool_result", "I don't have access to real-time weather; it might be sunny in Paris.", {"tools": WEATHER_TOOLS}),
+    ("fabricated_tool_result", "Paris is the capital of France.", {"tools": WEATHER_TOOLS}),
+    ("narration_without_call", "```python\ndef average(xs):\n    return sum(xs) / len(xs)\n```", {"requires_tool": False}),
+    ("narration_without_call", "```\npip install requests\n```", {}),
+    ("foreign_call_syntax", "```python\ndef list_files(path):\n    return os.listdir(path)\n```", {}),  # a definition, not a call
 ]
 
 
@@ -398,6 +442,42 @@ POSITIVE = [
     ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "~/secrets"}}', {}),
     ("sandbox_escape_attempt", '{"name": "list_files", "arguments": {"path": "a/../../b"}}', {}),
     ("sandbox_escape_attempt", None, {"tool_calls": [structured("write_file", '{"path": "..", "content": ""}')]}),
+    # classifier 2.0 modes and rules
+    ("skipped_required_tool", "The weather in Paris is quite pleasant.", {"tools": WEATHER_TOOLS, "requires_tool": True}),
+    ("skipped_required_tool", "Which unit would you like?", {"requires_tool": True}),
+    ("unneeded_call", LIST_CALL, {"requires_tool": False}),
+    ("unneeded_call", None, {"tool_calls": [structured("list_files", '{"path": "."}')], "requires_tool": False}),
+    ("call_in_reasoning", "", {"reasoning": "I should call " + LIST_CALL}),
+    ("call_in_reasoning", "<think>I'll call <tool_call>" + LIST_CALL + "</tool_call></think>", {}),
+    ("chat_markup_leak", "Hello!<|im_end|>", {}),
+    ("chat_markup_leak", "<start_of_turn>model\nHi there", {}),
+    ("chat_markup_leak", "analysisThe user greets me.assistantfinalHello!", {}),
+    ("fabricated_tool_result", "The weather in Paris is quite pleasant.", {"tools": WEATHER_TOOLS}),
+    ("fabricated_tool_result", "It is 21°C and sunny in Paris.", {"tools": WEATHER_TOOLS, "history": WEATHER_HISTORY}),
+    ("fabricated_tool_result", "Here is the list of files:\n- hello.txt\n- notes.md", {}),
+    ("fabricated_tool_result", "File report.txt created successfully.", {}),
+    ("fabricated_tool_result", "There are 4 files: hello.txt, notes.md and data.csv.", {"history": HISTORY}),
+    (
+        "narration_without_call",
+        "You can use the following code:\n```python\nwith open('report.txt', 'w') as f:\n    f.write('x')\n```",
+        {},
+    ),
+    ("narration_without_call", "```python\nimport os\nprint(os.listdir('.'))\n```", {}),
+    ("narration_without_call", "ls -la", {}),
+    ("narration_without_call", "I'll get your task done.", {}),
+    ("wrong_wrapper_tag", '<function=list_files>{"path": "."}</function>', {}),
+    ("wrong_wrapper_tag", '[TOOL_CALLS]list_files[ARGS]{"path": "."}', {}),
+    ("wrong_wrapper_tag", '<|channel|>commentary to=functions.list_files <|constrain|>json<|message|>{"path": "."}<|call|>', {}),
+    ("wrong_wrapper_tag", 'commentary to=functions.list_files json{"path": "."}', {}),
+    (
+        "wrong_wrapper_tag",
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.list_files:0<|tool_call_argument_begin|>{"path": "."}<|tool_call_end|>',
+        {},
+    ),
+    ("foreign_call_syntax", 'list_files\n{"path": "."}', {}),
+    ("foreign_call_syntax", 'write_file path="a.txt" content="x"', {}),
+    ("foreign_call_syntax", "```tool_code\n[search(query='x')]\n```", {"tools": None}),
+    ("invalid_json", '{"name": "read_file", "arguments": {"path": "dir C:\\Pictures\\x"}}'.replace("\\\\", "\\"), {}),
 ]
 
 
@@ -526,9 +606,13 @@ def test_truncated_structured_arguments_are_repaired():
 
 
 def test_react_action_lines():
+    # the JSON Action Input holds the arguments: it is not a call object of its own (docs/failure-modes.md, ReAct)
     result = run('Thought: I need the files.\nAction: list_files\nAction Input: {"path": "."}')
     assert [(c.name, c.arguments) for c in result.recovered_calls] == [("list_files", {"path": "."})]
-    assert result.failure_modes == ["raw_json_in_content", "mixed_prose", "nonstandard_keys"]
+    assert result.failure_modes == ["mixed_prose", "nonstandard_keys"]
+    bare = run("Action: list_files\nAction Input: .\nObservation: hello.txt")
+    assert [(c.name, c.arguments) for c in bare.recovered_calls] == [("list_files", {"input": "."})]
+    assert bare.failure_modes == ["nonstandard_keys", "schema_violation", "fabricated_tool_result"]
 
 
 def test_tool_calls_wrapper_and_pythonic_positional():
@@ -736,3 +820,59 @@ def test_guard_classifier_is_fast_on_pathological_text(scenario, content):
     start = time.perf_counter()
     classify({"content": content, "tool_calls": None, "finish_reason": "stop"}, tools=scenario.tool_schemas(), history=[])
     assert time.perf_counter() - start < 5
+
+
+# --------------------------------------------------------------------------- classifier 2.0 regressions
+
+
+def test_a_function_definition_in_a_fence_is_not_a_call():
+    # issue: `def list_tickets():` inside a fenced Python block was recovered and executed as a call
+    tools = [{"type": "function", "function": {"name": "list_tickets", "parameters": {"type": "object", "properties": {}}}}]
+    defined = run("```python\ndef list_tickets():\n    return [{'id': 'T-101'}]\n```", tools=tools)
+    assert defined.recovered_calls == [] and defined.calls("lenient") == []
+    called = run("```python\ndef list_tickets():\n    return []\n\ntickets = list_tickets()\n```", tools=tools)
+    assert [c.name for c in called.recovered_calls] == ["list_tickets"]  # an invocation of the offered tool is a call
+
+
+def test_weather_answered_without_the_tool_is_labelled():
+    # issue: weather_probe runs answering "the weather in Paris is quite pleasant" with no call got no label
+    result = run("The weather in Paris right now is quite pleasant.", tools=WEATHER_TOOLS, requires_tool=True)
+    assert result.failure_modes == ["fabricated_tool_result", "skipped_required_tool"]
+    evidence = result.details["evidence"]
+    assert set(evidence) == {"fabricated_tool_result", "skipped_required_tool"}
+    assert evidence["fabricated_tool_result"]["rule"] and "pleasant" in evidence["fabricated_tool_result"]["span"]
+
+
+def test_a_value_that_contradicts_the_tool_is_labelled_and_a_copied_one_is_not():
+    wrong = run("It is 21°C in Paris with light drizzle.", tools=WEATHER_TOOLS, history=WEATHER_HISTORY)
+    assert "fabricated_tool_result" in wrong.failure_modes and "value: 21°C" in wrong.details["fabricated_tool_result"]
+    right = run("It is 17°C (62.6°F) in Paris with light drizzle.", tools=WEATHER_TOOLS, history=WEATHER_HISTORY)
+    assert right.failure_modes == []
+
+
+def test_a_call_only_in_the_reasoning_field_is_recovered_for_the_lenient_parser():
+    result = run("", reasoning='I will call it: <tool_call>{"name": "list_files", "arguments": {"path": "."}}</tool_call>')
+    assert result.failure_modes == ["call_in_reasoning"]
+    assert [c.source for c in result.calls("lenient")] == ["reasoning"] and result.calls("strict") == []
+    assert result.recovered_by == "reasoning"
+
+
+def test_every_label_carries_its_evidence():
+    result = run("Sure! ```json\n" + LIST_CALL + "\n```", requires_tool=False)
+    assert set(result.details["evidence"]) == set(result.failure_modes) == {"code_fence", "mixed_prose", "unneeded_call"}
+    assert all(e["rule"] and isinstance(e["span"], str) for e in result.details["evidence"].values())
+
+
+@pytest.mark.parametrize("n", [4_000, 16_000, 64_000])
+def test_escaped_quotes_in_an_unclosed_string_are_linear(n):
+    # issue: `{"name": "list_files", "arguments": {"path": '` + n x `\'` took 71 s at 16 KB (the scan restarted at every quote)
+    content = '{"name": "list_files", "arguments": {"path": \'' + "\\'" * n
+    assert isinstance(run(content).failure_modes, list)  # the benchmark shows the time; here it must simply finish
+
+
+def test_a_pathological_schema_pattern_times_out_as_a_schema_violation():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "string", "pattern": "^(a|aa)+$"}}}}}]  # fmt: skip
+    result = run(None, tool_calls=[structured("f", json.dumps({"x": "a" * 60 + "!"}))], tools=tools)
+    assert result.failure_modes == ["schema_violation"]
+    assert "timed out" in result.details["schema_violation"][0]["message"]

@@ -51,7 +51,16 @@ def test_classify_file(tmp_path, capsys):
         "calls": [{"name": "lst_files", "arguments": {"path": "."}}],
         "recovered_by": "fenced",
         "classifier_version": CLASSIFIER_VERSION,
-        "details": {"unknown_tool": {"lst_files": "list_files"}},
+        "details": {
+            "unknown_tool": {"lst_files": "list_files"},
+            "evidence": {
+                "code_fence": {
+                    "rule": "a call inside a Markdown code fence",
+                    "span": '{"name": "lst_files", "arguments": {"path": "."}}',
+                },
+                "unknown_tool": {"rule": "a call name that is not among the offered tools", "span": "lst_files"},
+            },
+        },
     }
 
 

@@ -16,15 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.classifier.content import analyse_content, envelope_step, multiple_calls_step, response_content
-from harness.classifier.heuristics import (
-    escape_step,
-    fabrication_step,
-    no_call_step,
-    repeat_step,
-    scan_history,
-    truncation_step,
-)
+from harness.classifier.behaviour import fabrication_step, markup_step, no_call_step, requirement_step
+from harness.classifier.content import ContentResult, analyse_content, envelope_step, multiple_calls_step, response_content
+from harness.classifier.evidence import evidence_for
+from harness.classifier.heuristics import escape_step, repeat_step, scan_history, truncation_step
 from harness.classifier.types import (
     CLASSIFIER_VERSION,
     FAILURE_MODES,
@@ -66,48 +61,72 @@ __all__ = [
 ]
 
 
-def classify(response: Mapping, *, tools: Sequence[Mapping] | None = None, history: Sequence[Mapping] = ()) -> Classification:
+def classify(
+    response: Mapping,
+    *,
+    tools: Sequence[Mapping] | None = None,
+    history: Sequence[Mapping] = (),
+    requires_tool: bool | None = None,
+) -> Classification:
     """Classify one assistant reply.
 
     Args:
         response: ``{"content": str | None, "tool_calls": list | None, "finish_reason": str |
-            None, "usage": {"prompt_tokens", "completion_tokens"}}``; extra or missing keys
-            and values of any type are tolerated (content may also be a list of text parts).
+            None, "usage": {"prompt_tokens", "completion_tokens"}, "reasoning_content": str |
+            None}``; extra or missing keys and values of any type are tolerated (content may
+            also be a list of text parts; ``reasoning`` and ``thinking`` are read as
+            ``reasoning_content``).
         tools: OpenAI-style ``[{"type": "function", "function": {"name", "description",
             "parameters": <JSON Schema>}}]`` (bare ``{"name", "parameters"}`` also accepted).
             ``None`` means "not known": names are then not judged. An empty list means no tool
             was offered, so every call is ``unknown_tool``.
         history: OpenAI-shape messages before this reply (system, user, assistant with
             ``tool_calls``, tool).
+        requires_tool: the scenario's flag: True judges ``skipped_required_tool``, False
+            judges ``unneeded_call``, None judges neither.
 
     Returns:
-        The :class:`Classification`. Never raises: should an internal bug surface, the
-        result carries ``details["internal_error"]`` and no failure mode.
+        The :class:`Classification`; ``details["evidence"]`` gives, for every label, the rule
+        that fired and the span that triggered it. Never raises: should an internal bug
+        surface, the result carries ``details["internal_error"]`` and no failure mode.
     """
     try:
-        return _classify(response, tools, history)
+        return _classify(response, tools, history, requires_tool if isinstance(requires_tool, bool) else None)
     except Exception as exc:  # noqa: BLE001 - the loop must never die on a label
         return Classification([], [], [], None, {"internal_error": short(f"{type(exc).__name__}: {exc}")})
 
 
-def _classify(response: Any, tools: Any, history: Any) -> Classification:
+_REASONING_MODES = frozenset({"foreign_call_syntax", "invalid_json", "pseudo_code_in_arguments", "repaired_json",
+                              "stringified_arguments", "nonstandard_keys"})  # fmt: skip
+"""What a call written only in the reasoning is labelled with besides ``call_in_reasoning``: its notation and
+payload (the envelope modes describe the content)."""
+
+
+def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | None) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
+    known = isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
     content, clipped = response_content(response)
     structured, structured_modes = structured_calls(get(response, "tool_calls"))
-    result = analyse_content(content, offered)
-    calls = structured + result.calls
+    result = analyse_content(content, offered, tools_known=known)
+    reasoning = _reasoning_calls(response, result, structured, offered, known)
+    recovered = result.calls + (reasoning.calls if reasoning else [])
+    calls = structured + recovered
+    attempts = len(structured) + result.attempts + (reasoning.attempts if reasoning else 0)
     steps = [
         envelope_step(structured_modes, result, clipped),
         multiple_calls_step(structured, result),
+        _reasoning_step(reasoning),
         validation_step(calls, tools, offered),
     ]
     past = scan_history(history, offered)
     steps += [
         repeat_step(calls, past),
         fabrication_step(result, calls, past, tools),
-        no_call_step(structured, result, response),
+        no_call_step(result, attempts, response, tools, requires_tool),
+        requirement_step(requires_tool, attempts, past),
         truncation_step(response),
+        markup_step(result),
         escape_step(calls),
     ]
     modes: set[str] = set()
@@ -116,7 +135,36 @@ def _classify(response: Any, tools: Any, history: Any) -> Classification:
         modes |= step_modes
         details.update(evidence)
     ordered = [m for m in FAILURE_MODES if m in modes]
-    return Classification(ordered, structured, result.calls, _recovered_by(result.calls), jsonable(details))
+    details["evidence"] = evidence_for(ordered, details, result, calls)
+    return Classification(ordered, structured, recovered, _recovered_by(recovered), jsonable(details))
+
+
+def _reasoning_calls(
+    response: Any, content: ContentResult, structured: list[ToolCall], offered: Mapping[str, Any], known: bool
+) -> ContentResult | None:
+    """Calls written only in the reasoning (the reasoning field, or ``<think>`` blocks in the content), if no call is outside it."""
+    if structured or content.attempts:
+        return None
+    field = next(
+        (get(response, k) for k in ("reasoning_content", "reasoning", "thinking") if isinstance(get(response, k), str)), ""
+    )
+    text = "\n".join(t for t in (field, content.reasoning) if t)[:MAX_SCAN_CHARS]
+    if not text.strip():
+        return None
+    found = analyse_content(text, offered, tools_known=known)
+    if not found.attempts:
+        return None
+    for call in found.calls:
+        call.source = "reasoning"
+    return found
+
+
+def _reasoning_step(reasoning: ContentResult | None) -> tuple[set[str], dict[str, Any]]:
+    """``call_in_reasoning`` plus the notation and payload modes of the calls found there."""
+    if reasoning is None:
+        return set(), {}
+    modes = {"call_in_reasoning"} | (reasoning.modes & _REASONING_MODES)
+    return modes, {"call_in_reasoning": [c.to_dict()["name"] for c in reasoning.calls] or ["(broken call)"]}
 
 
 def _recovered_by(recovered: list[ToolCall]) -> str | None:
@@ -132,8 +180,9 @@ def classify_document(doc: Any) -> dict[str, Any]:
     """Classify a standalone document, as ``harness classify`` does.
 
     Args:
-        doc: ``{"tools": [...], "messages": [...], "response": {...}}``; unknown keys are
-            ignored, missing or mistyped ones count as empty.
+        doc: ``{"tools": [...], "messages": [...], "response": {...}, "requires_tool": bool}``;
+            unknown keys are ignored, missing or mistyped ones count as empty (``requires_tool``
+            absent: not judged).
 
     Returns:
         ``{"failure_modes": [...], "calls": [{"name", "arguments"}], "recovered_by": str |
@@ -143,10 +192,12 @@ def classify_document(doc: Any) -> dict[str, Any]:
     tools = get(doc, "tools")
     messages = get(doc, "messages")
     response = get(doc, "response")
+    requires_tool = get(doc, "requires_tool")
     result = classify(
         response if isinstance(response, Mapping) else {},
         tools=tools if isinstance(tools, list) else None,
         history=messages if isinstance(messages, list) else (),
+        requires_tool=requires_tool if isinstance(requires_tool, bool) else None,
     )
     return {
         "failure_modes": result.failure_modes,

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.classifier.shapes import Cand, payload_candidates, remove_spans, xml_spans
-from harness.classifier.types import MAX_CANDIDATES, MAX_REGIONS, MAX_SCAN_CHARS, ToolCall, get, text_of
+from harness.classifier.shapes import payload_candidates, remove_spans, xml_spans
+from harness.classifier.types import MAX_CANDIDATES, MAX_REGIONS, MAX_SCAN_CHARS, Cand, ToolCall, get, text_of
 from harness.classifier.validate import args_from_raw
 
 __all__ = [
     "ContentResult",
     "analyse_content",
+    "has_prose",
     "envelope_step",
     "history_content_calls",
     "multiple_calls_step",
@@ -33,9 +34,10 @@ _REASON_OPEN = re.compile(r"<\s*(think|thinking|reasoning|thought)\s*>", re.I)
 _REASON_CLOSE = re.compile(r"<\s*/\s*(think|thinking|reasoning|thought)\s*>", re.I)
 
 
-def _strip_reasoning(text: str) -> tuple[str, int]:
-    """Drop reasoning blocks; returns ``(visible_text, number_of_blocks)``."""
+def _strip_reasoning(text: str) -> tuple[str, int, str]:
+    """Drop reasoning blocks; returns ``(visible_text, number_of_blocks, the blocks' text)``."""
     out: list[str] = []
+    inside: list[str] = []
     pos = 0
     blocks = 0
     for _ in range(MAX_REGIONS):
@@ -43,6 +45,7 @@ def _strip_reasoning(text: str) -> tuple[str, int]:
         mc = _REASON_CLOSE.search(text, pos)
         if mc and (not mo or mc.start() < mo.start()):
             blocks += 1  # orphan close: the template opened the block
+            inside.append("".join(out) + text[pos : mc.start()])
             out = []
             pos = mc.end()
             continue
@@ -51,28 +54,37 @@ def _strip_reasoning(text: str) -> tuple[str, int]:
         out.append(text[pos : mo.start()])
         blocks += 1
         mc = _REASON_CLOSE.search(text, mo.end())
+        inside.append(text[mo.end() : mc.start() if mc else len(text)])
         pos = mc.end() if mc else len(text)
     out.append(text[pos:])
-    return "".join(out), blocks
+    return "".join(out), blocks, "\n".join(inside)
 
 
-_WRAPPER = r"tool_calls?|toolcalls?|tool-calls?|tools?|functions?|function[_-]?calls?|functioncalls?|json|call"
-_TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|(\[TOOL_CALLS\]|<\|python_tag\|>|<\|tool_calls?\|>)", re.I)
-_TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>", re.I)
+_WRAPPER = r"tool_calls?|toolcalls?|tool-calls?|tools?|tool[_-]?uses?|functions?|function[_-]?calls?|functioncalls?|json|call"
+_MARKERS = r"\[TOOL_CALLS?\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
+_TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})", re.I)
+_TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
+_MARKER_CLOSE = re.compile(r"<\|python_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|<\|eom_id\|>|<\|eot_id\|>", re.I)
 
 
 @dataclass
 class _Region:
-    start: int
-    end: int
+    """A wrapper tag or marker region: its inner text is searched for calls.
+
+    ``closed`` regions (a tag and its closing tag) are removed whole from the prose; of the
+    others only ``tags`` (the markup itself) and the calls found inside.
+    """
+
     inner_start: int
     inner_end: int
+    tags: list[tuple[int, int]]
     name: str  # lower-case tag name or the marker text
     marker: bool
     well_formed: bool
+    closed: bool
 
 
-def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_Region]:
+def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_Region]:  # long: one scan over four kinds of tag
     def inside_xml(pos: int) -> bool:
         return any(a <= pos < b for a, b, *_ in xml)
 
@@ -90,30 +102,35 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
         mo = search(_TAG_OPEN, pos)
         mc = search(_TAG_CLOSE, pos)
         if mc and (not mo or mc.start() < mo.start()):
-            regions.append(_Region(prev_end, mc.end(), prev_end, mc.start(), mc.group(1).lower(), False, False))
+            # orphan close (the template may have written the opener): the text before it is
+            # searched for the call but stays content, so prose around the call still counts
+            pipe = mc.group(2) is not None  # `<|/tool_call|>`: a vendor marker, not `<tool_call>` markup
+            name = mc.group(0).lower() if pipe else mc.group(1).lower()
+            regions.append(_Region(prev_end, mc.start(), [mc.span()], name, pipe, False, False))
             pos = prev_end = mc.end()
             continue
         if mo is None:
             break
-        if mo.group(2):  # marker: runs to the next opener or the end
-            nxt = search(_TAG_OPEN, mo.end())
-            end = nxt.start() if nxt else len(text)
-            close = search(_TAG_CLOSE, mo.end())
-            inner_end = close.start() if close and close.start() < end else end
-            regions.append(_Region(mo.start(), end, mo.end(), inner_end, mo.group(2), True, True))
-            pos = prev_end = end
+        nxt = search(_TAG_OPEN, mo.end())
+        limit = nxt.start() if nxt else len(text)
+        if mo.group(2):  # marker: runs to its close, the next opener or the end
+            close = _MARKER_CLOSE.search(text, mo.end(), limit) or search(_TAG_CLOSE, mo.end())
+            if close and close.start() < limit:
+                regions.append(_Region(mo.end(), close.start(), [mo.span(), close.span()], mo.group(2), True, True, True))
+                pos = prev_end = close.end()
+            else:
+                regions.append(_Region(mo.end(), limit, [mo.span()], mo.group(2), True, True, False))
+                pos = prev_end = limit
             continue
         name = mo.group(1).lower()
         close = search(_TAG_CLOSE, mo.end())
-        nxt = search(_TAG_OPEN, mo.end())
-        if close and (not nxt or close.start() < nxt.start()):
-            ok = close.group(1).lower() == name
-            regions.append(_Region(mo.start(), close.end(), mo.end(), close.start(), name, False, ok))
+        if close and close.start() < limit:
+            ok = (close.group(1) or "").lower() == name
+            regions.append(_Region(mo.end(), close.start(), [mo.span(), close.span()], name, False, ok, True))
             pos = prev_end = close.end()
         else:
-            end = nxt.start() if nxt else len(text)
-            regions.append(_Region(mo.start(), end, mo.end(), end, name, False, False))
-            pos = prev_end = end
+            regions.append(_Region(mo.end(), limit, [mo.span()], name, False, False, False))
+            pos = prev_end = limit
     return regions
 
 
@@ -141,22 +158,28 @@ class ContentResult:
     prose: str  # visible text with wrappers, fences and call spans removed
     shell_block: bool
     details: dict
+    reasoning: str = ""  # the text of reasoning blocks left in the content
+    code: list[str] = field(default_factory=list)  # bodies of fences that hold no call
+    excerpts: list[str] = field(default_factory=list)  # the text of each call attempt, in order
 
 
 def _tagged_candidates(
-    visible: str, tool_names: frozenset[str], offered: Mapping[str, Any]
+    visible: str, tool_names: frozenset[str], offered: Mapping[str, Any], *, tools_known: bool
 ) -> tuple[list[tuple[str, Cand]], set[str], list[str], str]:
-    """Attempts inside wrapper tags and markers: ``(found, modes, wrapper names, text outside the regions)``."""
+    """Attempts inside wrapper tags and markers: ``(found, modes, wrapper names, text outside the regions)``.
+
+    A well-formed region is removed whole; of a malformed one (unclosed, or an orphan closing
+    tag) only its tags and the calls found in it, so prose around them still counts.
+    """
     found: list[tuple[str, Cand]] = []
     modes: set[str] = set()
     wrappers: list[str] = []
-    xml = xml_spans(visible)
-    regions = _tag_regions(visible, xml)
-    for region in regions:
+    removed: list[tuple[int, int]] = []
+    for region in _tag_regions(visible, xml_spans(visible)):
         inner = visible[region.inner_start : region.inner_end]
-        cands = payload_candidates(inner, tool_names, offered, wrapped=True)
+        cands = payload_candidates(inner, tool_names, offered, wrapped=True, tools_known=tools_known)
         found.extend(("tagged", c) for c in cands)
-        if region.name in ("tool_call",) and not region.marker:
+        if region.name == "tool_call" and not region.marker:
             modes.add("tool_call_tags_in_content")
             wrappers.append(region.name)
             if not region.well_formed:
@@ -164,29 +187,38 @@ def _tagged_candidates(
         elif region.marker or cands:
             modes.add("wrong_wrapper_tag")
             wrappers.append(region.name)
-    return found, modes, wrappers, remove_spans(visible, [(r.start, r.end) for r in regions])
+        removed.extend(region.tags)
+        if region.closed:
+            removed.append((region.inner_start, region.inner_end))
+        else:
+            removed.extend((region.inner_start + c.start, region.inner_start + c.end) for c in cands)
+    return found, modes, wrappers, remove_spans(visible, removed)
 
 
 def _fenced_candidates(
-    rest: str, tool_names: frozenset[str], offered: Mapping[str, Any]
-) -> tuple[list[tuple[str, Cand]], bool, bool, str]:
-    """Attempts inside Markdown fences: ``(found, any fence held a call, shell block seen, text outside the fences)``."""
+    rest: str, tool_names: frozenset[str], offered: Mapping[str, Any], *, tools_known: bool
+) -> tuple[list[tuple[str, Cand]], bool, bool, str, list[str]]:
+    """Attempts inside Markdown fences: ``(found, any fence held a call, shell block seen, text
+    outside the fences, bodies of the fences that hold no call)``."""
     found: list[tuple[str, Cand]] = []
     shell_block = False
     fences: list[tuple[int, int]] = []
+    code: list[str] = []
     fenced_calls = False
     for fm in _FENCE.finditer(rest):
         if len(fences) >= MAX_REGIONS:
             break
         fences.append((fm.start(), fm.end()))
         body = fm.group(3)
-        cands = payload_candidates(body, tool_names, offered, wrapped=True)
+        cands = payload_candidates(body, tool_names, offered, wrapped=True, tools_known=tools_known)
         found.extend(("fenced", c) for c in cands)
         if cands:
             fenced_calls = True
-        elif fm.group(2).lower() in _SHELL_LANGS or _SHELL_LINE.search(body.lstrip("\n")[:200].split("\n", 1)[0]):
+            continue
+        code.append(body)
+        if fm.group(2).lower() in _SHELL_LANGS or _SHELL_LINE.search(body.lstrip("\n")[:200].split("\n", 1)[0]):
             shell_block = True
-    return found, fenced_calls, shell_block, remove_spans(rest, fences)
+    return found, fenced_calls, shell_block, remove_spans(rest, fences), code
 
 
 @dataclass
@@ -204,6 +236,8 @@ def _recover_calls(found: list[tuple[str, Cand]]) -> _Recovered:
     for index, (step, cand) in enumerate(found):
         if cand.foreign:
             out.modes.add("foreign_call_syntax")
+        if cand.wrapper:
+            out.modes.add("wrong_wrapper_tag")
         if cand.repaired:
             out.modes.add("repaired_json")
         if cand.pseudo:
@@ -231,28 +265,32 @@ def _recover_calls(found: list[tuple[str, Cand]]) -> _Recovered:
     return out
 
 
-def analyse_content(text: str, offered: Mapping[str, Any]) -> ContentResult:
-    """Recover the calls in ``text`` (already capped) given ``{tool name: parameters schema}``."""
+def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool = True) -> ContentResult:
+    """Recover the calls in ``text`` (already capped) given ``{tool name: parameters schema}``.
+
+    ``tools_known`` is False when the offered tools are not known (``tools=None``): a bare
+    function-like name before JSON arguments then counts as a call.
+    """
     tool_names = frozenset(offered)
     modes: set[str] = set()
     details: dict[str, Any] = {}
-    visible, blocks = _strip_reasoning(text)
+    visible, blocks, reasoning = _strip_reasoning(text)
     if blocks:
         modes.add("reasoning_leak")
         details["reasoning_leak"] = {"blocks": blocks, "chars_removed": len(text) - len(visible)}
 
-    found, tag_modes, wrappers, rest = _tagged_candidates(visible, tool_names, offered)
+    found, tag_modes, wrappers, rest = _tagged_candidates(visible, tool_names, offered, tools_known=tools_known)
     modes |= tag_modes
     if wrappers:
         details["wrappers"] = wrappers
-    fenced, fenced_calls, shell_block, bare = _fenced_candidates(rest, tool_names, offered)
+    fenced, fenced_calls, shell_block, bare, code = _fenced_candidates(rest, tool_names, offered, tools_known=tools_known)
     found.extend(fenced)
     if fenced_calls:
         modes.add("code_fence")
 
-    bare_cands = payload_candidates(bare, tool_names, offered, wrapped=False)
+    bare_cands = payload_candidates(bare, tool_names, offered, wrapped=False, tools_known=tools_known)
     found.extend((c.method, c) for c in bare_cands)
-    if any(not c.foreign for c in bare_cands):
+    if any(not (c.foreign or c.wrapper or c.react) for c in bare_cands):
         modes.add("raw_json_in_content")
     prose = remove_spans(bare, [(c.start, c.end) for c in bare_cands])
     if not shell_block and _SHELL_LINE.search(prose) and re.search(r"^\s*\$ \S", prose, re.M):
@@ -267,10 +305,28 @@ def analyse_content(text: str, offered: Mapping[str, Any]) -> ContentResult:
     capped = len(bare_cands) >= MAX_CANDIDATES  # uncounted calls would read as prose
     if capped:
         details["candidates_capped"] = MAX_CANDIDATES
-    if found and not capped and re.search(r"[^\W\d_]{2,}", prose):
+    if found and not capped and has_prose(prose):
         modes.add("mixed_prose")
     canonicals = recovered.canonicals
-    return ContentResult(recovered.calls, modes, len(canonicals), canonicals, visible, prose, shell_block, details)
+    return ContentResult(recovered.calls, modes, len(canonicals), canonicals, visible, prose, shell_block, details,
+                         reasoning=reasoning, code=code, excerpts=[c.excerpt for _step, c in found if c.excerpt])  # fmt: skip
+
+
+_REACT_KEYWORD = re.compile(
+    r"^[ \t]*(?:Observation[ \t]*:.*|(?:Thought|Final[ \t]+Answer|Answer|Output|Result)[ \t]*:)", re.I | re.M
+)
+_MARKUP = re.compile(r"<\|[^|\n]{0,40}\|>|<｜[^｜\n]{0,40}｜>|</?[A-Za-z_][\w:-]{0,40}(?:\s[^<>\n]{0,80})?/?>|\[/?[A-Z_]{3,20}\]")
+_NOT_PROSE_LINE = re.compile(
+    r"^[ \t]*(?:[{}\[\]]|\"[^\"]*\"\s*:|#|def |import |from |return |\w+\s*=[^=]|[\w ]{1,30}:[ \t]*$).*$", re.M
+)
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def has_prose(text: str) -> bool:
+    """Whether ``text`` holds natural language: a word once markup, ReAct keywords (and a model-written
+    observation), lone labels (``Output:``), JSON and code lines are dropped."""
+    text = _NOT_PROSE_LINE.sub(" ", _REACT_KEYWORD.sub(" ", _MARKUP.sub(" ", text)))
+    return _WORD.search(text) is not None
 
 
 _CONTENT_CACHE: dict[tuple[bytes, frozenset[str]], list[str]] = {}
@@ -282,7 +338,7 @@ def history_content_calls(text: str, offered: Mapping[str, Any]) -> list[str]:
     key = (digest, frozenset(offered))
     cached = _CONTENT_CACHE.get(key)
     if cached is None:
-        result = analyse_content(text[:MAX_SCAN_CHARS], offered)
+        result = analyse_content(text[:MAX_SCAN_CHARS], offered, tools_known=bool(offered))
         cached = [c.canonical() for c in result.calls]
         if len(_CONTENT_CACHE) > 512:
             _CONTENT_CACHE.clear()

@@ -2,43 +2,47 @@
 
 Recognizes call objects (standard ``{"name", "arguments"}`` and the nonstandard shapes listed
 in docs/failure-modes.md), broken but call-like objects, pythonic ``name(arg=...)`` calls and
-XML-style parameter calls, and returns each attempt in a text as a :class:`Cand` with its span.
+ReAct ``Action:`` lines and a tool's name on a line before its JSON arguments, and returns each
+attempt in a text as a :class:`~harness.classifier.types.Cand` with its span (other notations:
+:mod:`harness.classifier.notations`).
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair, scan_balanced, string_end
-from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_PYTHONIC_CHARS, MAX_REPAIR_CHARS, jsonable, short
-from harness.classifier.validate import schema_properties, schema_types
+from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair, scan_balanced
+from harness.classifier.notations import (
+    key_value_candidates,
+    line_bounds,
+    pythonic_candidates,
+    vendor_candidates,
+    xml_candidates,
+    xml_spans,
+)
+from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_REPAIR_CHARS, Cand, RawCall, short
 
-__all__ = ["Cand", "RawCall", "payload_candidates", "remove_spans", "xml_spans"]
+__all__ = ["payload_candidates", "remove_spans", "xml_spans"]
 
 _ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "tool_input", "action_input")
 _NAME_KEYS = ("tool", "tool_name", "toolName", "function_name", "function", "action", "name")
-_CALL_KEY_RE = re.compile(r"""["']?\b(?:name|tool|tool_name|toolName|function|function_name|action)\b["']?\s*:""")
-_ARGS_KEY_RE = re.compile(r"""["']?\b(?:arguments|parameters|params|args|input|tool_input|action_input)\b["']?\s*:""")
-
-
-@dataclass
-class RawCall:
-    """A call as written: its name, its arguments before normalization, and whether its keys are nonstandard."""
-
-    name: str
-    raw_args: Any
-    nonstandard: bool
+_CALL_KEY_RE = re.compile(
+    """["'\u201c\u201d]?\\b(?:name|tool|tool_name|toolName|function|function_name|action)\\b["'\u201c\u201d]?\\s*:"""
+)
+_ARGS_KEY_RE = re.compile(
+    """["'\u201c\u201d]?\\b(?:arguments|parameters|params|args|input|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
+)
 
 
 def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
-    """An OpenAI tool definition: ``{"type": "function", "function": {"name", "description"?, "parameters": <JSON Schema>}}``
-    or the bare ``{"name", "description", "parameters": <schema>}``, whose parameters declare a schema."""
+    """A tool definition, offered or invented, not a call: ``{"type": "function", "function": {"name", "description", ...}}``,
+    or a bare ``{"name", "description", "parameters": <schema>}`` / ``{"type": "function", "function": {..., "parameters": <schema>}}``."""
     fn = obj.get("function")
     spec: Mapping[str, Any] = fn if isinstance(fn, Mapping) else obj
+    if isinstance(fn, Mapping) and obj.get("type") == "function" and "description" in fn:
+        return True
     params = spec.get("parameters")
     return (
         isinstance(params, Mapping)
@@ -87,9 +91,14 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
     return []
 
 
+_DEFINITION_LIKE = re.compile(r"""["']type["']\s*:\s*["']function["']\s*,\s*["']function["']\s*:\s*\{|["']description["']\s*:""")
+
+
 def _call_like(text: str, tool_names: frozenset[str]) -> bool:
-    """Whether unparseable text looks like an attempted call object."""
+    """Whether unparseable text looks like an attempted call object (a broken tool definition does not)."""
     head = text[:MAX_REPAIR_CHARS]
+    if _DEFINITION_LIKE.search(head[:400]):
+        return False
     if _CALL_KEY_RE.search(head) and (_ARGS_KEY_RE.search(head) or any(f'"{t}"' in head or f"'{t}'" in head for t in tool_names)):
         return True
     m = re.match(r"""\s*[{\[]\s*\{?\s*["']([\w.-]+)["']\s*:""", head)
@@ -98,282 +107,164 @@ def _call_like(text: str, tool_names: frozenset[str]) -> bool:
 
 # --------------------------------------------------------------------------- content payloads
 
+_REACT_ACTION = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(?P<name>[^\n]*?)[ \t]*$", re.I | re.M)
+_REACT_INPUT = re.compile(r"[ \t]*\n?[ \t]*Action[ \t]+Input[ \t]*:[ \t]*", re.I)
+_REACT_NEXT = re.compile(r"^[ \t]*(?:Observation|Thought|Action|Final[ \t]+Answer|Answer)[ \t]*:", re.I | re.M)
+_NAME_LINE = re.compile(r"(?:^|(?<=[^\w\s]))[ \t]*(?P<name>[A-Za-z_][\w.-]*)[ \t]*\n[ \t]*\Z")
+_CURLY = re.compile("[\u201c\u201d\u2018\u2019]")
 
-@dataclass
-class Cand:
-    """One call attempt found in a piece of content: ``text[start:end]``, how it parsed, its calls.
 
-    ``calls`` is empty for a broken call-like object (``method == "invalid"``); ``foreign``
-    marks pythonic and XML-style calls; ``pseudo`` names code patterns found in the arguments.
+def _react_candidates(text: str) -> list[Cand]:
+    """ReAct calls: an ``Action:`` line naming a tool, with or without an ``Action Input:`` after it.
+
+    A JSON (or Python-literal, or repairable) input is the arguments; any other input is one
+    string argument ``{"input": text}``; no input means no arguments.
     """
-
-    start: int
-    end: int
-    method: str  # json_document | json_lines | brace_scan | python_literal | repair | pythonic | xml_parameters | invalid
-    calls: list[RawCall]
-    repaired: bool = False
-    pseudo: list[str] = field(default_factory=list)
-    excerpt: str = ""
-    foreign: bool = False
-    errors: list[str] = field(default_factory=list)
-
-
-def _line_bounds(text: str, start: int, end: int) -> bool:
-    ls = text.rfind("\n", 0, start) + 1
-    le = text.find("\n", end)
-    le = len(text) if le < 0 else le
-    return not text[ls:start].strip() and not text[end:le].strip()
-
-
-_REACT = re.compile(r"Action\s*:\s*([A-Za-z_][\w.-]*)\s*\n\s*Action\s+Input\s*:\s*$", re.I)
-
-
-def _json_candidates(text: str, tool_names: frozenset[str]) -> list[Cand]:
-    """Whole document, one-per-line and brace-scan candidates (with literal/repair fallbacks)."""
     cands: list[Cand] = []
-    stripped = text.strip()
-    if stripped and stripped[0] in "{[" and stripped[-1] in "}]":
-        value = loads(stripped)
+    for m in _REACT_ACTION.finditer(text):
+        name = m.group("name").strip().strip("`'\"")
+        if not name or len(cands) >= MAX_CANDIDATES:
+            continue
+        end, raw_args, repaired, broken = m.end(), None, False, False
+        follow = _REACT_INPUT.match(text, m.end())
+        if follow is not None:
+            stop = _REACT_NEXT.search(text, follow.end())
+            body_end = stop.start() if stop else len(text)
+            body = text[follow.end() : body_end].strip()
+            end = body_end if body else follow.end()
+            if body[:1] in "{[":
+                value, _json_end, repaired = _parse_value(body)
+                broken, raw_args = value is FAIL, (None if value is FAIL else value)
+            elif body:
+                raw_args = {"input": body}
+        calls = [] if broken else [RawCall(name, raw_args, True)]
+        cands.append(Cand(m.start(), end, "invalid" if broken else "react", calls, repaired=repaired,
+                          excerpt=short(text[m.start() : end]), react=True))  # fmt: skip
+    return cands
+
+
+def _parse_value(span: str) -> tuple[Any, str, bool]:
+    """``(value or FAIL, method, repaired)`` of a bracketed span: strict JSON, a Python literal, then the narrow repair."""
+    value = loads(span)
+    if value is not FAIL:
+        return value, "json", False
+    if _PYTHONISH.search(span):
+        value = literal(span)
         if value is not FAIL:
-            calls = _call_from_obj(value, tool_names)
-            if calls:
-                lead = text.find(stripped[0])
-                return [Cand(lead, lead + len(stripped), "json_document", calls)]
+            return value, "python_literal", True
+    value = repair(span) if not _CURLY.search(span) else FAIL
+    return value, "repair", value is not FAIL
+
+
+_PYTHONISH = re.compile(r"'|\b(?:True|False|None)\b")
+
+
+def _json_candidates(text: str, tool_names: frozenset[str], *, wrapped: bool, tools_known: bool) -> list[Cand]:
+    """Whole document, one-per-line and brace-scan candidates (with literal/repair fallbacks)."""
+    whole = _whole_document(text, tool_names, wrapped=wrapped)
+    if whole is not None:
+        return [whole]
+    cands: list[Cand] = []
     pos = 0
     attempts = 0
-    n = len(text)
     while attempts < MAX_CANDIDATES * 2 and len(cands) < MAX_CANDIDATES:
         start = text.find("{", pos)
         if start < 0:
             break
         attempts += 1
-        end, closed, depth = scan_balanced(text, start, n)
-        span = text[start:end]
-        if depth > MAX_DEPTH:
-            if _call_like(span[:4096], tool_names):
-                cands.append(Cand(start, end, "invalid", [], excerpt=short(span)))
-            pos = end
-            continue
-        # a call inside a JSON array written inline: widen to the array when it is one
-        value = loads(span) if closed else FAIL
-        method = "json_lines" if _line_bounds(text, start, end) else "brace_scan"
-        repaired = False
-        if value is FAIL:
-            value = literal(span) if closed else FAIL
-            if value is not FAIL:
-                method, repaired = "python_literal", True
-        if value is FAIL:
-            value = repair(span)
-            if value is not FAIL:
-                method, repaired = "repair", True
+        cand, pos = _brace_candidate(text, start, tool_names, tools_known=tools_known)
+        if cand is not None:
+            cands.append(cand)
+    return cands
+
+
+def _whole_document(text: str, tool_names: frozenset[str], *, wrapped: bool) -> Cand | None:
+    """The whole text as one JSON value holding calls; inside a tag or fence also after repair (an unclosed ``[``)."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[":
+        return None
+    lead = text.find(stripped[0])
+    if stripped[-1] in "}]":
+        value = loads(stripped)
         if value is not FAIL:
             calls = _call_from_obj(value, tool_names)
-            react = _REACT.search(text, max(0, start - 200), start) if not calls else None
-            if react and isinstance(value, Mapping):
-                calls = [RawCall(react.group(1), value, True)]
-                start = react.start()
-            if calls:
-                pseudo = pseudo_code(span) if repaired else []
-                cands.append(Cand(start, end, method, calls, repaired=repaired, pseudo=pseudo, excerpt=short(span)))
-                pos = end
-                continue
-            if closed:
-                pos = start + 1  # valid JSON data: a call may sit inside it
-                continue
-        elif _call_like(span, tool_names):
-            cands.append(Cand(start, end, "invalid", [], pseudo=pseudo_code(span), excerpt=short(span)))
-            pos = end
-            continue
-        pos = start + 1 if closed else end
-    return cands
+            return Cand(lead, lead + len(stripped), "json_document", calls) if calls else None
+    if wrapped:
+        value, _method, repaired = _parse_value(stripped)
+        calls = _call_from_obj(value, tool_names) if value is not FAIL else []
+        if calls and repaired:
+            return Cand(lead, lead + len(stripped), "repair", calls, repaired=True, excerpt=short(stripped))
+    return None
 
 
-_PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
-_PAST_TENSE = re.compile(r"\b(?:called|used|ran|invoked|executed|tried|via|with|using)\s*(?:the\s+)?`?$", re.I)
+def _brace_candidate(text: str, start: int, tool_names: frozenset[str], *, tools_known: bool) -> tuple[Cand | None, int]:
+    """The attempt opening at ``text[start] == "{"`` (or None) and where the scan goes on."""
+    end, closed, depth = scan_balanced(text, start, len(text))
+    span = text[start:end]
+    if depth > MAX_DEPTH:
+        return (Cand(start, end, "invalid", [], excerpt=short(span)) if _call_like(span[:4096], tool_names) else None), end
+    value, method, repaired = _parse_value(span) if closed else (FAIL, "", False)
+    if value is FAIL and not closed:
+        value = repair(span)
+        method, repaired = "repair", value is not FAIL
+    if value is FAIL:
+        if _call_like(span, tool_names):
+            return Cand(start, end, "invalid", [], pseudo=pseudo_code(span), excerpt=short(span)), end
+        return None, (start + 1 if closed else end)
+    method = method if repaired else ("json_lines" if line_bounds(text, start, end) else "brace_scan")
+    calls = _call_from_obj(value, tool_names)
+    foreign = False
+    if not calls and isinstance(value, Mapping):
+        named = _NAME_LINE.search(text, max(0, start - 120), start)
+        if named and (named.group("name") in tool_names or (not tools_known and _identifier_like(named.group("name")))):
+            calls, foreign, start = [RawCall(named.group("name"), value, False)], True, named.start("name")
+    if not calls:
+        return None, (start + 1 if closed else end)  # valid JSON data: a call may sit inside it
+    pseudo = pseudo_code(span) if repaired else []
+    return Cand(start, end, method, calls, repaired=repaired, pseudo=pseudo, excerpt=short(span), foreign=foreign), end
 
 
-def _paren_end(text: str, open_pos: int, limit: int) -> int:
-    depth = 0
-    i = open_pos
-    while i < limit:
-        ch = text[i]
-        if ch in "\"'":
-            end = string_end(text, i, ch, allow_newline=False)
-            if end < 0 or end >= limit:
-                return -1
-            i = end + 1
-            continue
-        if ch in "([{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return -1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return -1
+def _identifier_like(name: str) -> bool:
+    """A function-like name (``get_weather``, ``getWeather``), not an ordinary word, for text whose tools are unknown."""
+    return "_" in name or "." in name or bool(re.search(r"[a-z][A-Z]", name))
 
 
-def _pythonic_candidates(
-    text: str, taken: list[tuple[int, int]], tool_names: frozenset[str], schemas: Mapping[str, Any], wrapped: bool
+def payload_candidates(
+    text: str, tool_names: frozenset[str], schemas: Mapping[str, Any], *, wrapped: bool, tools_known: bool = True
 ) -> list[Cand]:
-    """``name(arg=...)`` calls outside the ``taken`` spans (which grow by each call found)."""
-    cands: list[Cand] = []
-    matches = 0
-    for m in _PY_CALL.finditer(text):
-        matches += 1
-        if matches > 4 * MAX_CANDIDATES or len(cands) >= MAX_CANDIDATES:
-            break
-        start = m.start()
-        if any(a <= start < b for a, b in taken):
-            continue
-        name = m.group(1)
-        offered = name in tool_names
-        if not offered and "." in name:
-            continue
-        open_pos = m.end() - 1
-        end = _paren_end(text, open_pos, min(len(text), start + MAX_PYTHONIC_CHARS))
-        if end < 0:
-            continue
-        isolated = _line_bounds(text, start, end if text[end : end + 1] != ";" else end + 1)
-        if not offered and text[start:end].strip() != text.strip().rstrip(";"):
-            continue  # an unknown name counts only when the call is the whole payload
-        src = text[start:end]
-        try:
-            node = ast.parse(src, mode="eval").body
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            continue
-        if not isinstance(node, ast.Call):
-            continue
-        if not offered and (node.args or not node.keywords):
-            continue  # unknown names: keyword-only calls on their own line
-        if offered and not isolated and not wrapped:
-            line_start = text.rfind("\n", 0, start) + 1
-            if not (node.args or node.keywords) or _PAST_TENSE.search(text[line_start:start]):
-                continue  # "I used list_files() earlier" is prose, not a call
-        args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
-        cand = Cand(
-            start,
-            end,
-            "pythonic",
-            [RawCall(name, args, False)],
-            pseudo=["function_call"] if errors else [],
-            excerpt=short(src),
-            foreign=True,
-            errors=errors,
-        )
-        cands.append(cand)
-        taken.append((start, end))
-    return cands
-
-
-def _pythonic_args(node: ast.Call, props: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """The literal arguments of a parsed call (positional ones named after ``props``) and one error per code argument."""
-    args: dict[str, Any] = {}
-    errors: list[str] = []
-    for index, arg in enumerate(node.args):
-        key = props[index] if index < len(props) else f"arg{index}"
-        value, ok = _literal_node(arg)
-        if ok:
-            args[key] = value
-        else:
-            errors.append(f"argument {key!r} is code, not a literal")
-    for kw in node.keywords:
-        if kw.arg is None:
-            errors.append("**kwargs expansion is code, not a literal")
-            continue
-        value, ok = _literal_node(kw.value)
-        if ok:
-            args[kw.arg] = value
-        else:
-            errors.append(f"argument {kw.arg!r} is code, not a literal")
-    return args, errors
-
-
-def _literal_node(node: ast.AST) -> tuple[Any, bool]:
-    try:
-        return jsonable(ast.literal_eval(node)), True
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None, False
-
-
-_XML_OPEN = re.compile(r"<function=([^>\s]+)\s*>|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>", re.I)
-_XML_CLOSE = re.compile(r"</\s*(?:function|invoke)\s*>", re.I)
-_XML_PARAM = re.compile(r"<parameter(?:=([^>\s]+)|\s+name\s*=\s*[\"']([^\"'>]+)[\"'])\s*>", re.I)
-_XML_PARAM_END = re.compile(r"</\s*parameter\s*>|<parameter[=\s]", re.I)
-
-
-def xml_spans(text: str) -> list[tuple[int, int, int, int, str]]:
-    """``(start, end, body_start, body_end, name)`` of XML-style calls."""
-    spans: list[tuple[int, int, int, int, str]] = []
-    pos = 0
-    while len(spans) < MAX_CANDIDATES:
-        m = _XML_OPEN.search(text, pos)
-        if m is None:
-            break
-        close = _XML_CLOSE.search(text, m.end())
-        nxt = _XML_OPEN.search(text, m.end())
-        if close and (not nxt or close.start() < nxt.start()):
-            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2)))
-            pos = close.end()
-        else:
-            end = nxt.start() if nxt else len(text)
-            spans.append((m.start(), end, m.end(), end, m.group(1) or m.group(2)))
-            pos = end
-    return spans
-
-
-def _xml_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
-    cands = []
-    for start, end, body_start, body_end, name in xml_spans(text):
-        args: dict[str, Any] = {}
-        types = schema_types(schemas.get(name))
-        pos = body_start
-        for _ in range(MAX_CANDIDATES * 2):
-            pm = _XML_PARAM.search(text, pos, body_end)
-            if pm is None:
-                break
-            key = pm.group(1) or pm.group(2)
-            em = _XML_PARAM_END.search(text, pm.end(), body_end)
-            value_end = em.start() if em else body_end
-            value = text[pm.end() : value_end]
-            if value.startswith("\n"):
-                value = value[1:]
-            if value.endswith("\n"):
-                value = value[:-1]
-            if types.get(key) not in (None, "string"):
-                parsed = loads(value.strip())
-                args[key] = value if parsed is FAIL else parsed
-            else:
-                args[key] = value
-            pos = em.end() if em and em.group().startswith("</") else value_end
-        cands.append(
-            Cand(start, end, "xml_parameters", [RawCall(name, args, False)], foreign=True, excerpt=short(text[start:end]))
-        )
-    return cands
-
-
-def payload_candidates(text: str, tool_names: frozenset[str], schemas: Mapping[str, Any], *, wrapped: bool) -> list[Cand]:
-    """Every call attempt in ``text``: XML-style, JSON (+ fallbacks), pythonic; by position.
+    """Every call attempt in ``text``, by position: vendor headers, XML-style, ReAct, JSON (+ fallbacks), pythonic.
 
     ``schemas`` is ``{tool name: parameters schema}``; ``wrapped`` says the text is the inside
-    of a tag or fence (an offered pythonic name then counts anywhere, even in prose).
+    of a tag or fence (an offered pythonic name then counts anywhere, even in prose);
+    ``tools_known`` says whether the offered tools are known (a bare name line then needs an
+    offered name).
     """
-    cands = _xml_candidates(text, schemas)
+    cands = vendor_candidates(text)
+    cands += [c for c in xml_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
+    cands += [c for c in _react_candidates(text) if not any(o.start <= c.start < o.end for o in cands)]
+    cands += [
+        c
+        for c in key_value_candidates(text, tool_names, tools_known=tools_known)
+        if not any(o.start <= c.start < o.end for o in cands)
+    ]
     taken = [(c.start, c.end) for c in cands]
-    masked = text
-    if taken:
-        chars = list(text)
-        for a, b in taken:
-            chars[a:b] = " " * (b - a)
-        masked = "".join(chars)
-    for cand in _json_candidates(masked, tool_names):
+    masked = _mask(text, taken)
+    for cand in _json_candidates(masked, tool_names, wrapped=wrapped, tools_known=tools_known):
         cands.append(cand)
         taken.append((cand.start, cand.end))
-    cands.extend(_pythonic_candidates(masked, taken, tool_names, schemas, wrapped))
+    cands.extend(pythonic_candidates(masked, taken, tool_names, schemas, wrapped, tools_known=tools_known))
     cands.sort(key=lambda c: c.start)
     return cands
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with the spans blanked to spaces (same length, so positions stay valid)."""
+    if not spans:
+        return text
+    chars = list(text)
+    for a, b in spans:
+        chars[a:b] = " " * (b - a)
+    return "".join(chars)
 
 
 def remove_spans(text: str, spans: list[tuple[int, int]]) -> str:

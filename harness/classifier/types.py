@@ -27,6 +27,8 @@ __all__ = [
     "MAX_SCAN_CHARS",
     "PARSER_POLICIES",
     "RECOVERY_STEPS",
+    "Cand",
+    "RawCall",
     "ToolCall",
     "get",
     "jsonable",
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "1.0.4"
+CLASSIFIER_VERSION = "2.0.0"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition.
 FAILURE_MODES: dict[str, str] = {
@@ -86,7 +88,9 @@ RECOVERY_STEPS: tuple[str, ...] = (
     "python_literal",
     "pythonic",
     "xml_parameters",
+    "react",
     "repair",
+    "reasoning",
 )
 
 #: Parser policies accepted by :meth:`Classification.calls`.
@@ -203,6 +207,39 @@ class Classification:
             "details": self.details,
             "classifier_version": self.classifier_version,
         }
+
+
+@dataclass
+class RawCall:
+    """A call as written: its name, its arguments before normalization, and whether its keys are nonstandard."""
+
+    name: str
+    raw_args: Any
+    nonstandard: bool
+
+
+@dataclass
+class Cand:
+    """One call attempt found in a piece of content: ``text[start:end]``, how it parsed, its calls.
+
+    ``calls`` is empty for a broken call-like object (``method == "invalid"``); ``foreign``
+    marks calls in a non-JSON notation (pythonic, XML-style, the model's own); ``pseudo``
+    names code patterns found in the arguments.
+    """
+
+    start: int
+    end: int
+    method: str  # json_document | json_lines | brace_scan | python_literal | repair | pythonic | xml_parameters | invalid
+    calls: list[RawCall]
+    repaired: bool = False
+    pseudo: list[str] = field(default_factory=list)
+    excerpt: str = ""
+    foreign: bool = False
+    errors: list[str] = field(default_factory=list)
+    wrapper: bool = False
+    """The call's own markup is a vendor wrapper or channel header (``wrong_wrapper_tag``)."""
+    react: bool = False
+    """A ReAct ``Action:``/``Action Input:`` call: its JSON input is arguments, not a call object."""
 
 
 # --------------------------------------------------------------------------- small helpers

@@ -1,0 +1,349 @@
+"""Behaviour checks that read the reply's text: fabricated tool results, narration instead of a
+call, empty replies, chat-template markup, and the scenario's tool requirement.
+
+Each ``*_step`` returns ``(modes, evidence)``. The rules are docs/failure-modes.md's; the
+detectors below are their concrete, documented approximations:
+
+* **tool domains**: an offered tool is a *file* tool when its name or description speaks of
+  files, folders or directories, a *weather* tool when they speak of weather or forecasts, a
+  *ticket* tool when they speak of tickets; only their domains' facts count as tool-only.
+* **code** is a fence without a call, or lines that read as code (``def``, ``import``, ``with
+  open(``...); code never holds a *claim* (names written in code are literals).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from harness.classifier.content import ContentResult
+from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values, tools_text
+from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, ToolCall, get, short
+
+__all__ = ["fabrication_step", "markup_step", "no_call_step", "requirement_step", "tool_domains"]
+
+# --------------------------------------------------------------------------- shared readings
+
+_HEDGE = re.compile(
+    r"\b(?:might|may|could|possibly|perhaps|probably|likely|I think|I believe|I (?:don't|do not|cannot|can't|am unable|'m unable)"
+    r"|unable to|no access|don't have access|do not have access|real[- ]time|as an AI|I'm not able|I am not able|let me check"
+    r"|I'll check|I will check|would need to|you can check|for example|e\.g\.|such as|imagine|hypothetical)\b",
+    re.I,
+)
+_CODE_LINE = re.compile(
+    r"^[ \t]*(?:def |class |import |from \w[\w.]* import |with open\(|for \w+ in |while |if __name__|print\(|return "
+    r"|async def |function |const |let |var |#include|public |\$ |>>> )",
+    re.M,
+)
+_DOMAIN_WORDS = {
+    "file": re.compile(r"\b(?:files?|folders?|director(?:y|ies)|dir|path|ls)\b|_files?\b|file_|_dir\b", re.I),
+    "weather": re.compile(r"weather|forecast|temperature", re.I),
+    "ticket": re.compile(r"ticket", re.I),
+}
+
+
+def tool_domains(tools: Any) -> set[str]:
+    """The domains of the offered tools: ``file``, ``weather``, ``ticket`` (from their names and descriptions)."""
+    domains: set[str] = set()
+    if not isinstance(tools, list):
+        return domains
+    for tool in tools[:1000]:
+        fn = get(tool, "function")
+        spec = fn if isinstance(fn, Mapping) else tool
+        text = f"{get(spec, 'name') or ''} {get(spec, 'description') or ''}"
+        domains.update(name for name, words in _DOMAIN_WORDS.items() if words.search(text))
+    return domains
+
+
+_CODEISH_LINE = re.compile(
+    r"^(?:[ \t]{2,}\S.*|[ \t]*#.*|[ \t]*[\w.\[\]]+[ \t]*=[^=].*|.*\)[ \t]*:?[ \t]*|.*[{}][ \t]*|[ \t]*(?:return|yield|pass|else|elif|try|except|finally)\b.*)$",
+    re.M,
+)
+
+
+def _is_code(text: str) -> bool:
+    """Whether a block reads as code (any line like ``def``, ``import``, ``with open(``...)."""
+    return bool(_CODE_LINE.search(text))
+
+
+def _claims(content: ContentResult) -> str:
+    """Where claims of fact live: the prose with code lines dropped, plus fences that are not code (shown output)."""
+    prose = content.prose
+    if _CODE_LINE.search(prose):  # a code dump outside fences: drop every line that reads as code
+        prose = _CODEISH_LINE.sub(" ", _CODE_LINE.sub(" ", prose))
+    shown = [body for body in content.code if not _is_code(body)]
+    return "\n".join([prose, *shown])
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def _unhedged(text: str) -> str:
+    """``text`` without its hedged or hypothetical sentences ("it might be sunny", "for example, ...")."""
+    return "\n".join(s for s in _SENTENCE.split(text) if not _HEDGE.search(s))
+
+
+# --------------------------------------------------------------------------- fabricated tool result
+
+_FABRICATED_MARKUP = re.compile(
+    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
+    r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython|^\s*(?:Observation|Tool (?:output|result|response))\s*:",
+    re.I | re.M,
+)
+_TEMPERATURE = re.compile(r"-?\d+(?:\.\d+)?\s*(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)", re.I)
+_CONDITION = re.compile(
+    r"\b(?:sunny|cloudy|overcast|rain(?:y|ing)?|drizzl(?:e|ing)|snow(?:y|ing)?|clear sk(?:y|ies)|fog(?:gy)?|windy|storm(?:y|s)?"
+    r"|thunderstorms?|pleasant|humid(?:ity)?|breez(?:e|y)|showers?|partly cloudy|mild)\b",
+    re.I,
+)
+_LISTING = re.compile(
+    r"\b(?:here(?:'s| is| are) (?:the |a )?(?:list(?:ing)? of |complete list of )?(?:the )?files|(?:the |these )?files (?:in|of) (?:the |your )?"
+    r"(?:current |working )*director(?:y|ies) (?:are|is|include)|listing(?: of)? files|list of files:|the (?:\w+\.\w+ )?file contains"
+    r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+))\b",
+    re.I,
+)
+_OUTPUT_CLAIM = re.compile(
+    r"^[ \t]*(?:\**Output\**|\**Result\**)[ \t]*:|\bthe output (?:is|will be)\b|\bthis will (?:print|output)\b", re.I | re.M
+)
+_LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+\S", re.M)
+_EFFECT = re.compile(
+    r"\b(?:(?:created|written|saved|updated|generated|wrote)\s+successfully|successfully\s+(?:created|wrote|written|saved|updated)"
+    r"|has been (?:created|written|saved|updated))\b",
+    re.I,
+)
+_IN_FILE = re.compile(
+    r"(?:\bline \d+|\bfunction(?: name)?\s+[`\"'][\w.]+[`\"']|[`\"'][\w.]+\(\)[`\"']?)[^.\n]{0,80}\bin\s+(?:the\s+)?[`\"']?[\w-]+\.\w{1,5}\b"
+    r"|\bthe\s+[\w-]+\.\w{1,5}\s+file\s+has\b|\bin\s+(?:the\s+)?[\w-]+\.\w{1,5}(?:\s+file)?,?\s+(?:the )?(?:function|line)\b",
+    re.I,
+)
+_TICKET_ID = re.compile(r"\b[A-Z]{1,5}-\d{2,6}\b")
+_VALUE = re.compile(
+    r"(?<![\w.])(?:\d{4}-\d{2}-\d{2}|(?:EUR|USD|GBP|€|\$|£)\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s?(?:EUR|USD|GBP|€|%|km/h|mph)"
+    r"|-?\d+(?:\.\d+)?\s?(?:°\s*[CF]?|℃|℉))",
+    re.I,
+)
+_COUNT = re.compile(r"\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+files?\b", re.I)
+_NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
+
+
+def fabrication_step(content: ContentResult, calls: list[ToolCall], past: History, tools: Any) -> tuple[set[str], dict[str, Any]]:
+    """``fabricated_tool_result``: tool-result markup, tool-only facts before any tool answered,
+    or names and values that contradict what the tools returned.
+
+    Evidence is the list of what was found: markup, ``"weather: ..."``, ``"listing: ..."``,
+    unexplained ``stem.ext`` tokens, values no tool returned.
+    """
+    found: list[str] = []
+    markup = _FABRICATED_MARKUP.search(content.visible)
+    if markup:
+        found.append(short(markup.group().strip()))
+    if past.tool_answered:
+        found += _contradictions(content, calls, past, tools)
+    elif isinstance(tools, list):
+        found += _tool_only_facts(content, calls, past, tools)
+    if not found:
+        return set(), {}
+    return {"fabricated_tool_result"}, {"fabricated_tool_result": found[:MAX_CANDIDATES]}
+
+
+def _tool_only_facts(content: ContentResult, calls: list[ToolCall], past: History, tools: list[Any]) -> list[str]:
+    """Facts only an offered tool could supply, stated before any tool answered (rule 2)."""
+    if calls:
+        return []  # a reply that calls the tool is waiting for the answer, not inventing it
+    claims = _unhedged(_claims(content))
+    domains = tool_domains(tools)
+    known = "\n".join([*past.prompt_parts, tools_text(tools)]).lower()
+    found = []
+    if "weather" in domains and (
+        _TEMPERATURE.search(claims) or (_CONDITION.search(claims) and re.search(r"weather|temperature", claims, re.I))
+    ):
+        found.append("weather: " + short(claims.strip(), 120))
+    if "file" in domains:
+        found += _file_facts(content, claims, known)
+    if "ticket" in domains:
+        found += [f"ticket: {m.group()}" for m in _TICKET_ID.finditer(claims) if m.group().lower() not in known][:4]
+    return found
+
+
+def _file_facts(content: ContentResult, claims: str, known: str) -> list[str]:
+    """A listing, a file's contents, a tool's effect, or a line of a file, presented as fact."""
+    found = []
+    for label, pattern in (("listing", _LISTING), ("effect", _EFFECT), ("file content", _IN_FILE)):
+        m = pattern.search(claims)
+        if m:
+            found.append(f"{label}: {short(m.group(), 80)}")
+    if _OUTPUT_CLAIM.search(content.visible) and (content.code or _LIST_LINE.search(content.prose)):
+        found.append("output: shown as what the code prints")
+    listed = "\n".join(m.group() for m in re.finditer(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+.*$", claims, re.M))
+    found += [
+        f"file name: {m.group(1)}" for m in FILE_TOKEN.finditer(listed[:MAX_REPAIR_CHARS]) if m.group(1).lower() not in known
+    ][:4]
+    return found
+
+
+def _contradictions(content: ContentResult, calls: list[ToolCall], past: History, tools: Any) -> list[str]:
+    """Names and values in the reply or its call arguments that no tool result, prompt or definition holds (rule 3)."""
+    known = "\n".join([*past.known_parts, tools_text(tools)]).lower()
+    own_paths = {value.replace("\\", "/").rsplit("/", 1)[-1].lower() for call in calls for _k, value in path_values(call)}
+    claims = _unhedged(_claims(content))
+    texts = [claims] + [v for call in calls for v in string_values(call.arguments, skip_paths=True)]
+    found: list[str] = []
+    seen: set[str] = set()
+    results = "\n".join(past.tool_results)
+    result_values = {_norm(v) for v in _VALUE.findall(results)}
+    known_norm = _norm(known)
+    for text in texts:
+        for m in FILE_TOKEN.finditer(text[:MAX_REPAIR_CHARS]):
+            token = m.group(1).lower()
+            if token not in seen and token not in own_paths and token not in known:
+                seen.add(token)
+                found.append(m.group(1))
+        for m in _VALUE.finditer(text[:MAX_REPAIR_CHARS]):
+            value, norm = m.group(), _norm(m.group())
+            temperature = _TEMPERATURE.fullmatch(value.strip())
+            if temperature and _temperature_given(value, results):
+                continue
+            measured = bool(temperature or re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
+            if (result_values or measured) and norm not in result_values and norm not in known_norm and value not in seen:
+                seen.add(value)
+                found.append(f"value: {value}")
+    conditions = {c.lower() for c in _CONDITION.findall(results)}
+    stated = {c.lower() for c in _CONDITION.findall(claims)} - {"pleasant", "mild"}
+    if conditions and stated - conditions:
+        found.append(f"condition: {sorted(stated - conditions)[0]} (the tool said {', '.join(sorted(conditions))})")
+    found += _count_mismatch(texts, past)
+    return found
+
+
+def _temperature_given(value: str, results: str) -> bool:
+    """Whether a stated temperature is one a tool returned (as a number), possibly converted between °C and °F."""
+    match = re.match(r"-?\d+(?:\.\d+)?", value.strip())
+    if match is None:
+        return False
+    number = float(match.group())
+    returned = {float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", results)}
+    if re.search(r"F|℉|fahrenheit", value, re.I):
+        candidates = {number, float(round((number - 32) * 5 / 9)), round((number - 32) * 5 / 9, 1)}
+    else:
+        candidates = {number, round(number * 9 / 5 + 32, 1)}
+    return bool(candidates & returned)
+
+
+def _norm(value: str) -> str:
+    return re.sub(r"[\s,]", "", value.lower())
+
+
+def _count_mismatch(texts: list[str], past: History) -> list[str]:
+    """A stated number of files that differs from the length of the last listing a tool returned."""
+    listing = None
+    for result in reversed(past.tool_results):
+        body = re.sub(r"</?tool_response>", "", result).strip()
+        try:
+            value = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and len(value) == 1:  # {"files": [...]}
+            value = next(iter(value.values()))
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            listing = value
+            break
+    if listing is None:
+        return []
+    for text in texts:
+        for m in _COUNT.finditer(text):
+            word = m.group(1).lower()
+            number = int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
+            if number is not None and number != len(listing):
+                return [f"count: {m.group()} (the listing held {len(listing)})"]
+    return []
+
+
+# --------------------------------------------------------------------------- no call at all
+
+_NARRATION = re.compile(
+    r"(?:\bI(?:'ll|’ll| will| shall| am going to|'m going to|’m going to| need to| should| have to)|\blet me|\blet's|\blet’s"
+    r"|\bnow,? I(?:'ll|’ll| will)?|\bnext,? I(?:'ll|’ll| will)?|\bfirst,? I(?:'ll|’ll| will)?)"
+    r"\s+(?:now\s+|first\s+|then\s+|next\s+|quickly\s+|go ahead and\s+|proceed to\s+|start by\s+|begin by\s+|have to\s+"
+    r"|need to\s+)?"
+    r"(?:create|write|make|list|read|run|execute|call|use|check|open|save|generate|look|search|update|edit|refer|implement"
+    r"|delete|remove|add|start|fetch|get|build|test|install|copy|move|rename|inspect|examine|view|scan|find|fix"
+    r"|append|modify|produce|compile|put|print|show|invoke|draft|prepare|record|store|do\b)",
+    re.I,
+)
+_SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
+_CODE_EFFECT = re.compile(
+    r"\bopen\s*\(|os\.(?:listdir|scandir|walk|remove|makedirs)|glob\.|Path\(|\.write\(|\.read\(|json\.(?:load|dump)"
+    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|\w+\s*=\s*\[\s*\{",
+)
+_HANDED_OVER = re.compile(
+    r"\b(?:you can|you could|you may|we can) use (?:the following|this|a|the) (?:code|script|command|function|snippet|program)"
+    r"|\bhere(?:'s| is) (?:the|a|an) (?:\w+ )?(?:code|script|python (?:code|script)|command|snippet) (?:to|that)\b",
+    re.I,
+)
+
+
+def no_call_step(
+    content: ContentResult, attempts: int, response: Any, tools: Any, requires_tool: bool | None
+) -> tuple[set[str], dict[str, Any]]:
+    """``empty_response`` (no visible text) or ``narration_without_call`` (an announcement, a shell
+    command, or code handed over to do the task), when the reply attempts no call at all."""
+    if attempts:
+        return set(), {}
+    visible = content.visible.strip()
+    if not visible:
+        usage = get(response, "usage")
+        tokens = get(usage, "completion_tokens")
+        return {"empty_response"}, {
+            "empty_response": {"completion_tokens": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None}
+        }
+    cue = _NARRATION.search(content.prose)
+    if cue:
+        return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
+    shell = _SHELL_ACTION.search(content.prose) or next((m for c in content.code if (m := _SHELL_ACTION.search(c))), None)
+    if shell:
+        return {"narration_without_call"}, {
+            "narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}
+        }
+    offered = isinstance(tools, list) and bool(tools) and requires_tool is not False
+    code = [c for c in content.code if _CODE_EFFECT.search(c)]
+    if _CODE_LINE.search(content.prose) and _CODE_EFFECT.search(content.prose):
+        code.append(content.prose)
+    if offered and (code or (content.code and _HANDED_OVER.search(content.prose))):
+        return {"narration_without_call"}, {
+            "narration_without_call": {"cue": "code: " + short((code or content.code)[0].strip(), 80)}
+        }
+    return set(), {}
+
+
+# --------------------------------------------------------------------------- markup and requirement
+
+_TEMPLATE_MARKUP = re.compile(
+    r"<\|im_start\|>|<\|im_end\|>|<\|eot_id\|>|<\|eom_id\|>|<\|start_header_id\|>|<\|end_header_id\|>|<\|end\|>|<\|endoftext\|>"
+    r"|<\|(?:assistant|user|system)\|>|<start_of_turn>|<end_of_turn>|\[/?INST\]|</s>|<\|begin_of_text\|>"
+    r"|<\|start\|>|<\|channel\|>|<\|message\|>|<\|return\|>",
+)
+_HARMONY_CALL = re.compile(r"to=functions\.|<\|call\|>|<\|constrain\|>")
+_HARMONY_TOKEN = re.compile(r"<\|start\|>|<\|channel\|>|<\|message\|>|<\|return\|>|<\|end\|>")
+_STRIPPED_HARMONY = re.compile(r"\A\s*analysis\S.*?assistantfinal", re.S)
+
+
+def markup_step(content: ContentResult) -> tuple[set[str], dict[str, Any]]:
+    """``chat_markup_leak``: chat-template tokens in the content (a harmony call header's own tokens excepted)."""
+    text = content.visible
+    if _HARMONY_CALL.search(text):
+        text = _HARMONY_TOKEN.sub(" ", text)  # the call's wrapper as a whole is wrong_wrapper_tag
+    m = _TEMPLATE_MARKUP.search(text) or _STRIPPED_HARMONY.search(text)
+    if m is None:
+        return set(), {}
+    return {"chat_markup_leak"}, {"chat_markup_leak": short(m.group(), 60)}
+
+
+def requirement_step(requires_tool: bool | None, attempts: int, past: History) -> tuple[set[str], dict[str, Any]]:
+    """``skipped_required_tool`` and ``unneeded_call`` from the scenario's ``requires_tool`` (None: not judged)."""
+    if requires_tool is True and not attempts and not past.tool_answered:
+        return {"skipped_required_tool"}, {"skipped_required_tool": "no call, and no tool has answered in the run"}
+    if requires_tool is False and attempts:
+        return {"unneeded_call"}, {"unneeded_call": f"{attempts} call attempt(s) where no tool is needed"}
+    return set(), {}

@@ -1,0 +1,369 @@
+"""Calls written in notations other than a JSON call object.
+
+* pythonic ``name(arg=...)`` calls (also ``[name(...)]`` lists), parsed with ``ast``;
+* XML-style parameters: ``<function=name><parameter=k>v</parameter></function>`` and
+  ``<invoke name="..."><parameter name="k">v</parameter></invoke>``;
+* vendor wrappers around JSON arguments, where the name sits in the markup: Llama 3.1's
+  ``<function=name>{...}</function>``, gpt-oss's harmony header ``to=functions.name ...
+  <|message|>{...}`` (raw, or with its special tokens stripped), Kimi's
+  ``<|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}``, DeepSeek's
+  ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` + fenced JSON, and
+  ``<name>x</name><arguments>{...}</arguments>``;
+* a tool's name alone on a line followed by a JSON object of its arguments;
+* arrow notation ``{tool => "name", args => {...}}``.
+
+Each attempt is a :class:`~harness.classifier.types.Cand`: ``foreign`` when the call itself
+is not JSON (pythonic, XML, name line, arrow), ``wrapper`` when vendor markup carries the name
+around JSON arguments. Rules: docs/failure-modes.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from harness.classifier.jsonscan import FAIL, literal, loads, repair, scan_balanced, string_end
+from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_PYTHONIC_CHARS, Cand, RawCall, jsonable, short
+from harness.classifier.validate import schema_properties, schema_types
+
+__all__ = ["key_value_candidates", "line_bounds", "pythonic_candidates", "vendor_candidates", "xml_candidates", "xml_spans"]
+
+
+def line_bounds(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is alone on its line(s)."""
+    ls = text.rfind("\n", 0, start) + 1
+    le = text.find("\n", end)
+    le = len(text) if le < 0 else le
+    return not text[ls:start].strip() and not text[end:le].strip()
+
+
+def _json_value(text: str, start: int) -> tuple[Any, int, bool]:
+    """The JSON (or Python-literal, or repaired) value opening at ``text[start]``: ``(value or FAIL, end, repaired)``."""
+    end, closed, _depth = scan_balanced(text, start, len(text))
+    span = text[start:end]
+    value = loads(span) if closed else FAIL
+    if value is not FAIL:
+        return value, end, False
+    value = literal(span) if closed and _PYTHONISH.search(span) else FAIL
+    if value is FAIL:
+        value = repair(span)
+    return value, end, value is not FAIL
+
+
+_PYTHONISH = re.compile(r"'|\b(?:True|False|None)\b")
+"""What makes a literal Python rather than broken JSON: single quotes or Python's constants."""
+
+# --------------------------------------------------------------------------- pythonic
+
+_PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
+_PAST_TENSE = re.compile(r"\b(?:called|used|ran|invoked|executed|tried|via|with|using)\s*(?:the\s+)?`?$", re.I)
+_DEFINITION = re.compile(r"\b(?:def|class|function|async\s+def|fn|func)\s+$")
+
+
+def _paren_end(text: str, open_pos: int, limit: int) -> int:
+    depth = 0
+    i = open_pos
+    while i < limit:
+        ch = text[i]
+        if ch in "\"'":
+            end = string_end(text, i, ch, allow_newline=False)
+            if end < 0 or end >= limit:
+                return -1
+            i = end + 1
+            continue
+        if ch in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return -1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _whole_payload(text: str, src: str) -> bool:
+    """Whether the call ``src`` is all of ``text`` (allowing ``[...]`` around it and a trailing ``;``)."""
+    body = text.strip().rstrip(";").strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1].strip().rstrip(",")
+    return src.strip() == body
+
+
+def pythonic_candidates(  # noqa: PLR0913 - the text, its taken spans, the tools and two flags all shape the decision
+    text: str,
+    taken: list[tuple[int, int]],
+    tool_names: frozenset[str],
+    schemas: Mapping[str, Any],
+    wrapped: bool,
+    *,
+    tools_known: bool,
+) -> list[Cand]:
+    """``name(arg=...)`` calls outside the ``taken`` spans (which grow by each call found).
+
+    An offered name counts with arguments anywhere (not after "called"/"used"...), and with
+    none when it stands alone on its line or ``wrapped`` is set; another name counts only as a
+    keyword-only call that is the whole payload. ``def name(`` and the like are definitions.
+    """
+    cands: list[Cand] = []
+    matches = 0
+    for m in _PY_CALL.finditer(text):
+        matches += 1
+        if matches > 4 * MAX_CANDIDATES or len(cands) >= MAX_CANDIDATES:
+            break
+        start = m.start()
+        if any(a <= start < b for a, b in taken):
+            continue
+        line_start = text.rfind("\n", 0, start) + 1
+        if _DEFINITION.search(text[line_start:start]):
+            continue  # `def list_tickets():` defines a function; it does not call the tool
+        cand = _pythonic_at(text, m, line_start, tool_names, schemas, wrapped=wrapped, tools_known=tools_known)
+        if cand is not None:
+            cands.append(cand)
+            taken.append((cand.start, cand.end))
+    return cands
+
+
+def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its line and the same flags as the caller
+    text: str, m: re.Match[str], line_start: int, tool_names: frozenset[str], schemas: Mapping[str, Any], *, wrapped: bool,
+    tools_known: bool,
+) -> Cand | None:  # fmt: skip
+    start, name = m.start(), m.group(1)
+    offered = name in tool_names
+    if not offered and "." in name:
+        return None
+    end = _paren_end(text, m.end() - 1, min(len(text), start + MAX_PYTHONIC_CHARS))
+    if end < 0:
+        return None
+    src = text[start:end]
+    if not offered and not _whole_payload(text, src):
+        return None  # an unknown name counts only when the call is the whole payload
+    try:
+        node = ast.parse(src, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    if not isinstance(node, ast.Call):
+        return None
+    if not offered and (node.args or not node.keywords):
+        return None  # unknown names: keyword-only calls
+    isolated = line_bounds(text, start, end if text[end : end + 1] != ";" else end + 1)
+    has_args = bool(node.args or node.keywords)
+    if offered and not isolated and not wrapped and (not has_args or _PAST_TENSE.search(text[line_start:start])):
+        return None  # "I used list_files() earlier" is prose, not a call
+    if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
+        return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
+    args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=["function_call"] if errors else [],
+                excerpt=short(src), foreign=True, errors=errors)  # fmt: skip
+
+
+def _statement(text: str, start: int, end: int, line_start: int) -> bool:
+    """Whether the call is a statement or an assignment's value (``files = list_files()``)."""
+    before = text[line_start:start].strip()
+    after_end = text.find("\n", end)
+    after = text[end : len(text) if after_end < 0 else after_end].strip()
+    return (not before or re.fullmatch(r"[\w.\[\], ]+=|return|await|\[", before) is not None) and after in ("", ";", ")", "]")
+
+
+def _pythonic_args(node: ast.Call, props: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The arguments of a parsed call (positional ones named after ``props``) and one error per code argument.
+
+    A code argument is kept as its source text: it was given, so it is not a missing argument.
+    """
+    args: dict[str, Any] = {}
+    errors: list[str] = []
+    named = [(props[i] if i < len(props) else f"arg{i}", arg) for i, arg in enumerate(node.args)]
+    for kw in node.keywords:
+        if kw.arg is None:
+            errors.append("**kwargs expansion is code, not a literal")
+        else:
+            named.append((kw.arg, kw.value))
+    for key, arg in named:
+        value, ok = _literal_node(arg)
+        args[key] = value if ok else _source(arg)
+        if not ok:
+            errors.append(f"argument {key!r} is code, not a literal")
+    return args, errors
+
+
+def _source(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)[:MAX_PYTHONIC_CHARS]
+    except (ValueError, RecursionError):
+        return "<code>"
+
+
+def _literal_node(node: ast.AST) -> tuple[Any, bool]:
+    try:
+        return jsonable(ast.literal_eval(node)), True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None, False
+
+
+# --------------------------------------------------------------------------- XML-style parameters
+
+_XML_OPEN = re.compile(r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>", re.I)
+_XML_CLOSE = re.compile(r"</\s*(?:function|invoke)\s*>", re.I)
+_XML_STOP = re.compile(r"</\s*tool_call\s*>|<\s*tool_call\s*>", re.I)
+_XML_PARAM = re.compile(r"<parameter(?:=([^>\s]+)|\s+name\s*=\s*[\"']([^\"'>]+)[\"'])\s*>", re.I)
+_XML_PARAM_END = re.compile(r"</\s*parameter\s*>|<parameter[=\s]", re.I)
+
+
+def xml_spans(text: str) -> list[tuple[int, int, int, int, str]]:
+    """``(start, end, body_start, body_end, name)`` of XML-style calls; an unclosed one ends at the next call or wrapper tag."""
+    spans: list[tuple[int, int, int, int, str]] = []
+    pos = 0
+    while len(spans) < MAX_CANDIDATES:
+        m = _XML_OPEN.search(text, pos)
+        if m is None:
+            break
+        close = _XML_CLOSE.search(text, m.end())
+        nxt = _XML_OPEN.search(text, m.end())
+        stop = _XML_STOP.search(text, m.end())
+        limit = min(x.start() for x in (nxt, stop) if x is not None) if (nxt or stop) else len(text)
+        if close and close.start() < limit:
+            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2)))
+            pos = close.end()
+        else:
+            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2)))
+            pos = limit
+    return spans
+
+
+def xml_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
+    """XML-style calls (``foreign``); a ``<function=name>`` whose body is JSON is a wrapper around JSON arguments."""
+    cands = []
+    for start, end, body_start, body_end, name in xml_spans(text):
+        body = text[body_start:body_end]
+        if body.lstrip().startswith("{") and not _XML_PARAM.search(body):
+            cands.append(_wrapped_json(text, start, end, body_start + body.index("{"), name, excerpt_end=end))
+            continue
+        args = _xml_args(text, body_start, body_end, schema_types(schemas.get(name)))
+        cands.append(
+            Cand(start, end, "xml_parameters", [RawCall(name, args, False)], foreign=True, excerpt=short(text[start:end]))
+        )
+    return cands
+
+
+def _xml_args(text: str, body_start: int, body_end: int, types: Mapping[str, Any]) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    pos = body_start
+    for _ in range(MAX_CANDIDATES * 2):
+        pm = _XML_PARAM.search(text, pos, body_end)
+        if pm is None:
+            break
+        key = pm.group(1) or pm.group(2)
+        em = _XML_PARAM_END.search(text, pm.end(), body_end)
+        value_end = em.start() if em else body_end
+        value = text[pm.end() : value_end]
+        value = value[1:] if value.startswith("\n") else value
+        value = value[:-1] if value.endswith("\n") else value
+        if types.get(key) not in (None, "string"):
+            parsed = loads(value.strip())
+            args[key] = value if parsed is FAIL else parsed
+        else:
+            args[key] = value
+        pos = em.end() if em and em.group().startswith("</") else value_end
+    return args
+
+
+def _wrapped_json(text: str, start: int, end: int, json_start: int, name: str, *, excerpt_end: int) -> Cand:
+    """A call whose name sits in vendor markup around a JSON object of arguments (``wrapper``)."""
+    value, json_end, repaired = _json_value(text, json_start)
+    rest = text[json_end:end]
+    junk = bool(re.sub(r"<[^>]*>|<\|[^|]*\|>|<｜[^｜]*｜>|```|\s", "", rest))  # anything but markup after the object
+    if value is FAIL or junk:
+        return Cand(start, max(end, json_end), "invalid", [], excerpt=short(text[start:excerpt_end]), wrapper=True)
+    return Cand(start, max(end, json_end), "tagged", [RawCall(name, value, False)], repaired=repaired,
+                excerpt=short(text[start:excerpt_end]), wrapper=True)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- vendor headers
+
+_HEADERS = (
+    # gpt-oss harmony: "<|start|>assistant<|channel|>commentary to=functions.x <|constrain|>json<|message|>{...}<|call|>",
+    # also with the special tokens stripped: "commentary to=functions.x json{...}"
+    re.compile(
+        r"(?:<\|start\|>\s*assistant\s*)?(?:(?:<\|channel\|>\s*)?(?:commentary|analysis)\s+to=(?:functions\.)?|to=functions\.)"
+        r"(?P<name>[^\s<{]+(?:\s[^\s<{|]+)*?)\s*(?:<\|constrain\|>\s*)?(?:json)?\s*(?:<\|message\|>)?\s*(?=[{\"])"
+    ),  # fmt: skip
+    # Kimi K2: "<|tool_call_begin|>functions.x:0<|tool_call_argument_begin|>{...}<|tool_call_end|>"
+    re.compile(
+        r"(?:<\|tool_calls_section_begin\|>\s*)?<\|tool_call_begin\|>\s*(?:functions\.)?(?P<name>[\w.-]+)(?::\d+)?\s*"
+        r"<\|tool_call_argument_begin\|>\s*(?=[{\"])"
+    ),  # fmt: skip
+    # DeepSeek V3/R1: "<｜tool▁call▁begin｜>function<｜tool▁sep｜>x\n```json\n{...}\n```<｜tool▁call▁end｜>"
+    re.compile(
+        r"(?:<｜tool▁calls▁begin｜>\s*)?<｜tool▁call▁begin｜>\s*\w*\s*<｜tool▁sep｜>\s*(?P<name>[\w.-]+)\s*(?:```(?:json)?\s*)?(?=\{)"
+    ),
+    # Mistral (v11+): "[TOOL_CALLS]x[ARGS]{...}" (also with a [CALL_ID]...)
+    re.compile(r"(?:\[TOOL_CALLS\]\s*)?(?<![\w.-])(?P<name>[\w.-]{1,128}+)\s*(?:\[CALL_ID\]\s*\w+\s*)?\[ARGS\]\s*(?=\{)"),
+    # "<function_call><name>x</name><arguments>{...}</arguments>" and the like
+    re.compile(r"<name>\s*(?P<name>[\w.-]+)\s*</name>\s*(?:<(?:arguments|parameters|args)>\s*)?(?=\{)"),
+)
+_HEADER_END = re.compile(r"\s*(?:```\s*)?(?:<\|call\|>|<\|tool_call_end\|>|<\|tool_calls_section_end\|>|<｜tool▁call▁end｜>"
+                         r"|<｜tool▁calls▁end｜>|</(?:arguments|parameters|args)>)*")  # fmt: skip
+_KEY_VALUE = re.compile(
+    r"^[ \t]*(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?:\"[^\"\n]*\"|'[^'\n]*'|\S+))+)[ \t]*$", re.M
+)
+_KEY_VALUE_ARG = re.compile(r"([A-Za-z_]\w*)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|(\S+))")
+
+
+def key_value_candidates(text: str, tool_names: frozenset[str], *, tools_known: bool) -> list[Cand]:
+    """A tool's name followed by ``key="value"`` pairs on one line (``read_file file="a.txt"``): the model's own notation.
+
+    The name must be offered, or (tools not known) look like a function name (``read_file``).
+    """
+    cands: list[Cand] = []
+    for m in _KEY_VALUE.finditer(text):
+        name = m.group("name")
+        if len(cands) >= MAX_CANDIDATES or not (name in tool_names or (not tools_known and "_" in name)):
+            continue
+        args = {a.group(1): next(v for v in a.groups()[1:] if v is not None) for a in _KEY_VALUE_ARG.finditer(m.group("args"))}
+        cands.append(
+            Cand(
+                m.start("name"),
+                m.end(),
+                "tagged",
+                [RawCall(m.group("name"), args, False)],
+                excerpt=short(m.group()),
+                foreign=True,
+            )
+        )
+    return cands
+
+
+_ARROW = re.compile(r"\{\s*tool\s*=>\s*[\"']([\w.-]+)[\"']")
+
+
+def vendor_candidates(text: str) -> list[Cand]:
+    """Vendor headers around JSON arguments (``wrapper``) and arrow-notation calls (``foreign``), by position."""
+    cands: list[Cand] = []
+    for pattern in _HEADERS:
+        pos = 0
+        while len(cands) < MAX_CANDIDATES:
+            m = pattern.search(text, pos)
+            if m is None:
+                break
+            json_start = m.end()
+            if text[json_start] == '"':  # a stringified argument object: keep it a string
+                end = string_end(text, json_start, '"')
+                end = len(text) if end < 0 else end + 1
+                cand = Cand(m.start(), end, "tagged", [RawCall(m.group("name"), loads(text[json_start:end]), False)],
+                            excerpt=short(text[m.start() : end]), wrapper=True)  # fmt: skip
+            else:
+                _value, json_end, _ = _json_value(text, json_start)
+                tail = _HEADER_END.match(text, json_end)
+                end = tail.end() if tail else json_end
+                cand = _wrapped_json(text, m.start(), end, json_start, m.group("name"), excerpt_end=end)
+            cands.append(cand)
+            pos = max(cand.end, m.end() + 1)
+    for m in _ARROW.finditer(text):
+        end, _closed, _depth = scan_balanced(text, m.start(), len(text))
+        cands.append(
+            Cand(m.start(), end, "tagged", [RawCall(m.group(1), None, True)], excerpt=short(text[m.start() : end]), foreign=True)
+        )
+    return sorted(cands, key=lambda c: c.start)

@@ -1,0 +1,67 @@
+"""The real-output corpus is well formed: every entry loads, cites its source, and the held-out
+quarter is the one its id selects (``tests/corpus/README.md``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from harness.corpus import agreement, is_held_out, load_corpus
+from harness.errors import UsageError
+from tests.helpers import CORPUS
+
+ENTRIES = load_corpus(CORPUS)
+
+
+def test_the_corpus_is_large_and_varied_enough():
+    kinds = Counter(e.source["kind"] for e in ENTRIES)
+    assert len(ENTRIES) >= 150, f"{len(ENTRIES)} entries"
+    assert kinds["issue"] >= 60 and kinds["recording"] >= 50
+    assert sum(not e.labels for e in ENTRIES) >= 30  # negatives, incl. final answers that merely show JSON or code
+    held_out = [e for e in ENTRIES if e.held_out]
+    assert 0.18 <= len(held_out) / len(ENTRIES) <= 0.32  # a quarter, chosen by id
+
+
+def test_issue_entries_link_their_thread_and_recordings_name_their_run():
+    for entry in ENTRIES:
+        if entry.source["kind"] == "issue":
+            assert entry.source["url"].startswith("https://github.com/") and entry.source.get("where"), entry.id
+        if entry.source["kind"] == "recording":
+            assert "scenario" in entry.source["where"] and entry.requires_tool is not None, entry.id
+
+
+def test_held_out_is_fixed_by_the_id():
+    assert is_held_out("embedded-code_review-t0-s0-prompt-turn1") is (
+        int(__import__("hashlib").sha256(b"embedded-code_review-t0-s0-prompt-turn1").hexdigest(), 16) % 4 == 0
+    )
+    assert all(e.held_out is is_held_out(e.id) for e in ENTRIES)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(labels=["not_a_mode"]), "failure-mode names"),
+        (lambda d: d.update(held_out=not d["held_out"]), "held_out must be"),
+        (lambda d: d["source"].update(url=None), "needs source.url"),
+        (lambda d: d.pop("requires_tool"), "missing field 'requires_tool'"),
+        (lambda d: d.update(id="other"), "does not match the file name"),
+    ],
+    ids=["unknown-label", "held-out-flag", "issue-without-url", "missing-field", "id-mismatch"],
+)
+def test_a_broken_entry_is_one_clear_error(tmp_path, change, message):
+    entry = next(e for e in ENTRIES if e.source["kind"] == "issue")
+    data = json.loads(entry.path.read_text(encoding="utf-8"))
+    change(data)
+    (tmp_path / entry.path.name).write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(UsageError, match=message):
+        load_corpus(tmp_path)
+
+
+def test_agreement_counts_exact_sets_and_per_mode_hits():
+    sample = ENTRIES[:20]
+    result = agreement(sample)
+    assert result.replies == 20 and result.exact + len(result.disagreements) == 20
+    for mode in result.modes:
+        assert mode.tp + mode.fn == sum(mode.mode in e.labels for e in sample)
