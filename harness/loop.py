@@ -410,7 +410,9 @@ class _Run:
         self.prompt_tokens += reply.prompt_tokens or 0
         self.completion_tokens += reply.completion_tokens or 0
         self.final_answer = reply.content
-        verdict: Classification = classify(reply.response_dict(), tools=self.tool_schemas, history=self.messages)
+        verdict: Classification = classify(
+            reply.response_dict(), tools=self.tool_schemas, history=self.messages, requires_tool=plan.scenario.requires_tool
+        )
         calls = verdict.calls(plan.parser)
         ids = [call.id or f"call_{self.turns}_{i}" for i, call in enumerate(calls)]
         self.messages.append(assistant_message(reply.content, calls, ids, plan.tool_mode))

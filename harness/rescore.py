@@ -58,6 +58,8 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
         if not turns:
             continue
         tools, histories = _tools_and_histories(run, turns)
+        config = run.start.config
+        requires_tool = config.get("requires_tool") if isinstance(config, dict) else None  # None: recorded before the flag
         for turn, history in zip(turns, histories, strict=True):
             if turn.labels_version == CLASSIFIER_VERSION and not force:
                 skipped += 1
@@ -72,7 +74,7 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
                 "usage": {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens},
                 "reasoning_content": record.reasoning,
             }
-            verdict = classify(response, tools=tools, history=history)
+            verdict = classify(response, tools=tools, history=history, requires_tool=requires_tool)
             ledger.record_labels(
                 Labels(
                     run_id=run.run_id, turn=record.turn, classifier_version=verdict.classifier_version,

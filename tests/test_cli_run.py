@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml, text_line, write_cassette
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml, text_line, write_cassette
 
 
 # red-team finding: a seed beyond SQLite's INTEGER range was a traceback
@@ -100,3 +101,18 @@ def test_absurd_repeats_fail_fast_instead_of_exhausting_memory(tmp_path):
 def test_guard_bad_command_lines_are_one_sentence(capsys, argv):
     rc, _, err = cli(capsys, *argv)
     assert_one_sentence_error(rc, err)
+
+
+def test_weather_answer_without_a_call_shows_its_failure_modes_in_the_run_line_and_the_report(tmp_path, capsys):
+    """The weather_probe case of issue 10: an answer that never calls the tool is not 'failure modes: none'."""
+    invented = {"content": "The weather in Paris is quite pleasant right now, around 21°C with clear skies."}
+    ledger = tmp_path / "l.sqlite"
+    with FakeAgentServer(script=[invented]) as server:
+        rc, out, err = cli(capsys, "run", REPO / "scenarios" / "weather_probe.toml", "--model", f"openai:m@{server.base_url}",
+                           *RUN_FLAGS, "--ledger", ledger)  # fmt: skip
+    assert rc == 0, err
+    assert "task_failed" in out and "failure modes: fabricated_tool_result, skipped_required_tool" in out
+    rc, out, err = cli(capsys, "report", "--ledger", ledger, "--out", tmp_path / "rep", "--format", "md")
+    assert rc == 0, err
+    report = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert "skipped_required_tool" in report and "fabricated_tool_result" in report

@@ -123,3 +123,21 @@ def test_guard_rescore_of_runs_recorded_without_prompts_and_of_thousands_of_turn
     assert result.turns == 2000 and result.history_mismatch == 2000  # no prompts stored: classified, flagged
     assert again.turns == 0 and again.skipped_current == 2000
     assert time.perf_counter() - started < 20
+
+
+def test_rescore_judges_a_skipped_tool_only_for_runs_that_recorded_requires_tool(tmp_path, capsys):
+    cassette = write_cassette(tmp_path / "c.jsonl", [text_line("It is 21°C and sunny in Paris.")])
+    plans = expand_matrix([load_scenario(REPO / "scenarios" / "weather_probe.toml")],
+                          MatrixOverrides([f"replay:{cassette}"], [0.0], 1, None, ["native"], None))  # fmt: skip
+    path = tmp_path / "new.sqlite"
+    with Ledger(path) as ledger:
+        run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs"))
+        assert ledger.turns()[0].labels == ["fabricated_tool_result", "skipped_required_tool"]
+    assert main(["rescore", "--ledger", str(path), "--force"]) == 0
+    assert "(0 changed labels" in capsys.readouterr().out  # the flag comes back from the run's config
+    old = tmp_path / "old.sqlite"
+    old.write_bytes((REPO / "tests" / "data" / "ledger_m003.sqlite").read_bytes())
+    assert main(["rescore", "--ledger", str(old), "--force"]) == 0
+    with Ledger(old) as ledger:
+        turns = ledger.turns()
+        assert turns and all(t.record.tool_calls is None and t.labels == [] for t in turns)  # no call, yet not judged
