@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from harness.classifier import classify_document
 from harness.corpus import agreement, is_held_out, load_corpus
 from harness.errors import UsageError
 from tests.helpers import CORPUS
@@ -65,3 +66,23 @@ def test_agreement_counts_exact_sets_and_per_mode_hits():
     assert result.replies == 20 and result.exact + len(result.disagreements) == 20
     for mode in result.modes:
         assert mode.tp + mode.fn == sum(mode.mode in e.labels for e in sample)
+
+
+# Real replies whose shapes issue 10 named; each once got no label or a wrong one.
+REAL_CASES = [
+    "families-aisdkmiddleware84-hermes4-405b-selfclosing-xml-call",  # <get_location/> alone: a zero-argument call
+    "rare-lmstudio456-dsr1qwen32b-think-toolrequest",  # LM Studio's [TOOL_REQUEST] marker after a think block
+    "embedded-weather_probe-t07-s11-prompt-turn1",  # "a temperature of 31C" with no call
+    "embedded-weather_probe-t07-s12-native-turn1",  # "the weather in Paris right now is quite lovely"
+    "embedded-long_context-t07-s11-prompt-turn2",  # a ```python line opens a fence, it never closes one
+    "embedded-support_triage-t07-s10-prompt-turn1",  # tells the user to call list_tickets instead of calling it
+    "embedded-weather_probe-t1-s12-prompt-turn1",  # an empty <tool_response></tool_response> is not a result
+    "embedded-extract_fields-t1-s11-prompt-turn2",  # "This will write ... field_name.json" describes code, claims nothing
+]
+
+
+@pytest.mark.parametrize("entry_id", REAL_CASES)
+def test_real_output_cases_get_the_corpus_labels(entry_id):
+    [entry] = [e for e in ENTRIES if e.id == entry_id]
+    assert not entry.held_out  # the held-out quarter is never tuned against
+    assert set(classify_document(entry.document())["failure_modes"]) == set(entry.labels)

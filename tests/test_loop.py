@@ -340,4 +340,4 @@ def test_guard_one_megabyte_reply_and_null_everything(tmp_path, scenario):
         tmp_path / "b", scenario, [{"content": None, "tool_calls": None, "finish_reason": None, "usage": None}]
     )
     assert_recorded(summary, facts)
-    assert summary.failure_modes == ["empty_response"]
+    assert summary.failure_modes == ["empty_response", "skipped_required_tool"]  # an empty reply also ends the loop untooled

@@ -21,6 +21,7 @@ from typing import Any
 from harness.classifier.content import ContentResult
 from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values, tools_text
 from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, ToolCall, get, short
+from harness.classifier.validate import offered_tools
 
 __all__ = ["fabrication_step", "markup_step", "no_call_step", "requirement_step", "tool_domains"]
 
@@ -29,7 +30,7 @@ __all__ = ["fabrication_step", "markup_step", "no_call_step", "requirement_step"
 _HEDGE = re.compile(
     r"\b(?:might|may|could|possibly|perhaps|probably|likely|I think|I believe|I (?:don't|do not|cannot|can't|am unable|'m unable)"
     r"|unable to|no access|don't have access|do not have access|real[- ]time|as an AI|I'm not able|I am not able|let me check"
-    r"|I'll check|I will check|would need to|you can check|for example|e\.g\.|such as|imagine|hypothetical)\b",
+    r"|I'll check|I will check|would need to|you can check|this (?:will|would)|for example|e\.g\.|such as|imagine|hypothetical)\b",
     re.I,
 )
 _CODE_LINE = re.compile(
@@ -64,8 +65,11 @@ _CODEISH_LINE = re.compile(
 
 
 def _is_code(text: str) -> bool:
-    """Whether a block reads as code (any line like ``def``, ``import``, ``with open(``...)."""
-    return bool(_CODE_LINE.search(text))
+    """Whether a block reads as code: a line like ``def``, ``import``, ``with open(``..., or most lines code-shaped."""
+    if _CODE_LINE.search(text):
+        return True
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]  # or headings
+    return len(lines) >= 2 and 2 * sum(bool(_CODEISH_LINE.fullmatch(line)) for line in lines) > len(lines)
 
 
 def _claims(content: ContentResult) -> str:
@@ -88,24 +92,32 @@ def _unhedged(text: str) -> str:
 # --------------------------------------------------------------------------- fabricated tool result
 
 _FABRICATED_MARKUP = re.compile(
-    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
+    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>(?!\s*</)"
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython|^\s*(?:Observation|Tool (?:output|result|response))\s*:",
     re.I | re.M,
 )
-_TEMPERATURE = re.compile(r"-?\d+(?:\.\d+)?\s*(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)", re.I)
+_TEMPERATURE = re.compile(r"-?\d+(?:\.\d+)?(?:\s*(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)|[CF]\b)", re.I)
 _CONDITION = re.compile(
     r"\b(?:sunny|cloudy|overcast|rain(?:y|ing)?|drizzl(?:e|ing)|snow(?:y|ing)?|clear sk(?:y|ies)|fog(?:gy)?|windy|storm(?:y|s)?"
     r"|thunderstorms?|pleasant|humid(?:ity)?|breez(?:e|y)|showers?|partly cloudy|mild)\b",
     re.I,
 )
+_WEATHER_SENTENCE = re.compile(
+    r"\b(?:weather|it)\b[^.!?\n]{0,40}\b(?:is|looks|feels)\s+(?:\w+\s+){0,2}?(?:lovely|beautiful|nice|hot|cold|warm|chilly|freezing|cool"
+    r"|gorgeous|perfect|great|fine|wonderful|sunny|cloudy|rainy|pleasant|mild)\b",
+    re.I,
+)
 _LISTING = re.compile(
     r"\b(?:here(?:'s| is| are) (?:the |a )?(?:list(?:ing)? of |complete list of )?(?:the )?files|(?:the |these )?files (?:in|of) (?:the |your )?"
     r"(?:current |working )*director(?:y|ies) (?:are|is|include)|listing(?: of)? files|list of files:|the (?:\w+\.\w+ )?file contains"
-    r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+))\b",
+    r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+)"
+    r"|the (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b)\b",
     re.I,
 )
 _OUTPUT_CLAIM = re.compile(
-    r"^[ \t]*(?:\**Output\**|\**Result\**)[ \t]*:|\bthe output (?:is|will be)\b|\bthis will (?:print|output)\b", re.I | re.M
+    r"^[ \t]*(?:\**Output\**|\**Result\**)[ \t]*:|\bthe output (?:is|will be)\b|(?:^[ \t]*|\bso[ \t]+)the output[ \t]*:"
+    r"|\bthis will (?:print|output)\b",
+    re.I | re.M,
 )
 _LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+\S", re.M)
 _EFFECT = re.compile(
@@ -157,7 +169,9 @@ def _tool_only_facts(content: ContentResult, calls: list[ToolCall], past: Histor
     known = "\n".join([*past.prompt_parts, tools_text(tools)]).lower()
     found = []
     if "weather" in domains and (
-        _TEMPERATURE.search(claims) or (_CONDITION.search(claims) and re.search(r"weather|temperature", claims, re.I))
+        _TEMPERATURE.search(claims)
+        or (_CONDITION.search(claims) and re.search(r"weather|temperature", claims, re.I))
+        or _WEATHER_SENTENCE.search(claims)
     ):
         found.append("weather: " + short(claims.strip(), 120))
     if "file" in domains:
@@ -176,7 +190,7 @@ def _file_facts(content: ContentResult, claims: str, known: str) -> list[str]:
             found.append(f"{label}: {short(m.group(), 80)}")
     if _OUTPUT_CLAIM.search(content.visible) and (content.code or _LIST_LINE.search(content.prose)):
         found.append("output: shown as what the code prints")
-    listed = "\n".join(m.group() for m in re.finditer(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+.*$", claims, re.M))
+    listed = "\n".join(m.group() for m in re.finditer(r"^[ \t]*(?:[-*•|]|\d+[.)])[ \t]+.*$", claims, re.M))  # list or table rows
     found += [
         f"file name: {m.group(1)}" for m in FILE_TOKEN.finditer(listed[:MAX_REPAIR_CHARS]) if m.group(1).lower() not in known
     ][:4]
@@ -278,8 +292,11 @@ _CODE_EFFECT = re.compile(
     r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|\w+\s*=\s*\[\s*\{",
 )
 _HANDED_OVER = re.compile(
-    r"\b(?:you can|you could|you may|we can) use (?:the following|this|a|the) (?:code|script|command|function|snippet|program)"
-    r"|\bhere(?:'s| is) (?:the|a|an) (?:\w+ )?(?:code|script|python (?:code|script)|command|snippet) (?:to|that)\b",
+    r"\b(?:you can|you could|you may|we can) use (?:the following|this|a|an|the) (?:[\w-]+ ){0,2}?(?:code|script|command|function"
+    r"|snippet|program|loop|list comprehension)"
+    r"|\bhere(?:'s| is) (?:the|a|an) (?:\w+ )?(?:code|script|python (?:code|script)|command|snippet) (?:to|that)\b"
+    r"|\bhere(?:'s| is) (?:a |the |an )?(?:possible |simple |modified |updated |step-by-step |complete |example )*"
+    r"(?:solution|guide|version of the code|implementation)\b|\bhere(?:'s| is) how (?:you|to)\b",
     re.I,
 )
 
@@ -307,14 +324,31 @@ def no_call_step(
             "narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}
         }
     offered = isinstance(tools, list) and bool(tools) and requires_tool is not False
+    told = _told_to_call(content.prose, tools) if offered else None
+    if told:
+        return {"narration_without_call"}, {"narration_without_call": {"cue": "tells how to call " + told}}
     code = [c for c in content.code if _CODE_EFFECT.search(c)]
     if _CODE_LINE.search(content.prose) and _CODE_EFFECT.search(content.prose):
         code.append(content.prose)
-    if offered and (code or (content.code and _HANDED_OVER.search(content.prose))):
+    handed = _HANDED_OVER.search(content.prose) and (content.code or _LIST_LINE.search(content.prose))
+    if handed and offered:  # steps or code for the task itself: they name what the offered tools work on
+        shown = "\n".join([content.prose, *content.code])
+        handed = any(_DOMAIN_WORDS[d].search(shown) for d in tool_domains(tools))
+    if offered and (code or handed):
         return {"narration_without_call"}, {
             "narration_without_call": {"cue": "code: " + short((code or content.code)[0].strip(), 80)}
         }
     return set(), {}
+
+
+def _told_to_call(prose: str, tools: list[Any]) -> str | None:
+    """An offered tool's name after "call"/"use"/"invoke" in the prose: the reply tells how to call it instead of calling it."""
+    names = [n for n in offered_tools(tools) if len(n) > 2]
+    if not names:
+        return None
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)[:200])
+    m = re.search(rf"\b(?:call|use|invoke|run)\s+(?:the\s+)?[`\"']?({alternatives})\b", prose, re.I)
+    return m.group(1) if m else None
 
 
 # --------------------------------------------------------------------------- markup and requirement

@@ -61,10 +61,12 @@ def _strip_reasoning(text: str) -> tuple[str, int, str]:
 
 
 _WRAPPER = r"tool_calls?|toolcalls?|tool-calls?|tools?|tool[_-]?uses?|functions?|function[_-]?calls?|functioncalls?|json|call"
-_MARKERS = r"\[TOOL_CALLS?\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
+_MARKERS = r"\[TOOL_CALLS?\]|\[TOOL_REQUEST\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
 _TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})", re.I)
 _TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
-_MARKER_CLOSE = re.compile(r"<\|python_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|<\|eom_id\|>|<\|eot_id\|>", re.I)
+_MARKER_CLOSE = re.compile(
+    r"<\|python_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>", re.I
+)
 
 
 @dataclass
@@ -134,7 +136,7 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
     return regions
 
 
-_FENCE = re.compile(r"(`{3,}|~{3,})([A-Za-z0-9_+#.-]*)(.*?)(?:\1|\Z)", re.S)
+_FENCE = re.compile(r"(`{3,}|~{3,})([A-Za-z0-9_+#.-]*)(.*?)(?:\1(?![A-Za-z0-9_+#.-])|\Z)", re.S)  # ```python never closes
 _SHELL_LANGS = frozenset({"bash", "sh", "shell", "console", "zsh", "terminal", "cmd", "powershell", "ps1", "fish"})
 _SHELL_LINE = re.compile(
     r"^\s*(?:\$ \S|(?:ls|cat|echo|mkdir|touch|cd|python3?|pip3?|rm|cp|mv|grep|find|curl|wget|git|npm|sed|awk|"

@@ -20,6 +20,7 @@ around JSON arguments. Rules: docs/failure-modes.md.
 from __future__ import annotations
 
 import ast
+import heapq
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -310,15 +311,19 @@ _KEY_VALUE = re.compile(
     r"^[ \t]*(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?:\"[^\"\n]*\"|'[^'\n]*'|\S+))+)[ \t]*$", re.M
 )
 _KEY_VALUE_ARG = re.compile(r"([A-Za-z_]\w*)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|(\S+))")
+_SELF_CLOSING = re.compile(
+    r"^[ \t]*<(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?:\"[^\"\n]*\"|'[^'\n]*'))*)[ \t]*/>[ \t]*$", re.M
+)
 
 
 def key_value_candidates(text: str, tool_names: frozenset[str], *, tools_known: bool) -> list[Cand]:
-    """A tool's name followed by ``key="value"`` pairs on one line (``read_file file="a.txt"``): the model's own notation.
+    """A tool's name followed by ``key="value"`` pairs on one line (``read_file file="a.txt"``), or a
+    self-closing tag on its own line (``<get_location/>``, ``<read_file path="a.txt"/>``): the model's own notation.
 
     The name must be offered, or (tools not known) look like a function name (``read_file``).
     """
     cands: list[Cand] = []
-    for m in _KEY_VALUE.finditer(text):
+    for m in heapq.merge(_KEY_VALUE.finditer(text), _SELF_CLOSING.finditer(text), key=lambda m: m.start()):
         name = m.group("name")
         if len(cands) >= MAX_CANDIDATES or not (name in tool_names or (not tools_known and "_" in name)):
             continue
