@@ -330,7 +330,7 @@ def no_call_step(
     code = [c for c in content.code if _CODE_EFFECT.search(c)]
     if _CODE_LINE.search(content.prose) and _CODE_EFFECT.search(content.prose):
         code.append(content.prose)
-    handed = _HANDED_OVER.search(content.prose) and (content.code or _LIST_LINE.search(content.prose))
+    handed = bool(_HANDED_OVER.search(content.prose) and (content.code or _LIST_LINE.search(content.prose)))
     if handed and offered:  # steps or code for the task itself: they name what the offered tools work on
         shown = "\n".join([content.prose, *content.code])
         handed = any(_DOMAIN_WORDS[d].search(shown) for d in tool_domains(tools))
