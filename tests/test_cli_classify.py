@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.classifier import CLASSIFIER_VERSION, FAILURE_MODES
+from harness.classifier import CLASSIFIER_VERSION, FAILURE_MODES, GUIDE
 from harness.cli import main
 from tests.helpers import cli
 
@@ -115,7 +115,23 @@ def test_list_modes(capsys):
     assert main(["classify", "--list-modes"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(FAILURE_MODES)
-    assert all(FAILURE_MODES[line.split()[0]] in line for line in lines)
+    assert all(FAILURE_MODES[line.split()[0]].replace("`", "") in line for line in lines)
+    guide = (ROOT / GUIDE).read_text(encoding="utf-8")
+    for line in lines:
+        mode = line.split()[0]
+        assert line.endswith(f"[{GUIDE}#{mode}]")
+        assert f"\n### `{mode}`\n" in guide  # the link's anchor: the mode's own section
+
+
+def _table(prefix: str) -> str:
+    escaped = {mode: text.replace("|", "\\|") for mode, text in FAILURE_MODES.items()}
+    rows = [f"| [`{mode}`]({prefix}#{mode}) | {text} |" for mode, text in escaped.items()]
+    return "\n".join(["| mode | definition |", "|---|---|", *rows]) + "\n"
+
+
+def test_readme_and_guide_tables_are_the_canonical_definitions():
+    assert _table(GUIDE) in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert _table("") in (ROOT / GUIDE).read_text(encoding="utf-8")
 
 
 def test_subprocess_stdin():

@@ -23,6 +23,7 @@ from harness.classifier.heuristics import escape_step, repeat_step, scan_history
 from harness.classifier.types import (
     CLASSIFIER_VERSION,
     FAILURE_MODES,
+    GUIDE,
     MAX_CANDIDATES,
     MAX_DEPTH,
     MAX_HISTORY_MESSAGES,
@@ -45,6 +46,7 @@ __all__ = [
     "CLASSIFIER_VERSION",
     "Classification",
     "FAILURE_MODES",
+    "GUIDE",
     "MAX_CANDIDATES",
     "MAX_DEPTH",
     "MAX_HISTORY_MESSAGES",

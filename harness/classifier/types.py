@@ -17,6 +17,7 @@ __all__ = [
     "CLASSIFIER_VERSION",
     "Classification",
     "FAILURE_MODES",
+    "GUIDE",
     "MAX_CANDIDATES",
     "MAX_DEPTH",
     "MAX_HISTORY_MESSAGES",
@@ -39,43 +40,43 @@ __all__ = [
 #: Bump whenever any label for some input can change; stored with every label set.
 CLASSIFIER_VERSION = "2.0.0"
 
-#: Canonical failure modes, in canonical order: name -> one-line definition.
+#: Canonical failure modes, in canonical order: name -> one-line definition (Markdown; the same text as the
+#: table in docs/failure-modes.md, whose section ``#<name>`` holds the full rule).
 FAILURE_MODES: dict[str, str] = {
     # envelope
-    "raw_json_in_content": "a call object written as bare JSON text in the content",
-    "code_fence": "a call inside a Markdown code fence, with or without a language",
-    "mixed_prose": "natural-language text around a call written in the content",
-    "tool_call_tags_in_content": "<tool_call> markup left in the content",
-    "wrong_wrapper_tag": "another wrapper or marker (<tools>, <function>, <json>, [TOOL_CALLS], "
-    "<|python_tag|>...), or unclosed / mismatched tags",
-    "foreign_call_syntax": "a call that is not a JSON object: pythonic name(arg=...) or XML-style parameters",
-    "multiple_calls": "more than one call in one reply",
+    "raw_json_in_content": "A call object written as bare JSON text in the content, outside any tag or fence.",
+    "code_fence": "A call inside a Markdown code fence (backticks or tildes), with or without a language.",
+    "mixed_prose": "Natural-language text around a call written in the content.",
+    "tool_call_tags_in_content": "`<tool_call>` markup left in the content.",
+    "wrong_wrapper_tag": "Another wrapper or marker around a call (`<tools>`, `<function>`, `<json>`, `<function_calls>`, `[TOOL_CALLS]`, `<|python_tag|>`, `<|tool_call|>`, channel syntax such as `<|channel|>commentary to=functions.x`), or unclosed / mismatched tags.",
+    "foreign_call_syntax": 'A call that is not a JSON object: pythonic `name(arg=...)`, XML-style parameters (`<function=name><parameter=k>v</parameter>`, `<invoke name="...">`), or a vendor\'s own syntax.',
+    "multiple_calls": "More than one call in one reply.",
     # payload
-    "invalid_json": "a call-like object that no repair makes parseable",
-    "pseudo_code_in_arguments": "argument values written as code: + concatenation, function calls, "
-    "template literals, f-strings, bare identifiers",
-    "repaired_json": "a call parseable only after repair (missing closing braces, trailing commas, single-quoted Python dicts)",
-    "stringified_arguments": "arguments given as a JSON string instead of an object (or double-encoded)",
-    "nonstandard_keys": "a call object with other keys than name/arguments (parameters, tool/params, "
-    "action/action_input, short form)",
+    "invalid_json": "A call-like object that no repair makes parseable.",
+    "pseudo_code_in_arguments": "Argument values written as code: `+` concatenation, function calls, template literals, f-strings, bare identifiers.",
+    "repaired_json": "A call parseable only after repair: missing closing braces or quotes, trailing commas, bare keys, single-quoted Python dicts, `True`/`False`/`None`.",
+    "stringified_arguments": "Arguments given as a JSON string instead of an object (or double-encoded).",
+    "nonstandard_keys": "A call object with other keys than `name`/`arguments`.",
     # validation
-    "unknown_tool": "a call to a tool that was not offered (nearest offered name in details)",
-    "schema_violation": "arguments break the tool's JSON Schema: missing required, wrong type, unexpected argument",
+    "unknown_tool": "A call to a tool that was not offered.",
+    "schema_violation": "Arguments break the tool's JSON Schema: a missing required argument, a wrong type, an unexpected argument, a value outside `enum` or `pattern`.",
     # behaviour
-    "repeated_call": "the same name and canonical arguments as an earlier call in the run",
-    "fabricated_tool_result": "the reply asserts tool output no tool returned (tool-response markup, "
-    "or names that appear in no tool result or prompt)",
-    "narration_without_call": "no call while the text announces or shows an action instead of taking it",
-    "empty_response": "no content and no call",
-    "truncated_by_length": "the server stopped the reply at the token limit (finish_reason length)",
-    "reasoning_leak": "<think>-style reasoning blocks left in the content",
-    "sandbox_escape_attempt": "a path argument outside the sandbox (absolute, ~, or climbing above . via ..)",
+    "repeated_call": "The same call (name and canonical arguments) as an earlier call in the run.",
+    "fabricated_tool_result": "The reply presents as fact what only a tool could have told it, when no tool told it that: invented tool output, or values that contradict what a tool returned.",
+    "narration_without_call": "No call, while the text announces or shows an action instead of taking it.",
+    "empty_response": "No content and no call.",
+    "truncated_by_length": "The server stopped the reply at the token limit.",
+    "reasoning_leak": "`<think>`-style reasoning blocks left in the content.",
+    "sandbox_escape_attempt": "A path argument outside the sandbox: absolute, `~`, a drive letter, or climbing above `.` with `..`.",
     # added in classifier 2.0: judged only when their inputs are given
-    "skipped_required_tool": "the run ends without the tool it needed: no call, no tool has answered, and the scenario requires one",
-    "unneeded_call": "a call when the scenario declares that no tool is needed",
-    "call_in_reasoning": "a call written only in the reasoning (reasoning_content / thinking field, or a <think> block)",
-    "chat_markup_leak": "chat-template markup echoed as text (<|im_start|>, <|eot_id|>, <end_of_turn>, [INST], ...)",
+    "skipped_required_tool": "The run ends without the tool it needed: a reply with no call, when no tool has answered in the run and the scenario declares that a tool is needed (`requires_tool`).",
+    "unneeded_call": "A call when the scenario declares that no tool is needed: the restraint failure.",
+    "call_in_reasoning": "A call written only in the reasoning: in the `reasoning_content`/`thinking` field the server returned beside the content, or inside a `<think>` block, with no call outside it.",
+    "chat_markup_leak": "Chat-template markup echoed as text: `<|im_start|>`, `<|im_end|>`, `<|eot_id|>`, `<|start_header_id|>`, `<|end|>`, `<start_of_turn>`, `<end_of_turn>`, `[INST]`, `<|endoftext|>`, `</s>`: what a base model or a wrong chat template produces.",
 }
+
+#: The labelling guide, relative to the repository root: the full rule of mode ``m`` is its section ``#m``.
+GUIDE = "docs/failure-modes.md"
 
 #: The fixed, documented order of lenient recovery steps (see docs/failure-modes.md).
 RECOVERY_STEPS: tuple[str, ...] = (

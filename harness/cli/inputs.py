@@ -107,7 +107,7 @@ def add_classify(sub: Subparsers) -> None:
         ),
     )
     cmd.add_argument("file", nargs="?", metavar="FILE", help='the JSON document, or "-" for stdin')
-    cmd.add_argument("--list-modes", action="store_true", help="print every failure mode with its definition")
+    cmd.add_argument("--list-modes", action="store_true", help="print every failure mode with its definition and its section of the labelling guide")
     cmd.set_defaults(func=_cmd_classify)
 
 
@@ -117,12 +117,12 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     Raises:
         UsageError: no FILE, FILE unreadable, or not one JSON object.
     """
-    from harness.classifier import FAILURE_MODES, classify_document
+    from harness.classifier import FAILURE_MODES, GUIDE, classify_document
 
     if args.list_modes:
         width = max(len(name) for name in FAILURE_MODES)
         for name, definition in FAILURE_MODES.items():
-            print(f"{name:<{width}}  {definition}")
+            print(f"{name:<{width}}  {definition.replace('`', '')}  [{GUIDE}#{name}]")
         return 0
     if args.file is None:
         raise UsageError("classify needs FILE (a JSON document, or - for stdin), or --list-modes.")
