@@ -3,10 +3,16 @@
 Run: ``python benchmarks/classifier_speed.py`` from the repository root. Prints the median and
 p99 per reply kind and for the whole mix, in milliseconds. Not a test: timings depend on the
 machine; the target is a median under 1 ms for a 2 KB reply.
+
+``--adversarial`` prints, for inputs built to trigger quadratic scans (an unclosed string of
+escaped quotes, runs of quotes, braces, tags, fences, call openers), the time at 16 KB to 1 MB
+and the time per KB relative to 16 KB: a ratio near 1 (or below, once the content passes
+``MAX_SCAN_CHARS``) is linear; a quadratic scan would show 64 at 1 MB.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -113,7 +119,39 @@ def p99(samples: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+ADVERSARIAL = {
+    "unclosed string of \\'": ('{"name": "list_files", "arguments": {"path": \'', "\\'"),
+    'unclosed string of \\"': ('{"name": "write_file", "arguments": {"content": "', '\\"'),
+    "run of quotes": ("", '"'),
+    "run of {": ("", "{"),
+    'run of {"a":': ("", '{"a":'),
+    "run of <tool_call>": ("", "<tool_call>"),
+    "run of fences": ("", "```json\n"),
+    "run of list_files(": ("", "list_files("),
+    "run of Action: lines": ("", "Action: list_files\n"),
+    "run of <think>": ("", "<think>"),
+}
+SIZES_KB = (16, 64, 256, 1024)
+
+
+def adversarial() -> None:
+    """Time each adversarial shape at each size; print ms and the per-KB ratio to 16 KB."""
+    print(f"{'adversarial input':26} " + " ".join(f"{f'{kb} KB ms':>10}" for kb in SIZES_KB) + f" {'per-KB ratio at 1 MB':>22}")
+    for name, (head, unit) in ADVERSARIAL.items():
+        times = []
+        for kb in SIZES_KB:
+            content = head + unit * ((kb * 1024 - len(head)) // len(unit))
+            times.append(min(timed({"content": content}, 3)))
+        ratio = (times[-1] / SIZES_KB[-1]) / (times[0] / SIZES_KB[0])
+        print(f"{name:26} " + " ".join(f"{t:10.1f}" for t in times) + f" {ratio:22.2f}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--adversarial", action="store_true", help="time adversarial inputs from 16 KB to 1 MB")
+    if parser.parse_args().adversarial:
+        adversarial()
+        return
     print(f"{'reply kind':24} {'bytes':>7} {'median ms':>10} {'p99 ms':>8}")
     everything: list[float] = []
     for name, response in MIX.items():

@@ -86,7 +86,18 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 
 def _unhedged(text: str) -> str:
     """``text`` without its hedged or hypothetical sentences ("it might be sunny", "for example, ...")."""
-    return "\n".join(s for s in _SENTENCE.split(text) if not _HEDGE.search(s))
+    hedges = [m.start() for m in _HEDGE.finditer(text)]  # one pass over the text, not one search per sentence
+    if not hedges:
+        return text
+    kept, start, i = [], 0, 0
+    for cut in [*_SENTENCE.finditer(text), None]:
+        end = cut.start() if cut else len(text)
+        while i < len(hedges) and hedges[i] < start:
+            i += 1
+        if i == len(hedges) or hedges[i] >= end:
+            kept.append(text[start:end])
+        start = cut.end() if cut else end
+    return "\n".join(kept)
 
 
 # --------------------------------------------------------------------------- fabricated tool result
@@ -198,16 +209,27 @@ def _file_facts(content: ContentResult, claims: str, known: str) -> list[str]:
 
 
 def _contradictions(content: ContentResult, calls: list[ToolCall], past: History, tools: Any) -> list[str]:
-    """Names and values in the reply or its call arguments that no tool result, prompt or definition holds (rule 3)."""
+    """Names and values in the reply or its call arguments that no tool result, prompt or definition holds (rule 3).
+
+    The sentences are checked whole first; only when something is found are the hedged ones
+    dropped and the check repeated (most final answers repeat what the tools said, so the
+    costlier sentence split is rarely needed).
+    """
     known = "\n".join([*past.known_parts, tools_text(tools)]).lower()
+    claims = _claims(content)
+    found = _unexplained(claims, content, calls, past, known)
+    return _unexplained(_unhedged(claims), content, calls, past, known) if found else []
+
+
+def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], past: History, known: str) -> list[str]:  # noqa: PLR0913 - the claims and what explains them
+    """Rule 3 on the given claims: see :func:`_contradictions`."""
     own_paths = {value.replace("\\", "/").rsplit("/", 1)[-1].lower() for call in calls for _k, value in path_values(call)}
-    claims = _unhedged(_claims(content))
     texts = [claims] + [v for call in calls for v in string_values(call.arguments, skip_paths=True)]
     found: list[str] = []
     seen: set[str] = set()
     results = "\n".join(past.tool_results)
-    result_values = {_norm(v) for v in _VALUE.findall(results)}
-    known_norm = _norm(known)
+    result_values: set[str] | None = None
+    known_norm = ""
     for text in texts:
         for m in FILE_TOKEN.finditer(text[:MAX_REPAIR_CHARS]):
             token = m.group(1).lower()
@@ -215,6 +237,8 @@ def _contradictions(content: ContentResult, calls: list[ToolCall], past: History
                 seen.add(token)
                 found.append(m.group(1))
         for m in _VALUE.finditer(text[:MAX_REPAIR_CHARS]):
+            if result_values is None:  # only replies that state values pay for reading the results' values
+                result_values, known_norm = {_norm(v) for v in _VALUE.findall(results)}, _norm(known)
             value, norm = m.group(), _norm(m.group())
             temperature = _TEMPERATURE.fullmatch(value.strip())
             if temperature and _temperature_given(value, results):
@@ -223,8 +247,8 @@ def _contradictions(content: ContentResult, calls: list[ToolCall], past: History
             if (result_values or measured) and norm not in result_values and norm not in known_norm and value not in seen:
                 seen.add(value)
                 found.append(f"value: {value}")
-    conditions = {c.lower() for c in _CONDITION.findall(results)}
     stated = {c.lower() for c in _CONDITION.findall(claims)} - {"pleasant", "mild"}
+    conditions = {c.lower() for c in _CONDITION.findall(results)} if stated else set()
     if conditions and stated - conditions:
         found.append(f"condition: {sorted(stated - conditions)[0]} (the tool said {', '.join(sorted(conditions))})")
     found += _count_mismatch(texts, past)
@@ -251,6 +275,9 @@ def _norm(value: str) -> str:
 
 def _count_mismatch(texts: list[str], past: History) -> list[str]:
     """A stated number of files that differs from the length of the last listing a tool returned."""
+    counts = [m for text in texts for m in _COUNT.finditer(text)]
+    if not counts:
+        return []
     listing = None
     for result in reversed(past.tool_results):
         body = re.sub(r"</?tool_response>", "", result).strip()
@@ -265,12 +292,11 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
             break
     if listing is None:
         return []
-    for text in texts:
-        for m in _COUNT.finditer(text):
-            word = m.group(1).lower()
-            number = int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
-            if number is not None and number != len(listing):
-                return [f"count: {m.group()} (the listing held {len(listing)})"]
+    for m in counts:
+        word = m.group(1).lower()
+        number = int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
+        if number is not None and number != len(listing):
+            return [f"count: {m.group()} (the listing held {len(listing)})"]
     return []
 
 

@@ -7,6 +7,7 @@ The rules and their rationale are in docs/failure-modes.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -53,6 +54,7 @@ _PATH_KEY = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1024)
 def _path_key(key: str) -> bool:
     snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key)
     return bool(_PATH_KEY.search(snake))
@@ -183,7 +185,7 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
 
 def repeat_step(calls: list[ToolCall], past: History) -> tuple[set[str], dict[str, Any]]:
     """``repeated_call``: a call whose canonical name and arguments equal an earlier call's."""
-    repeats = [c.canonical() for c in calls if c.canonical() in past.earlier]
+    repeats = [key for key in (c.canonical() for c in calls) if key in past.earlier]
     if not repeats:
         return set(), {}
     return {"repeated_call"}, {"repeated_call": sorted(set(repeats))}

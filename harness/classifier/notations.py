@@ -305,6 +305,8 @@ _HEADERS = (
     # "<function_call><name>x</name><arguments>{...}</arguments>" and the like
     re.compile(r"<name>\s*(?P<name>[\w.-]+)\s*</name>\s*(?:<(?:arguments|parameters|args)>\s*)?(?=\{)"),
 )
+_HEADER_NEEDLES = ("to=", "<|tool_call_begin|>", "<｜tool▁sep｜>", "[ARGS]", "<name>")
+"""For each of :data:`_HEADERS`, a literal that every match contains."""
 _HEADER_END = re.compile(r"\s*(?:```\s*)?(?:<\|call\|>|<\|tool_call_end\|>|<\|tool_calls_section_end\|>|<｜tool▁call▁end｜>"
                          r"|<｜tool▁calls▁end｜>|</(?:arguments|parameters|args)>)*")  # fmt: skip
 _KEY_VALUE = re.compile(
@@ -347,7 +349,9 @@ _ARROW = re.compile(r"\{\s*tool\s*=>\s*[\"']([\w.-]+)[\"']")
 def vendor_candidates(text: str) -> list[Cand]:
     """Vendor headers around JSON arguments (``wrapper``) and arrow-notation calls (``foreign``), by position."""
     cands: list[Cand] = []
-    for pattern in _HEADERS:
+    for needle, pattern in zip(_HEADER_NEEDLES, _HEADERS, strict=True):
+        if needle not in text:  # a literal every match holds: most replies skip the regex entirely
+            continue
         pos = 0
         while len(cands) < MAX_CANDIDATES:
             m = pattern.search(text, pos)

@@ -107,7 +107,11 @@ def add_classify(sub: Subparsers) -> None:
         ),
     )
     cmd.add_argument("file", nargs="?", metavar="FILE", help='the JSON document, or "-" for stdin')
-    cmd.add_argument("--list-modes", action="store_true", help="print every failure mode with its definition and its section of the labelling guide")
+    cmd.add_argument(
+        "--list-modes",
+        action="store_true",
+        help="print every failure mode with its definition and its section of the labelling guide",
+    )
     cmd.set_defaults(func=_cmd_classify)
 
 
