@@ -876,3 +876,58 @@ def test_a_pathological_schema_pattern_times_out_as_a_schema_violation():
     result = run(None, tool_calls=[structured("f", json.dumps({"x": "a" * 60 + "!"}))], tools=tools)
     assert result.failure_modes == ["schema_violation"]
     assert "timed out" in result.details["schema_violation"][0]["message"]
+
+
+# --------------------------------------------------------------------------- calls a server's parser mangled
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("name", ["get_weatherget_weather", "get_weather.get_weather", "functions.get_weather"])
+def test_a_name_the_server_repeated_or_prefixed_is_unknown_but_lenient_calls_the_offered_tool(name):
+    result = classify({"content": None, "tool_calls": [structured(name, '{"city": "Paris"}')]}, tools=WEATHER_TOOLS)
+    assert result.failure_modes == ["unknown_tool"]
+    assert result.details["unknown_tool"] == {name: "get_weather"}
+    assert [(c.name, c.valid) for c in result.calls("strict")] == [(name, False)]  # strict acts on what was sent
+    assert [(c.name, c.arguments, c.valid) for c in result.calls("lenient")] == [("get_weather", {"city": "Paris"}, True)]
+
+
+def test_a_different_unknown_name_is_not_mended():
+    result = classify({"content": None, "tool_calls": [structured("get_weathers", '{"city": "Paris"}')]}, tools=WEATHER_TOOLS)
+    assert result.failure_modes == ["unknown_tool"] and "mended_names" not in result.details
+    assert [c.name for c in result.calls("lenient")] == ["get_weathers"]
+
+
+@pytest.mark.parametrize("raw", ['<|python_tag|>{"city": "Paris"}', 'functions.get_weather:0 {"city": "Paris"}'])
+def test_an_argument_string_with_a_junk_prefix_is_repaired(raw):
+    result = classify({"content": None, "tool_calls": [structured("get_weather", raw)]}, tools=WEATHER_TOOLS)
+    assert result.failure_modes == ["repaired_json"]
+    assert [(c.arguments, c.valid) for c in result.calls("strict")] == [({"city": "Paris"}, True)]
+
+
+def test_an_argument_string_that_is_only_junk_stays_invalid():
+    result = classify({"content": None, "tool_calls": [structured("get_weather", "city=Paris")]}, tools=WEATHER_TOOLS)
+    assert "invalid_json" in result.failure_modes and result.calls("strict")[0].arguments == {}
+
+
+def test_recovered_argument_values_keep_their_exact_text():
+    tools = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
+        "path": {"type": "string"}, "content": {"type": "string"}}}}}]  # fmt: skip
+    cases = {
+        "<function=write_file>\n<parameter=path>\na.txt\n</parameter>\n<parameter=content>\n  two  spaces \n\nline2\n"
+        "</parameter>\n</function>": "  two  spaces \n\nline2",
+        "write_file(path='a.txt', content='  x  \\n')": "  x  \n",
+        '<function=write_file>{"path": "a.txt", "content": "  y  "}</function>': "  y  ",
+        'Action: write_file\nAction Input: {"path": "a.txt", "content": " z "}': " z ",
+    }
+    for content, expected in cases.items():
+        [call] = classify({"content": content}, tools=tools).calls("lenient")
+        assert call.arguments == {"path": "a.txt", "content": expected}, content

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "2.0.0"
+CLASSIFIER_VERSION = "2.1.0"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition (Markdown; the same text as the
 #: table in docs/failure-modes.md, whose section ``#<name>`` holds the full rule).
@@ -184,7 +184,8 @@ class Classification:
 
         Args:
             parser: ``"strict"`` (structured calls only) or ``"lenient"`` (structured calls if
-                any, else recovered calls).
+                any, a name the server's parser visibly mangled replaced by the offered name in
+                ``details["mended_names"]``; else recovered calls).
 
         Returns:
             The list of calls (may be empty).
@@ -195,6 +196,10 @@ class Classification:
         if parser == "strict":
             return list(self.structured_calls)
         if parser == "lenient":
+            mended = self.details.get("mended_names") if isinstance(self.details, dict) else None
+            if self.structured_calls and isinstance(mended, dict):
+                return [replace(c, name=mended[c.name], valid=True, errors=[]) if c.name in mended else c
+                        for c in self.structured_calls]  # fmt: skip
             return list(self.structured_calls or self.recovered_calls)
         raise ValueError(f"unknown parser policy {parser!r}; expected one of {', '.join(PARSER_POLICIES)}")
 

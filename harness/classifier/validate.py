@@ -223,6 +223,10 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
         if isinstance(value, str):  # double-encoded
             modes.add("stringified_arguments")
             value = loads(value)
+        if value is FAIL and structured:
+            value = _after_junk(raw)
+            if value is not FAIL:
+                modes.add("repaired_json")
         if value is FAIL:
             value = literal(raw)
             if value is FAIL:
@@ -238,6 +242,38 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
             return jsonable(value), [], modes
         return {}, [f"arguments are a JSON {type(value).__name__}, not an object"], modes
     return {}, [f"arguments are a {type(raw).__name__}, not an object"], modes
+
+
+def _after_junk(raw: str) -> Any:
+    """A JSON object after a short junk prefix the server's parser left in an argument string
+    (``'<|python_tag|>{"path": "."}'``, ``'functions.list_files:0 {...}'``), else :data:`FAIL`."""
+    start = raw.find("{", 1, 200)
+    if start < 0:
+        return FAIL
+    value = loads(raw[start:])
+    return value if isinstance(value, Mapping) else FAIL
+
+
+def mended_name(name: str, tool_names: frozenset[str]) -> str | None:
+    """The offered name inside a name the server's parser visibly mangled: repeated
+    (``get_weatherget_weather``, ``get_weather.get_weather``) or prefixed (``functions.get_weather``).
+
+    Returns None when ``name`` is offered or no offered name explains it.
+    """
+    if name in tool_names or not name:
+        return None
+    for prefix in ("functions.", "function.", "tools.", "tool."):
+        if name.startswith(prefix) and name[len(prefix) :] in tool_names:
+            return name[len(prefix) :]
+    for tool in tool_names:
+        rest = name
+        for sep in ("", ".", "_", " ", ","):
+            parts = rest.split(sep) if sep else None
+            if parts and len(parts) > 1 and all(p == tool for p in parts):
+                return tool
+        if len(name) % len(tool) == 0 and len(name) > len(tool) and tool * (len(name) // len(tool)) == name:
+            return tool
+    return None
 
 
 def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
@@ -296,7 +332,9 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
 
     Returns:
         ``(modes, evidence)``: evidence ``{"unknown_tool": {name: nearest offered name or None},
-        "schema_violation": [{"tool", "message"}]}`` for the modes found.
+        "schema_violation": [{"tool", "message"}]}`` for the modes found, and ``"mended_names":
+        {name: offered name}`` for structured calls whose name the server visibly mangled (the
+        lenient parser calls the offered tool; see :func:`mended_name`).
     """
     modes: set[str] = set()
     evidence: dict[str, Any] = {}
@@ -307,10 +345,13 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
     violations: list[dict[str, str]] = []
     for call in calls:
         if call.name not in tool_names:
-            nearest = _nearest_name(call.name, tool_names)
+            mended = mended_name(call.name, tool_names) if call.source == "structured" else None
+            nearest = mended or _nearest_name(call.name, tool_names)
             unknown[call.name] = nearest
             call.valid = False
             call.errors.append(f"unknown tool {call.name!r}" + (f"; nearest offered: {nearest!r}" if nearest else ""))
+            if mended:
+                evidence.setdefault("mended_names", {})[call.name] = mended
             continue
         errors = _schema_errors(offered[call.name], call.arguments)
         errors += [e for e in call.errors if e.endswith("not an object")]  # [1, 2], 7, null: the shape itself is wrong
