@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.backends.replay import ReplayBackend  # noqa: E402
 from harness.ledger import Ledger  # noqa: E402
+from harness.loop import RunOptions  # noqa: E402
 from harness.runner import MatrixOverrides, expand_matrix, run_matrix  # noqa: E402
 from harness.scenarios import load_scenario  # noqa: E402
 from tests.fake_agent_server import FakeAgentServer  # noqa: E402
@@ -71,7 +72,9 @@ def overhead(tmp: Path, runs: int = 200) -> None:
     plans = expand_matrix([SCENARIO], MatrixOverrides([f"replay:{cassette}"], [0.0], runs, None, ["native"], None))
     with _TimedLedger(tmp / "overhead.sqlite") as ledger:
         start = time.perf_counter()
-        result = run_matrix(plans, ledger, runs_dir=tmp / "runs", backend_factory=lambda spec, **kw: _TimedReplay(cassette))
+        result = run_matrix(
+            plans, ledger, RunOptions(runs_dir=tmp / "runs"), backend_factory=lambda spec, **kw: _TimedReplay(cassette)
+        )
         elapsed = time.perf_counter() - start
     total_turns = sum(s.turns for s in result.summaries)
     ordered = sorted(_OVERHEAD_MS)
@@ -93,7 +96,7 @@ def scaling(tmp: Path, delay_s: float = 0.2) -> None:
             )
             with Ledger(tmp / f"scale{jobs}.sqlite") as ledger:
                 start = time.perf_counter()
-                result = run_matrix(plans, ledger, runs_dir=tmp / "runs", jobs=jobs)
+                result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp / "runs", jobs=jobs))
                 elapsed = time.perf_counter() - start
             assert all(s.outcome == "pass" for s in result.summaries), [s.outcome for s in result.summaries]
             throughput = len(result.summaries) / elapsed
@@ -106,8 +109,8 @@ def ledger_concurrency(tmp: Path) -> None:
     with FakeAgentServer(slots=16) as server:
         plans = expand_matrix([SCENARIO], MatrixOverrides([f"openai:ideal@{server.base_url}"], [0.0], 16, None, ["native"], None))
         with Ledger(tmp / "concurrent.sqlite") as ledger:
-            result = run_matrix(plans, ledger, runs_dir=tmp / "runs", jobs=16)
-            counts = {t: ledger.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in ("runs", "turns", "run_ends")}
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp / "runs", jobs=16))
+            counts = ledger.row_counts()
             check = ledger.verify()
     print("3. Ledger under 16 concurrent runs")
     print(

@@ -22,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.ledger import GENESIS_HASH, Ledger, _row_hash, canonical_json  # noqa: E402
+from harness.canonical import canonical_json  # noqa: E402
+from harness.ledger import Ledger  # noqa: E402
+from harness.ledger.chain import GENESIS_HASH, row_hash  # noqa: E402
 
 MODELS = ["ollama:qwen2.5-coder:1.5b", "ollama:qwen2.5-coder:7b", "ollama:llama3.2:3b", "embedded:smollm2-135m"]
 MODES = ["raw_json_in_content", "code_fence", "mixed_prose", "repeated_call", "empty_response", "narration_without_call"]
@@ -33,7 +35,7 @@ def _chain(db, table: str, columns: list[str], rows: list[tuple]) -> None:
     prev = GENESIS_HASH
     out = []
     for row in rows:
-        digest = _row_hash(prev, columns, row)
+        digest = row_hash(prev, columns, row)
         out.append((*row, prev, digest))
         prev = digest
     marks = ", ".join("?" * (len(columns) + 2))
@@ -73,7 +75,8 @@ def build(path: Path, n_turns: int) -> None:
                      content=content, tool_calls=None, recovered_calls="[]", executed_calls="[]",
                      failure_modes=canonical_json(modes), recovered_by=None, classifier_version="1", finish_reason="stop",
                      prompt_tokens=500 + 50 * n, completion_tokens=rng.randint(5, 200), latency_ms=rng.uniform(50, 3000),
-                     started_at="2026-01-01T00:00:00.000+00:00", ended_at="2026-01-01T00:00:01.000+00:00", details="{}")  # fmt: skip
+                     started_at="2026-01-01T00:00:00.000+00:00", ended_at="2026-01-01T00:00:01.000+00:00", details="{}",
+                     reasoning=None)  # fmt: skip
             turns.append(tuple(t[c] for c in cols["turns"]))
         outcome = rng.choices(["pass", "task_failed", "turn_limit", "infra_error"], [0.6 - 0.12 * weak, 0.25, 0.1, 0.05])[0]
         e = dict(run_id=run_id, outcome=outcome, turns=TURNS_PER_RUN, prompt_tokens=6000, completion_tokens=800, breach=None,
