@@ -26,7 +26,9 @@ def plural(count: int, word: str) -> str:
 
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
-    """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed``."""
+    """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed
+    (...); failure modes: none; run 3fa2b1c04e5d`` (the run id's first 12 characters: a prefix that
+    ``harness review`` and ``harness attest`` accept)."""
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
@@ -34,7 +36,8 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
         f"{p.tool_mode}/{p.parser} rep={p.repetition} -> {summary.outcome}{extra} "
-        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}"
+        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}; "
+        f"run {summary.run_id[:12]}"
     )
 
 
@@ -137,5 +140,5 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
         print(f"harness: skipped {plural(count, 'run')} of {model}: {reason}", file=sys.stderr)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:
-        print(f"harness: {infra} runs could not be done (infra_error: server failures, not model failures, "
+        print(f"harness: {plural(infra, 'run')} could not be done (infra_error: server failures, not model failures, "
               "excluded from pass rates); run the same command again to retry them.", file=sys.stderr)  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.ledger import Ledger
-from tests.helpers import assert_one_sentence_error, cli, finished_ledger, ledger_counts
+from tests.helpers import REPO, assert_one_sentence_error, cli, finished_ledger, ledger_counts
 
 
 # red-team finding: export --out onto the ledger truncated it
@@ -89,3 +89,15 @@ def test_guard_export_of_an_empty_ledger_and_rescore_of_an_unfinished_run(tmp_pa
     db.close()
     rc, out, _ = cli(capsys, "rescore", "--ledger", finished, "--force")
     assert rc == 0 and "3 turns re-classified" in out
+
+
+def test_ledger_migrate_says_whether_it_created_upgraded_or_found_it_current(tmp_path, capsys):
+    new = tmp_path / "new.sqlite"
+    assert main(["ledger", "migrate", "--ledger", str(new)]) == 0
+    assert capsys.readouterr().out.startswith(f"{new}: created, schema m001_initial")
+    assert main(["ledger", "migrate", "--ledger", str(new)]) == 0
+    assert capsys.readouterr().out.startswith(f"{new}: schema already up to date")
+    old = tmp_path / "old.sqlite"
+    old.write_bytes((REPO / "tests" / "data" / "ledger_m003.sqlite").read_bytes())
+    assert main(["ledger", "migrate", "--ledger", str(old)]) == 0
+    assert capsys.readouterr().out.startswith(f"{old}: upgraded, applied m004_turn_reasoning;")

@@ -41,7 +41,7 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
             print(f"harness: {path} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {path}` upgrades it.",
                   file=sys.stderr)  # fmt: skip
         return 0
-    print(f"harness: {path}: verification FAILED at {result.problem}.", file=sys.stderr)
+    print(f"harness: {path}: verification FAILED: {result.problem}.", file=sys.stderr)
     return 1
 
 
@@ -49,8 +49,19 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
     from harness.ledger import Ledger
 
     path = ledger_path(args)
+    existed = path.exists()
+    pending: list[str] = []
+    if existed:
+        with Ledger(path, readonly=True) as old:
+            pending = old.pending_migrations()
     with Ledger(path) as ledger:
-        print(f"{path}: schema up to date ({', '.join(ledger.applied_migrations())}).")
+        applied = ", ".join(ledger.applied_migrations())
+    if not existed:
+        print(f"{path}: created, schema {applied}.")
+    elif pending:
+        print(f"{path}: upgraded, applied {', '.join(pending)}; schema {applied}.")
+    else:
+        print(f"{path}: schema already up to date ({applied}).")
     return 0
 
 
@@ -63,6 +74,7 @@ def add_rescore(sub: Subparsers) -> None:
 
 
 def _cmd_rescore(args: argparse.Namespace) -> int:
+    from harness.console import plural
     from harness.ledger import Ledger
     from harness.rescore import rescore
 
@@ -71,11 +83,11 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
         raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
     with Ledger(path) as ledger:
         result = rescore(ledger, force=args.force)
-    print(f"{path}: {result.turns} turns re-classified with classifier {result.version} "
-          f"({result.changed} changed labels, {result.skipped_current} already current).")  # fmt: skip
+    print(f"{path}: {plural(result.turns, 'turn')} re-classified with classifier {result.version} "
+          f"({plural(result.changed, 'changed label')}, {result.skipped_current} already current).")  # fmt: skip
     if result.history_mismatch:
         print(
-            f"harness: warning: {result.history_mismatch} turns' rebuilt messages did not match their request hash.",
+            f"harness: warning: the rebuilt messages of {plural(result.history_mismatch, 'turn')} did not match their request hash.",
             file=sys.stderr,
         )
     return 0

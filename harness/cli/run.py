@@ -94,7 +94,7 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
     for i, item in enumerate(planned.planned, 1):
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{' (done)' if item.done else ''}")
     for model, reason, count in planned.skipped:
-        print(f"harness: {count} runs of {model} cannot be planned: {reason}", file=sys.stderr)
+        print(f"harness: {plural(count, 'run')} of {model} cannot be planned: {reason}", file=sys.stderr)
     print(
         f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run."
     )
