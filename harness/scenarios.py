@@ -247,6 +247,9 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(f"{path}: unknown field 'matrix.{unknown[0]}'; expected only {', '.join(sorted(_MATRIX))}.")
     matrix = _load_matrix(path, matrix_data)
     api_key_env = f.text("api_key_env", required=False) or None
+    requires_tool = f.boolean("requires_tool", True)
+    if requires_tool and not tool_names:
+        raise f.fail("requires_tool", "false when tools = [] (a task that needs a tool must offer one)", True)
     return Scenario(
         name=name,
         path=path,
@@ -264,7 +267,7 @@ def load_scenario(path: str | Path) -> Scenario:
         max_tokens=f.integer("max_tokens", 256),
         num_ctx=f.integer("num_ctx", 4096, minimum=256),
         api_key_env=api_key_env,
-        requires_tool=f.boolean("requires_tool", True),
+        requires_tool=requires_tool,
         matrix=matrix,
     )
 

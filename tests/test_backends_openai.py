@@ -239,3 +239,20 @@ def test_reasoning_reaches_the_ledger(tmp_path, scenario):
     summary, facts = run_server(tmp_path, scenario, [body])
     assert [t.record.reasoning for t in facts["turn_rows"]] == ["<tool_call>no</tool_call> maybe"]
     assert summary.turns == 1
+
+
+# red-team finding: a server that sends "reasoning_content": null beside "reasoning" lost the reasoning
+def test_a_null_reasoning_content_falls_back_to_reasoning():
+    message = {"role": "assistant", "content": "Hi.", "reasoning_content": None, "reasoning": "The user greets me."}
+    body = {"choices": [{"message": message, "finish_reason": "stop"}]}
+    with FakeServer({("POST", CHAT): json_reply(200, body)}) as server, _backend(server) as backend:
+        assert backend.generate(MESSAGES, None, OPTIONS).reasoning == "The user greets me."
+
+
+# red-team finding: a lone surrogate in the messages (echoed from a model's reply) made the request a traceback
+def test_text_utf8_cannot_hold_is_sent_as_json_escapes():
+    messages = [{"role": "user", "content": "file says \udcff here"}]
+    with FakeServer({("POST", CHAT): json_reply(200, TEXT_BODY)}) as server, _backend(server) as backend:
+        reply = backend.generate(messages, None, OPTIONS)
+    assert reply.content == "done"
+    assert server.posts(CHAT)[0]["messages"] == messages  # the server decodes exactly what was sent

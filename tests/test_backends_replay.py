@@ -177,3 +177,13 @@ def test_guard_malformed_cassette_lines_are_usage_errors(tmp_path, capsys, line)
     cassette.write_text(line + "\n", encoding="utf-8")
     rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{cassette}")
     assert rc == 2 and "line 1" in err
+
+
+# red-team finding: a reply holding a lone surrogate could not be written to a UTF-8 cassette
+def test_a_reply_utf8_cannot_hold_is_recorded_and_replayed_exactly(tmp_path):
+    path = tmp_path / "c.jsonl"
+    with CassetteRecorder(path) as recorder:
+        recorder.record(_reply(content="bad \udcff byte, héllo"))
+    path.read_bytes().decode("utf-8")  # the file is valid UTF-8
+    backend = ReplayBackend(path)
+    assert backend.generate([], None, GenerateOptions(temperature=0.0)).content == "bad \udcff byte, héllo"

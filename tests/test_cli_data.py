@@ -101,3 +101,37 @@ def test_ledger_migrate_says_whether_it_created_upgraded_or_found_it_current(tmp
     old.write_bytes((REPO / "tests" / "data" / "ledger_m003.sqlite").read_bytes())
     assert main(["ledger", "migrate", "--ledger", str(old)]) == 0
     assert capsys.readouterr().out.startswith(f"{old}: upgraded, applied m004_turn_reasoning;")
+
+
+def _edited_ledger(tmp_path, **columns):
+    """A one-run ledger whose turns row was edited behind the dropped triggers' back."""
+    from tests.ledger_builders import SMALL, add_run
+
+    path = tmp_path / "edited.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "r1", model=SMALL, turns=[(["raw_json_in_content"], "x")])
+    db = sqlite3.connect(path)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        db.execute(f"DROP TRIGGER {name}")
+    for column, value in columns.items():
+        db.execute(f"UPDATE turns SET {column} = ?", (value,))
+    db.commit()
+    db.close()
+    return path
+
+
+# red-team finding: a ledger edited to hold text that is not JSON, or JSON of the wrong shape,
+# made export, report and review a traceback
+@pytest.mark.parametrize(
+    "columns", [{"failure_modes": "{bad"}, {"executed_calls": '"str"'}, {"recovered_calls": '{"a": 1}'}, {"details": "[1, 2]"}]
+)
+@pytest.mark.parametrize("command", [["export"], ["report", "--format", "md"], ["review", "r1"], ["rescore"]])
+def test_an_edited_json_column_is_one_sentence_never_a_traceback(tmp_path, capsys, columns, command):
+    path = _edited_ledger(tmp_path, **columns)
+    extra = ["--out", str(tmp_path / "rep")] if command[0] == "report" else []
+    rc, out, err = cli(capsys, *command, "--ledger", path, *extra)
+    if "failure_modes" not in columns and command[0] in ("export", "report"):
+        assert (rc, err) == (0, "")  # export and report do not read calls or details
+        return
+    assert_one_sentence_error(rc, err)
+    assert "harness ledger verify" in err

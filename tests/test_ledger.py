@@ -16,6 +16,7 @@ import pytest
 from harness.errors import LedgerError
 from harness.ledger import Attempt, Attestation, Labels, Ledger, RunEnd, RunStart, TurnRecord, record_fields
 from tests.helpers import cli, finished_ledger
+from tests.ledger_builders import SMALL, add_run
 
 
 def run_start(run_id: str = "r1", **overrides) -> RunStart:
@@ -298,3 +299,45 @@ def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
             ledger.verify().problem
             == "turns row seq=1 (run old1, turn 1): row_hash does not match its content (the row was edited)"
         )
+
+
+# red-team finding: an honest ledger failed to verify when a number's type differed from its
+# column's (latency 0 stored as 0.0, a temperature of -0.0, a token count sent as 5.0)
+@pytest.mark.parametrize(("temperature", "latency"), [(0, 0), (-0.0, -0.0), (1, 5), (0.7, 12.0)])
+def test_numbers_of_another_type_than_their_column_still_verify(tmp_path, temperature, latency):
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        add_run(ledger, "r1", model=SMALL, temperature=temperature, latency=latency)
+        assert ledger.verify().ok, ledger.verify().problem
+        assert ledger.turns()[0].record.latency_ms == float(latency)
+
+
+# red-team finding: SQLite refusing a migration was a traceback
+def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path, capsys):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    path.write_bytes((Path(__file__).parent / "data" / "ledger_m003.sqlite").read_bytes())
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE turns ADD COLUMN reasoning TEXT")  # what m004 adds: the edit makes m004 fail
+    db.commit()
+    db.close()
+    rc, _out, err = cli(capsys, "ledger", "migrate", "--ledger", path)
+    assert rc != 0 and err.startswith("harness: cannot bring the ledger at") and err.count("\n") == 1
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.pending_migrations() == ["m004_turn_reasoning"]
+
+
+# red-team finding: an edited column history made `ledger verify` a traceback
+def test_an_edited_column_history_fails_verification_in_one_sentence(tmp_path, capsys):
+    import sqlite3
+
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "r1", model=SMALL)
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER _added_columns_no_update")
+    db.execute("UPDATE _added_columns SET last_seq_without = 'abc'")
+    db.commit()
+    db.close()
+    rc, _out, err = cli(capsys, "ledger", "verify", "--ledger", path)
+    assert rc == 1 and "_added_columns was edited" in err and err.count("\n") == 1

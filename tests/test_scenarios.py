@@ -252,3 +252,13 @@ def test_guard_unreadable_scenario_files_are_scenario_errors(tmp_path):
     for path in (tmp_path, latin1, tmp_path / "missing.toml"):
         with pytest.raises(ScenarioError):
             load_scenario(path)
+
+
+# red-team finding: a scenario offering no tool could still declare that its task needs one
+def test_requires_tool_with_no_tool_offered_is_rejected(tmp_path):
+    tools = ('tools = ["list_files", "read_file", "write_file"]', "tools = []")
+    path = scenario_toml(tmp_path, head_replace=[tools])
+    with pytest.raises(ScenarioError, match=r"field 'requires_tool' must be false when tools = \[\]"):
+        load_scenario(path)
+    allowed = scenario_toml(tmp_path, head_replace=[tools, ("turn_limit", "requires_tool = false\nturn_limit")], name="ok.toml")
+    assert load_scenario(allowed).requires_tool is False

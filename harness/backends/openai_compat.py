@@ -18,6 +18,7 @@ Design:
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -183,7 +184,7 @@ class OpenAICompatBackend(Backend):
             latency_ms=latency_ms,
             raw=body,
             identity=self._reply_identity(),
-            reasoning=message.get("reasoning_content", message.get("reasoning")),
+            reasoning=message.get("reasoning_content") or message.get("reasoning"),
         )
 
     def _unreachable_message(self) -> str:
@@ -210,7 +211,12 @@ class OpenAICompatBackend(Backend):
         """Send one request, translating every ``httpx`` error into a :class:`BackendError`."""
         timeout = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
         try:
-            return self._client.request(method, url, json=json_body, headers=self._headers, timeout=timeout)
+            if json_body is None:
+                return self._client.request(method, url, headers=self._headers, timeout=timeout)
+            # ASCII JSON: text UTF-8 cannot hold (a lone surrogate echoed from a model or a file) is sent as \u escapes
+            body = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
+            headers = {**self._headers, "Content-Type": "application/json"}
+            return self._client.request(method, url, content=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             seconds = timeout_s if timeout_s is not None else self.timeout_s
             raise BackendTimeout(

@@ -146,9 +146,16 @@ def write_cassette_line(fh: IO[str], reply: Reply) -> None:
 
     Args:
         fh: a text file opened for writing.
-        reply: the reply to record; written as :meth:`Reply.response_dict`.
+        reply: the reply to record; written as :meth:`Reply.response_dict`. Text that UTF-8
+            cannot hold (a lone surrogate a server sent) is written as JSON ``\\u`` escapes, so
+            the line reads back as exactly the reply.
     """
-    fh.write(json.dumps(reply.response_dict(), ensure_ascii=False, separators=(",", ":")) + "\n")
+    line = json.dumps(reply.response_dict(), ensure_ascii=False, separators=(",", ":"))
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(reply.response_dict(), ensure_ascii=True, separators=(",", ":"))
+    fh.write(line + "\n")
 
 
 class CassetteRecorder:

@@ -21,7 +21,7 @@ from harness.ledger.records import (
     record_fields,
     utc_now,
 )
-from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger
+from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger, decode_labels
 
 __all__ = [
     "CHAINED_TABLES",
@@ -42,4 +42,5 @@ __all__ = [
     "canonical_json",
     "record_fields",
     "utc_now",
+    "decode_labels",
 ]

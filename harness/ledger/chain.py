@@ -33,8 +33,9 @@ def storable(value: Any, declared: str) -> Any:
     """The value exactly as SQLite will store and return it in a column of the declared type.
 
     Hashing this (not the Python value) keeps the chain verifiable whatever a model or server sent:
-    TEXT columns get text, booleans become integers, integers beyond 64 bits become text, and
-    strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
+    TEXT columns get text, booleans become integers, integers beyond 64 bits become text, REAL
+    columns get floats and INTEGER columns integral floats as integers (SQLite's type affinity),
+    zero loses its sign, and strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
     """
     if value is None:
         return None
@@ -46,6 +47,12 @@ def storable(value: Any, declared: str) -> Any:
         value = str(value)
     if isinstance(value, float) and value != value:
         return None  # SQLite stores NaN as NULL
+    if declared == "REAL" and isinstance(value, int):
+        value = float(value)  # REAL affinity: 0 comes back as 0.0
+    if isinstance(value, float) and value == 0:
+        value = 0.0 if declared == "REAL" else 0  # SQLite does not keep the sign of zero
+    if declared == "INTEGER" and isinstance(value, float) and value.is_integer() and _INT64[0] <= value <= _INT64[1]:
+        value = int(value)  # INTEGER affinity: 5.0 comes back as 5
     if isinstance(value, str):
         value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
@@ -68,7 +75,10 @@ def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
         The :class:`~harness.ledger.records.VerifyResult`.
     """
     triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
-    added = added_columns(db)
+    try:
+        added = added_columns(db)
+    except (TypeError, ValueError):
+        return VerifyResult(False, 0, "the column history _added_columns was edited (a last_seq_without that is not a number)")
     checked = 0
     for table in CHAINED_TABLES:
         names = list(columns[table])

@@ -122,7 +122,11 @@ def m004_turn_reasoning(db: sqlite3.Connection) -> None:
 
 
 def added_columns(db: sqlite3.Connection) -> dict[str, dict[str, int]]:
-    """Columns added to chained tables after their creation: table -> column -> last ``seq`` written without it."""
+    """Columns added to chained tables after their creation: table -> column -> last ``seq`` written without it.
+
+    Raises:
+        ValueError, TypeError: a ``last_seq_without`` is not a number (the table was edited).
+    """
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_added_columns'").fetchone():
         return {}
     added: dict[str, dict[str, int]] = {}

@@ -331,6 +331,21 @@ def json_columns(record: Any) -> dict[str, Any]:
     return out
 
 
+_LIST_ITEM_TYPES: dict[str, type] = {
+    "recovered_calls": dict, "executed_calls": dict, "checks": dict,
+    "failure_modes": str, "escape_attempts": str, "files_written": str,
+}  # fmt: skip
+
+
+def _well_shaped(name: str, value: Any) -> bool:
+    """Whether a decoded JSON column has the shape its record field promises."""
+    if name in _LIST_ITEM_TYPES:
+        return isinstance(value, list) and all(isinstance(item, _LIST_ITEM_TYPES[name]) for item in value)
+    if name in _EMPTY_DICT_FIELDS or name == "breach":
+        return isinstance(value, dict) or (name == "breach" and value is None)
+    return True
+
+
 def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
     """Build a record from a row's columns, decoding JSON columns and ``git_dirty``.
 
@@ -340,7 +355,8 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
         table: the table read, named in the error.
 
     Raises:
-        LedgerError: a JSON column holds text that is not JSON (the file was edited).
+        LedgerError: a JSON column holds text that is not JSON, or JSON of the wrong shape (a
+            list where an object belongs, a call that is not an object): the file was edited.
     """
     values: dict[str, Any] = {}
     for f in fields(cls):  # type: ignore[arg-type]
@@ -353,6 +369,9 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
                 raise LedgerError(
                     f"the {table} row of {where} has a {f.name} that is not JSON; run `harness ledger verify`."
                 ) from exc
+            if not _well_shaped(f.name, value):
+                where = f"run {row.get('run_id')}" + (f", turn {row['turn']}" if "turn" in row else "")
+                raise LedgerError(f"the {table} row of {where} has a {f.name} of the wrong shape; run `harness ledger verify`.")
         elif value is None and f.name in _EMPTY_LIST_FIELDS | _EMPTY_DICT_FIELDS:
             value = [] if f.name in _EMPTY_LIST_FIELDS else {}  # a NULL column of an older or edited row
         elif f.name == "git_dirty" and value is not None:

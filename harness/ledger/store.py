@@ -131,10 +131,9 @@ def decode_labels(text: str, row: dict[str, Any]) -> list[str]:
     try:
         labels = json.loads(text)
     except (TypeError, ValueError) as exc:
-        raise LedgerError(
-            f"the labels of run {row.get('run_id')}, turn {row.get('turn')} are not JSON; run `harness ledger verify`."
-        ) from exc
-    return list(labels) if isinstance(labels, list) else []
+        where = f" of run {row.get('run_id')}, turn {row.get('turn')}" if row else ""
+        raise LedgerError(f"the failure modes{where} are not JSON; run `harness ledger verify`.") from exc
+    return [m for m in labels if isinstance(m, str)] if isinstance(labels, list) else []
 
 
 class Ledger:
@@ -199,9 +198,19 @@ class Ledger:
 
         Returns:
             Names of the migrations applied now (empty when up to date).
+
+        Raises:
+            LedgerError: SQLite refused a migration (a read-only file or folder, a full disk, a
+                file locked by another program); nothing of that migration is applied.
         """
         with self._lock:
-            return migrations.apply(self._db, self._transaction)
+            try:
+                return migrations.apply(self._db, self._transaction)
+            except sqlite3.Error as exc:
+                raise LedgerError(
+                    f"cannot bring the ledger at {self.path} up to date ({exc}); check that the file and its folder are "
+                    "writable, or open it read-only with a command that only reads."
+                ) from exc
 
     def applied_migrations(self) -> list[str]:
         """Names of applied migrations, in order applied."""
@@ -377,7 +386,7 @@ class Ledger:
             f" LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
         )
         for row in rows:
-            row["failure_modes"] = json.loads(row["failure_modes"])
+            row["failure_modes"] = decode_labels(row["failure_modes"], row)
             yield row
 
     def attempts(self, run_id: str | None = None) -> list[Attempt]:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.ledger import Ledger
+from harness.ledger import Ledger, decode_labels
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = ["LedgerFrames", "load_frames"]
@@ -115,7 +114,7 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     turns["finish_reason"] = turns["finish_reason"].astype("category")
     turns["latency_ms"] = turns["latency_ms"].astype(float)
     codes, uniques = pd.factorize(turns["failure_modes"])
-    decoded = [tuple(json.loads(text)) for text in uniques]
+    decoded = [tuple(decode_labels(text, {})) for text in uniques]
     as_objects = np.empty(len(decoded), dtype=object)
     for i, modes in enumerate(decoded):
         as_objects[i] = modes
