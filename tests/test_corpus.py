@@ -78,6 +78,7 @@ REAL_CASES = [
     "embedded-support_triage-t07-s10-prompt-turn1",  # tells the user to call list_tickets instead of calling it
     "embedded-weather_probe-t1-s12-prompt-turn1",  # an empty <tool_response></tool_response> is not a result
     "embedded-extract_fields-t1-s11-prompt-turn2",  # "This will write ... field_name.json" describes code, claims nothing
+    "embedded-long_context-t1-s10-prompt-turn1",  # a broken echo of the tool definitions is not a second call
 ]
 
 

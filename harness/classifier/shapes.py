@@ -38,18 +38,17 @@ _ARGS_KEY_RE = re.compile(
 
 def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
     """A tool definition, offered or invented, not a call: ``{"type": "function", "function": {"name", "description", ...}}``,
-    or a bare ``{"name", "description", "parameters": <schema>}`` / ``{"type": "function", "function": {..., "parameters": <schema>}}``."""
+    or a bare ``{"name", "description", "parameters": <schema>}`` (an empty schema too) / ``{"type": "function", "function":
+    {..., "parameters": <schema>}}``."""
     fn = obj.get("function")
     spec: Mapping[str, Any] = fn if isinstance(fn, Mapping) else obj
     if isinstance(fn, Mapping) and obj.get("type") == "function" and "description" in fn:
         return True
     params = spec.get("parameters")
-    return (
-        isinstance(params, Mapping)
-        and params.get("type") == "object"
-        and isinstance(params.get("properties"), Mapping)
-        and ("description" in spec or obj.get("type") == "function")
-    )
+    if not isinstance(params, Mapping) or not ("description" in spec or obj.get("type") == "function"):
+        return False
+    schema_like = params.get("type") == "object" and isinstance(params.get("properties"), Mapping)
+    return schema_like or (not params and "description" in spec)  # {"name", "description", "parameters": {}}
 
 
 def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list[RawCall]:
