@@ -192,11 +192,12 @@ class Agreement:
         return next((m for m in self.modes if m.mode == name), ModeScore(name, 0, 0, 0))
 
 
-def agreement(entries: Iterable[CorpusEntry]) -> Agreement:
+def agreement(entries: Iterable[CorpusEntry], *, ignore: Iterable[str] = ()) -> Agreement:
     """Classify every entry's reply and compare its label set with the corpus's.
 
     Args:
         entries: corpus entries (e.g. all, or only the held-out ones).
+        ignore: modes left out of both label sets (to score an older classifier that lacks them).
 
     Returns:
         The :class:`Agreement`.
@@ -204,15 +205,17 @@ def agreement(entries: Iterable[CorpusEntry]) -> Agreement:
     counts: dict[str, list[int]] = {}
     replies = exact = 0
     disagreements = []
+    skip = frozenset(ignore)
     for entry in entries:
-        predicted = tuple(sorted(classify_document(entry.document())["failure_modes"]))
+        predicted = tuple(sorted(set(classify_document(entry.document())["failure_modes"]) - skip))
+        labels = tuple(sorted(set(entry.labels) - skip))
         replies += 1
-        if predicted == entry.labels:
+        if predicted == labels:
             exact += 1
         else:
-            disagreements.append((entry, entry.labels, predicted))
-        for mode in set(predicted) | set(entry.labels):
+            disagreements.append((entry, labels, predicted))
+        for mode in set(predicted) | set(labels):
             tally = counts.setdefault(mode, [0, 0, 0])
-            tally[0 if mode in predicted and mode in entry.labels else 1 if mode in predicted else 2] += 1
+            tally[0 if mode in predicted and mode in labels else 1 if mode in predicted else 2] += 1
     modes = [ModeScore(m, *counts[m]) for m in FAILURE_MODES if m in counts]
     return Agreement(replies, exact, modes, disagreements)

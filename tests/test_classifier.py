@@ -937,3 +937,16 @@ def test_recovered_argument_values_keep_their_exact_text():
     for content, expected in cases.items():
         [call] = classify({"content": content}, tools=tools).calls("lenient")
         assert call.arguments == {"path": "a.txt", "content": expected}, content
+
+
+def test_an_equal_copy_of_a_text_gets_its_own_quote_index():
+    # newcomer finding: an equality-keyed cache compared a 256 KB text in full on every string lookup once an equal
+    # copy had been cached (4x slower past 256 KB in the adversarial benchmark); the cache now matches by identity
+    from harness.classifier import jsonscan
+
+    first = "{'" + "\\'" * 1000
+    copy = "".join(list(first))
+    assert copy == first and copy is not first
+    assert jsonscan.string_end(first, 1, "'") == jsonscan.string_end(copy, 1, "'") == -1
+    assert jsonscan._quote_index(copy) is not jsonscan._quote_index(first)
+    assert jsonscan._quote_index(copy) is jsonscan._quote_index(copy)

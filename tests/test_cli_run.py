@@ -116,3 +116,13 @@ def test_weather_answer_without_a_call_shows_its_failure_modes_in_the_run_line_a
     assert rc == 0, err
     report = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert "skipped_required_tool" in report and "fabricated_tool_result" in report
+
+
+# newcomer finding: the timeout message said "raise the timeout" but nothing could raise it
+def test_timeout_flag_sets_how_long_one_reply_may_take(tmp_path, capsys):
+    ledger = tmp_path / "l.sqlite"
+    with FakeAgentServer(delay_s=2.5) as server:
+        rc, out, err = cli(capsys, "run", "--model", f"openai:m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
+                           "--timeout", "1", "--max-attempts", "1", "--repeats", "1")  # fmt: skip
+    assert rc == 1 and "infra_error" in out and "did not answer within 1 s" in out
+    assert_one_sentence_error(*cli(capsys, "run", "--timeout", "0", "--dry-run")[::2])

@@ -25,8 +25,8 @@ def test_one_run_on_a_real_ollama_model(tmp_path, tool_mode):
     plans = expand_matrix([scenario], MatrixOverrides([f"ollama:{MODEL}"], [0.0], 1, None, [tool_mode], None))
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs"))
+        assert not result.skipped, f"HARNESS_LIVE_OLLAMA is set but the run was skipped: {result.skipped[0][1]}"
         [run] = ledger.runs()
         assert ledger.verify().ok
-    assert not result.skipped, result.skipped
     assert run.outcome in OUTCOMES and run.outcome != "infra_error", run.end.error
     assert run.start.server_version and run.start.model_digest.startswith("sha256:")

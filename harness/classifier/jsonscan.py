@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import functools
 import json
 import re
 import warnings
@@ -45,9 +44,18 @@ _QUOTE_RUN = re.compile(r"(\\*)([\"'])")
 _NEWLINE = re.compile(r"\n")
 
 
-@functools.lru_cache(maxsize=16)
+_RECENT: list[tuple[str, _QuoteIndex]] = []
+"""The last few texts indexed, matched by identity: an equality-keyed cache would compare a long
+text character by character on every lookup once an equal copy of it had been cached."""
+
+
 def _quote_index(text: str) -> _QuoteIndex:
-    return _QuoteIndex(text)
+    for cached, index in list(_RECENT):  # a copy: other threads may classify at the same time
+        if cached is text:
+            return index
+    index = _QuoteIndex(text)
+    _RECENT[:] = [(text, index), *_RECENT[:3]]
+    return index
 
 
 def string_end(text: str, start: int, quote: str, allow_newline: bool = True) -> int:

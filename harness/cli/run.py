@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -45,6 +46,9 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument(
         "--max-attempts", type=int, default=4, metavar="N", help="attempts per model call on server errors (default 4)"
     )
+    p.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds to wait for one model reply (default 300)"
+    )
     p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
     p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
@@ -59,6 +63,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.jobs <= 256 or not 1 <= args.max_attempts <= 100:
         raise UsageError("--jobs must be from 1 to 256 and --max-attempts from 1 to 100.")
+    if not 1 <= args.timeout <= 86_400:  # also refuses nan
+        raise UsageError("--timeout must be from 1 to 86400 seconds.")
     if args.record is not None and args.record.exists() and not args.record.is_dir():
         raise UsageError(f"--record {args.record} is a file; give a folder for the cassettes.")
     overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
@@ -70,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(plans, path)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, retry=RetryPolicy(max_attempts=args.max_attempts),
                          use_cache=args.cache, record_dir=args.record)  # fmt: skip
-    result = _run(plans, path, options, resume=not args.no_resume)
+    result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout)
     if args.record is not None and not result.summaries:
         print(
             "harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.",
@@ -101,8 +107,9 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
     return 0
 
 
-def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool) -> MatrixResult:
+def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float) -> MatrixResult:
     """Run the matrix with progress on the terminal; a second Ctrl-C quits the process at once."""
+    from harness.backends import open_backend
     from harness.console import Progress, plural, print_run_summary
     from harness.ledger import Ledger
     from harness.runner import MatrixQuit, run_matrix
@@ -111,7 +118,8 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool)
     with Ledger(path) as ledger:
         progress = Progress(len(plans), path)
         try:
-            result = run_matrix(plans, ledger, options, resume=resume, events=progress)
+            factory = functools.partial(open_backend, timeout_s=timeout_s)
+            result = run_matrix(plans, ledger, options, resume=resume, events=progress, backend_factory=factory)
         except MatrixQuit as quit:
             progress.close()
             print(
