@@ -131,6 +131,11 @@ ADVERSARIAL = {
     "run of list_files(": ("", "list_files("),
     "run of Action: lines": ("", "Action: list_files\n"),
     "run of <think>": ("", "<think>"),
+    'run of  a=" (key=value)': ("x", ' a="'),
+    "run of newlines": ("Sure! Here are the files:", "\n"),
+    'run of {tool => "x"': ("", '{tool => "x" '),
+    "run of to=functions.a": ("", "to=functions.a "),
+    "one long a.py token": ("See ", "a.py"),
 }
 SIZES_KB = (16, 64, 256, 1024)
 

@@ -950,3 +950,66 @@ def test_an_equal_copy_of_a_text_gets_its_own_quote_index():
     assert jsonscan.string_end(first, 1, "'") == jsonscan.string_end(copy, 1, "'") == -1
     assert jsonscan._quote_index(copy) is not jsonscan._quote_index(first)
     assert jsonscan._quote_index(copy) is jsonscan._quote_index(copy)
+
+
+# --------------------------------------------------------------------------- red-team: bounded work on any input
+
+HANGS = {
+    "key=value backtracking": "x" + ' a="' * 36 + " !",  # was exponential: 12.5 s at 148 characters
+    "blank lines to the token limit": "Sure! Here are the files:" + "\n" * 64_000,  # was 147 s (^\s* under re.M)
+    "arrow calls": '{tool => "x" ' * 20_000,  # was quadratic: 293 s at 256 KB
+    "harmony headers": "to=functions.a " * 4_400,  # was 30 s at 64 KB
+    "commentary headers": "commentary to=x " * 4_000,
+    "one long file-like token": "See " + "a.py" * 16_000 + "a",  # was quadratic within the token
+}
+
+
+@pytest.mark.parametrize("content", list(HANGS.values()), ids=list(HANGS))
+def test_inputs_that_made_a_scan_super_linear_finish(content):
+    # the benchmark (classifier_speed.py --adversarial) shows the times; here each must simply finish and be labelled
+    result = run(content, history=HISTORY, reasoning=content if "\n" in content else None)
+    assert isinstance(result.failure_modes, list) and "internal_error" not in result.details
+
+
+def _validate(schema: dict, arguments: dict) -> list[str]:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    result = run(None, tool_calls=[structured("f", json.dumps(arguments))], tools=tools)
+    return result.details.get("schema_violation", [])
+
+
+def test_many_keys_or_items_cost_at_most_one_pattern_budget():
+    evil = {"type": "object", "properties": {"x": {"type": "string"}}, "patternProperties": {"^(a|a)*$": {"type": "string"}}}
+    errors = _validate(evil, {"a" * 30 + "!" + str(i): "v" for i in range(160)})  # was 8.6 s: 0.05 s per key
+    assert errors and all("timed out" in e["message"] or "unexpected" in e["message"] for e in errors)
+    contains = {"type": "object", "properties": {"xs": {"type": "array", "contains": {"type": "string", "pattern": "^(a|a)*$"}}}}
+    assert _validate(contains, {"xs": ["a" * 30 + "!"] * 160})  # was 8 s
+
+
+def test_unique_items_and_enum_keep_json_schema_equality_in_linear_time():
+    unique = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
+    assert _validate(unique, {"xs": [{"a": [i]} for i in range(10_000)]}) == []  # was 152 s (pairwise)
+    assert _validate(unique, {"xs": [{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]})  # equal objects: key order and 1 == 1.0
+    assert _validate(unique, {"xs": [1, True]}) == []  # true is not 1 in JSON Schema
+    enum = {"type": "object", "properties": {"xs": {"type": "array", "items": {"enum": [f"s{i}" for i in range(20_000)] + [1]}}}}
+    assert _validate(enum, {"xs": [f"s{i}" for i in range(4_000)] + [1.0]}) == []  # was 6 s
+    assert _validate(enum, {"xs": ["s1", True]})
+
+
+def test_a_schema_that_allows_other_arguments_is_the_only_judge_of_them():
+    base = {"type": "object", "properties": {"x": {"type": "string"}}}
+    assert _validate(base, {"x": "a", "y": 1})  # not stated: an argument outside properties is unexpected
+    for allowing in ({"additionalProperties": True}, {"additionalProperties": {"type": "integer"}},
+                     {"allOf": [{"properties": {"y": {"type": "integer"}}}]}):  # fmt: skip
+        assert _validate({**base, **allowing}, {"x": "a", "y": 1}) == [], allowing
+
+
+def test_a_tool_schema_that_cannot_be_applied_is_not_the_models_fault():
+    broken = {"type": "object", "properties": {"x": {"$ref": "#/$defs/Missing"}}}
+    assert _validate(broken, {"x": "a"}) == []
+
+
+def test_near_miss_names_among_a_thousand_tools_are_judged_quickly():
+    tools = [{"type": "function", "function": {"name": f"tool_{i}_name", "parameters": {}}} for i in range(1000)]
+    calls = [structured(f"tool_{i}_nam", "{}", f"c{i}") for i in range(128)]  # was 3.8 s in difflib
+    result = run(None, tool_calls=calls, tools=tools)
+    assert "unknown_tool" in result.failure_modes and len(result.details["unknown_tool"]) == 128

@@ -104,7 +104,7 @@ def _unhedged(text: str) -> str:
 
 _FABRICATED_MARKUP = re.compile(
     r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>(?!\s*</)"
-    r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython|^\s*(?:Observation|Tool (?:output|result|response))\s*:",
+    r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )
 _TEMPERATURE = re.compile(r"-?\d+(?:\.\d+)?(?:\s*(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)|[CF]\b)", re.I)

@@ -139,8 +139,8 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
 _FENCE = re.compile(r"(`{3,}|~{3,})([A-Za-z0-9_+#.-]*)(.*?)(?:\1(?![A-Za-z0-9_+#.-])|\Z)", re.S)  # ```python never closes
 _SHELL_LANGS = frozenset({"bash", "sh", "shell", "console", "zsh", "terminal", "cmd", "powershell", "ps1", "fish"})
 _SHELL_LINE = re.compile(
-    r"^\s*(?:\$ \S|(?:ls|cat|echo|mkdir|touch|cd|python3?|pip3?|rm|cp|mv|grep|find|curl|wget|git|npm|sed|awk|"
-    r"head|tail|chmod|printf|tee)\b(?!\s*[=(]))",
+    r"^[ \t]*(?:\$ \S|(?:ls|cat|echo|mkdir|touch|cd|python3?|pip3?|rm|cp|mv|grep|find|curl|wget|git|npm|sed|awk|"
+    r"head|tail|chmod|printf|tee)\b(?![ \t]*[=(]))",
     re.M,
 )
 
@@ -295,7 +295,7 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
     if any(not (c.foreign or c.wrapper or c.react) for c in bare_cands):
         modes.add("raw_json_in_content")
     prose = remove_spans(bare, [(c.start, c.end) for c in bare_cands])
-    if not shell_block and _SHELL_LINE.search(prose) and re.search(r"^\s*\$ \S", prose, re.M):
+    if not shell_block and _SHELL_LINE.search(prose) and re.search(r"^[ \t]*\$ \S", prose, re.M):
         shell_block = True
 
     recovered = _recover_calls(found)

@@ -11,7 +11,7 @@ import functools
 import json
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,27 @@ _FILE_EXTS = (
     "|css|sh|bash|c|h|cc|cpp|hpp|go|rs|java|kt|rb|php|pl|xml|sql|db|sqlite|pdf|png|jpe?g|gif|svg|zip|tar|gz"
     "|tgz|bz2|xz|dat|out|env|lock|ipynb|doc|docx|xls|xlsx|ppt|pptx|bin|exe|dll|so|wasm|bak|tmp|swift|scala|r"
 )
-FILE_TOKEN = re.compile(rf"(?<![\w./\\-])([\w-][\w.-]*\.(?:{_FILE_EXTS}))(?![\w.]*\w)", re.I)
+_WORD_RUN = re.compile(r"(?<![\w./\\-])[\w-][\w.-]*+")
+_FILE_NAME = re.compile(rf"([\w-][\w.-]*\.(?:{_FILE_EXTS}))[.-]*", re.I)
+
+
+class _FileTokens:
+    """File-name-like tokens ``stem.ext`` (common extensions): a run of word characters, dots and
+    hyphens that ends in one, trailing dots and hyphens aside (``hello.txt.`` at a sentence's end).
+
+    Each run is read once (a single regex with a look-ahead after every ``.ext`` rescanned long
+    runs such as ``a.pya.py...`` to their end, quadratic in the run's length).
+    """
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        """The tokens in ``text``; ``group(1)`` is the file name."""
+        for run in _WORD_RUN.finditer(text):
+            m = _FILE_NAME.fullmatch(text, run.start(), run.end())
+            if m is not None:
+                yield m
+
+
+FILE_TOKEN = _FileTokens()
 _PATH_KEY = re.compile(
     r"(?:^|_)(?:path|paths|file|files|filename|filenames|filepath|dir|dirs|directory|folder|dest|destination"
     r"|src|source|target|cwd|root|location)(?:$|_)",

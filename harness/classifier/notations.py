@@ -26,7 +26,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.classifier.jsonscan import FAIL, literal, loads, repair, scan_balanced, string_end
-from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_PYTHONIC_CHARS, Cand, RawCall, jsonable, short
+from harness.classifier.types import (
+    MAX_CANDIDATES,
+    MAX_DEPTH,
+    MAX_PYTHONIC_CHARS,
+    MAX_REPAIR_CHARS,
+    Cand,
+    RawCall,
+    jsonable,
+    short,
+)
 from harness.classifier.validate import schema_properties, schema_types
 
 __all__ = ["key_value_candidates", "line_bounds", "pythonic_candidates", "vendor_candidates", "xml_candidates", "xml_spans"]
@@ -289,7 +298,7 @@ _HEADERS = (
     # also with the special tokens stripped: "commentary to=functions.x json{...}"
     re.compile(
         r"(?:<\|start\|>\s*assistant\s*)?(?:(?:<\|channel\|>\s*)?(?:commentary|analysis)\s+to=(?:functions\.)?|to=functions\.)"
-        r"(?P<name>[^\s<{]+(?:\s[^\s<{|]+)*?)\s*(?:<\|constrain\|>\s*)?(?:json)?\s*(?:<\|message\|>)?\s*(?=[{\"])"
+        r"(?P<name>[^\s<{]+(?:\s[^\s<{|]+){0,3}?)\s*(?:<\|constrain\|>\s*)?(?:json)?\s*(?:<\|message\|>)?\s*(?=[{\"])"
     ),  # fmt: skip
     # Kimi K2: "<|tool_call_begin|>functions.x:0<|tool_call_argument_begin|>{...}<|tool_call_end|>"
     re.compile(
@@ -310,9 +319,9 @@ _HEADER_NEEDLES = ("to=", "<|tool_call_begin|>", "<｜tool▁sep｜>", "[ARGS]",
 _HEADER_END = re.compile(r"\s*(?:```\s*)?(?:<\|call\|>|<\|tool_call_end\|>|<\|tool_calls_section_end\|>|<｜tool▁call▁end｜>"
                          r"|<｜tool▁calls▁end｜>|</(?:arguments|parameters|args)>)*")  # fmt: skip
 _KEY_VALUE = re.compile(
-    r"^[ \t]*(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?:\"[^\"\n]*\"|'[^'\n]*'|\S+))+)[ \t]*$", re.M
+    r"^[ \t]*(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']\S*))++)[ \t]*$", re.M
 )
-_KEY_VALUE_ARG = re.compile(r"([A-Za-z_]\w*)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|(\S+))")
+_KEY_VALUE_ARG = re.compile(r"([A-Za-z_]\w*)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s\"']\S*))")
 _SELF_CLOSING = re.compile(
     r"^[ \t]*<(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?:\"[^\"\n]*\"|'[^'\n]*'))*)[ \t]*/>[ \t]*$", re.M
 )
@@ -370,9 +379,11 @@ def vendor_candidates(text: str) -> list[Cand]:
                 cand = _wrapped_json(text, m.start(), end, json_start, m.group("name"), excerpt_end=end)
             cands.append(cand)
             pos = max(cand.end, m.end() + 1)
-    for m in _ARROW.finditer(text):
-        end, _closed, _depth = scan_balanced(text, m.start(), len(text))
+    pos = 0
+    while len(cands) < MAX_CANDIDATES and (m := _ARROW.search(text, pos)):
+        end, _closed, _depth = scan_balanced(text, m.start(), min(len(text), m.start() + MAX_REPAIR_CHARS))
         cands.append(
             Cand(m.start(), end, "tagged", [RawCall(m.group(1), None, True)], excerpt=short(text[m.start() : end]), foreign=True)
         )
+        pos = max(end, m.end())  # the next arrow call starts after this one: each character is scanned once
     return sorted(cands, key=lambda c: c.start)

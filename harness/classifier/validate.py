@@ -8,10 +8,12 @@ arguments, and judges every call against the offered tools (the ``unknown_tool``
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -33,7 +35,20 @@ __all__ = [
 _MAX_VALIDATION_ERRORS = 10
 PATTERN_BUDGET_S = 0.05
 """Time budget of one JSON-Schema ``pattern``/``patternProperties`` match; a pathological pattern
-(``^(a+)+$``) is reported as a timed-out check instead of hanging the classifier."""
+(``^(a|aa)+$``) is reported as a timed-out check instead of hanging the classifier."""
+MAX_PATTERN_CHECKS = 2_000
+"""Pattern matches per reply; further checks are skipped (one per key or array item would otherwise add up)."""
+
+
+@dataclass
+class _PatternBudget:
+    """What one reply's validation has spent: after a timed-out match, the others are not run."""
+
+    checks: int = 0
+    timed_out: bool = False
+
+
+_BUDGET: contextvars.ContextVar[_PatternBudget] = contextvars.ContextVar("pattern_budget")
 
 
 class _PatternTimeout(Exception):
@@ -45,11 +60,19 @@ def _search(pattern: str, text: str) -> bool:
     """``re.search`` semantics with the ``regex`` module and a time budget.
 
     Raises:
-        _PatternTimeout: the match ran past :data:`PATTERN_BUDGET_S`.
+        _PatternTimeout: the match ran past :data:`PATTERN_BUDGET_S`, or an earlier match of
+            this reply did (so a reply costs at most one budget, however many keys or items).
     """
+    budget = _BUDGET.get(None) or _PatternBudget()
+    if budget.timed_out:
+        raise _PatternTimeout(pattern)
+    budget.checks += 1
+    if budget.checks > MAX_PATTERN_CHECKS:
+        return True  # not checked: counts as a match, so no label rests on it
     try:
         return regex.search(pattern, text, timeout=PATTERN_BUDGET_S) is not None
     except TimeoutError:
+        budget.timed_out = True
         raise _PatternTimeout(pattern) from None
     except (regex.error, RecursionError, TypeError):
         return False
@@ -103,10 +126,58 @@ def _additional_properties(validator: Any, additional: Any, instance: Any, schem
         )
 
 
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    """``uniqueItems`` in linear time: items compared by canonical JSON (jsonschema compares unhashable items pairwise)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[str] = set()
+    for item in instance:
+        key = _canonical_value(item)
+        if key in seen:
+            yield ValidationError(f"{short(repr(instance), 80)} has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Any:
+    """``enum`` by canonical JSON (a set lookup, not a scan of every member per value)."""
+    if not isinstance(enums, list):
+        return
+    if _canonical_value(instance) not in _enum_set(enums):
+        yield ValidationError(f"{short(repr(instance), 80)} is not one of {short(repr(enums), 80)}")
+
+
+_ENUM_SETS: dict[int, tuple[list[Any], frozenset[str]]] = {}
+
+
+def _enum_set(enums: list[Any]) -> frozenset[str]:
+    cached = _ENUM_SETS.get(id(enums))
+    if cached is not None and cached[0] is enums:
+        return cached[1]
+    members = frozenset(_canonical_value(e) for e in enums)
+    if len(_ENUM_SETS) > 256:
+        _ENUM_SETS.clear()
+    _ENUM_SETS[id(enums)] = (enums, members)  # keeps the list alive, so its id stays its own
+    return members
+
+
+def _canonical_value(value: Any) -> str:
+    """JSON Schema equality as a string: 1 == 1.0, true != 1, key order ignored."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, Mapping):
+        return "{" + ",".join(sorted(f"{json.dumps(str(k))}:{_canonical_value(v)}" for k, v in value.items())) + "}"
+    elif isinstance(value, list):
+        return "[" + ",".join(_canonical_value(v) for v in value) + "]"
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 _BUDGETED_KEYWORDS = {
     "pattern": _pattern,
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
+    "uniqueItems": _unique_items,
+    "enum": _enum,
 }
 """jsonschema keywords that run a regex, re-implemented with a time budget (jsonschema uses ``re``, which cannot be stopped)."""
 
@@ -153,6 +224,11 @@ def _validator(schema: Any) -> Any:
     return validator
 
 
+_EXTRAS_DECIDED_BY = ("additionalProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "dependencies",
+                      "dependentSchemas", "if", "$ref")  # fmt: skip
+"""Keywords with which a schema says itself what other arguments it allows: then only the schema judges them."""
+
+
 def _schema_errors(schema: Any, arguments: dict) -> list[str]:
     errors: list[str] = []
     validator = _validator(schema)
@@ -165,10 +241,10 @@ def _schema_errors(schema: Any, arguments: dict) -> list[str]:
                     errors.append(short(f"{where + ': ' if where else ''}{err.message}"))
                     if len(errors) >= _MAX_VALIDATION_ERRORS:
                         break
-        except Exception as exc:  # noqa: BLE001 - e.g. a pathological pattern in the schema
-            errors.append(short(f"schema could not be applied: {exc}"))
+        except Exception:  # noqa: BLE001 - the tool's schema is broken (an unresolvable $ref): not the model's fault
+            return errors
     if isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping):
-        if schema.get("additionalProperties") is not False:
+        if not any(k in schema for k in _EXTRAS_DECIDED_BY):
             props = schema["properties"]
             patterns = schema.get("patternProperties")
             patterns = [p for p in patterns if isinstance(p, str)] if isinstance(patterns, Mapping) else []
@@ -313,11 +389,15 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
 # --------------------------------------------------------------------------- the validation step
 
 
+_MAX_FUZZY_NAMES = 200
+"""Above this many offered tools, the nearest name is looked up by case only (difflib is quadratic per name)."""
+
+
 def _nearest_name(name: str, tool_names: frozenset[str]) -> str | None:
     """The offered name a wrong one was meant to be: same name in another case, else the closest."""
     lower = {t.lower(): t for t in tool_names}
     nearest = lower.get(name.lower())
-    if nearest is None:
+    if nearest is None and len(tool_names) <= _MAX_FUZZY_NAMES:
         close = difflib.get_close_matches(name[:200], sorted(tool_names), n=1, cutoff=0.6)
         nearest = close[0] if close else None
     return nearest
@@ -341,6 +421,7 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
     if tools is None or not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
         return modes, evidence  # the offered tools are not known: names cannot be judged
     tool_names = frozenset(offered)
+    _BUDGET.set(_PatternBudget())  # this reply's pattern checks start afresh
     unknown: dict[str, str | None] = {}
     violations: list[dict[str, str]] = []
     for call in calls:
