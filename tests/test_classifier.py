@@ -1013,3 +1013,151 @@ def test_near_miss_names_among_a_thousand_tools_are_judged_quickly():
     calls = [structured(f"tool_{i}_nam", "{}", f"c{i}") for i in range(128)]  # was 3.8 s in difflib
     result = run(None, tool_calls=calls, tools=tools)
     assert "unknown_tool" in result.failure_modes and len(result.details["unknown_tool"]) == 128
+
+
+# --------------------------------------------------------------------------- red-team: labels on plausible output
+
+WEATHER_TOOL = [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather for a city",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]  # fmt: skip
+
+
+def _answered(result: str) -> list[dict]:
+    return [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [structured("get_weather", '{"city": "Paris"}', "w1")]},
+        {"role": "tool", "tool_call_id": "w1", "content": result},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("result", "answer"),
+    [
+        ('{"temperature_c": 21.4, "condition": "partly cloudy"}', "It's about 21°C in Paris right now, partly cloudy."),
+        ('{"temperature_f": 62}', "It is 62°F, about 17°C."),
+        ("Paris: rain, 12°C", "It's rainy in Paris today, 12°C."),
+        ("Paris: 17°C, sunny, humidity 65, wind 12 km/h", "It's 17°C and sunny with 65% humidity."),
+        ('{"temperature_c": 17, "condition": "light drizzle", "humidity_pct": 82}', "17°C, light drizzle and a humidity of 82%."),
+    ],
+)
+def test_a_faithful_weather_answer_is_not_fabricated(result, answer):
+    assert run(answer, history=_answered(result), tools=WEATHER_TOOL).failure_modes == []
+
+
+def test_a_contradicting_weather_answer_still_is():
+    history = _answered('{"temperature_c": 17, "condition": "light drizzle"}')
+    assert run("It is 21°C and sunny in Paris.", history=history, tools=WEATHER_TOOL).failure_modes == ["fabricated_tool_result"]
+
+
+def test_non_ascii_names_from_a_json_tool_result_are_known():
+    history = HISTORY[:2] + [
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"files": ["café.txt", "notes.md"]})}
+    ]
+    assert modes("The directory holds two files: café.txt and notes.md.", history=history) == []
+
+
+def test_a_part_of_the_listing_is_not_a_miscount():
+    history = HISTORY[:2] + [{"role": "tool", "tool_call_id": "call_1", "content": '{"files": ["a.md", "b.md", "c.txt"]}'}]
+    assert modes("There are 3 files; 2 files are Markdown: a.md and b.md.", history=history) == []
+    assert modes("There are 4 files: a.md, b.md and c.txt.", history=history) == ["fabricated_tool_result"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "answer", "tools"),
+    [
+        ("Convert 20°C to Fahrenheit.", "20°C is 68°F.", "weather"),
+        (
+            "Why does this fail?\n```python\nfor i in range(len(xs) + 1): print(xs[i])\n```",
+            "The bug is that range goes one past the end.",
+            "files",
+        ),
+        ("List the files.", "Sure! Here are the files:", "files"),
+    ],
+)
+def test_what_the_prompt_gives_or_no_fact_at_all_is_not_fabricated(prompt, answer, tools):
+    result = run(answer, history=[{"role": "user", "content": prompt}], tools=WEATHER_TOOL if tools == "weather" else TOOLS)
+    assert "fabricated_tool_result" not in result.failure_modes
+
+
+def test_a_past_tense_report_is_not_narration():
+    history = HISTORY + [{"role": "assistant", "content": None, "tool_calls": [structured("read_file", '{"path": "notes.md"}', "r")]},
+                         {"role": "tool", "tool_call_id": "r", "content": "notes"}]  # fmt: skip
+    assert "narration_without_call" not in modes("First, I read notes.md, then I wrote its summary. Done.", history=history)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '```json\n{"name": "Python: Current File", "type": "python", "request": "launch", "args": ["--verbose"]}\n```',
+        '{"name": "web", "image": "nginx:1.25", "args": ["--port", "80"]}',
+    ],
+)
+def test_a_json_document_that_is_data_is_not_a_call(content):
+    result = run(content, tools=[])
+    assert result.calls("lenient") == [] and result.failure_modes == []
+
+
+def test_markup_mentions_are_not_leaks_or_fake_observations():
+    assert modes("<s>$20</s> $15 this week") == []
+    assert modes("Hypothesis: x rises.\nObservation: it did.\nConclusion: yes.", tools=[]) == []
+
+
+def test_a_broken_call_whose_arguments_hold_a_description_is_still_a_call():
+    tools = [{"type": "function", "function": {"name": "create_ticket", "parameters": {"type": "object", "properties": {
+        "title": {"type": "string"}, "description": {"type": "string"}}}}}]  # fmt: skip
+    content = '{"name": "create_ticket", "arguments": {"title": "Login fails", "description": "Clicking "Login" does nothing"}}'
+    assert modes(content, tools=tools) == ["raw_json_in_content", "invalid_json"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "functions.list_files(path='docs')",
+        "```tool_code\nprint(default_api.list_files(path='docs'))\n```",
+        'list_files({"path": "docs"})',
+    ],
+)
+def test_dotted_and_dict_argument_call_forms_are_recovered(content):
+    [call] = run(content).calls("lenient")
+    assert (call.name, call.arguments) == ("list_files", {"path": "docs"})
+
+
+def test_llamas_builtin_call_form_is_recovered():
+    [call] = run('<|python_tag|>get_weather.call(city="Paris")', tools=WEATHER_TOOL).calls("lenient")
+    assert (call.name, call.arguments) == ("get_weather", {"city": "Paris"})
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "I did not call write_file(path='report.txt', content='') because the list was empty.",
+        "If you'd like, I can run list_files(path='docs') next. Shall I?",
+        "You can call list_files(path='docs') or write_file(path='a.txt', content='x') yourself.",
+        "The `list_files(path)` tool returns the names.",
+        "The model replied \"write_file(path='a.txt', content='x')\" last time.",
+        "```python\ndef read_file(path):\n    \"\"\"Usage: list_files(path='docs')\"\"\"\n    # usage: write_file(path='x', content='y')\n"
+        "    hint = \"Try list_files(path='/etc') to browse\"\n```",
+    ],
+)
+def test_a_call_that_is_only_mentioned_is_not_acted_on(content):
+    assert run(content).calls("lenient") == []
+
+
+def test_a_call_the_reasoning_rejects_is_not_acted_on():
+    result = run("The answer is 4.", reasoning="I don't need list_files(path='x') for this. Answer 4.")
+    assert result.calls("lenient") == [] and "call_in_reasoning" not in result.failure_modes
+
+
+def test_evidence_spans_are_the_replys_own_text():
+    content = '<tool_call>{"name": "list_files", "arguments": {"path": "."}}</tool_call>\n{"name": "read_file", "parameters": {"path": "a.txt"}}'
+    evidence = run(content).details["evidence"]
+    assert (
+        evidence["nonstandard_keys"]["span"]
+        == evidence["raw_json_in_content"]["span"]
+        == '{"name": "read_file", "parameters": {"path": "a.txt"}}'
+    )
+    structured_too = run(
+        '{"name": "list_files", "arguments": {"path": "."}}', tool_calls=[structured("read_file", '{"path": "a"}')]
+    )
+    assert (
+        structured_too.details["evidence"]["raw_json_in_content"]["span"] == '{"name": "list_files", "arguments": {"path": "."}}'
+    )

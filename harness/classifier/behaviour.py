@@ -121,8 +121,7 @@ _WEATHER_SENTENCE = re.compile(
 _LISTING = re.compile(
     r"\b(?:here(?:'s| is| are) (?:the |a )?(?:list(?:ing)? of |complete list of )?(?:the )?files|(?:the |these )?files (?:in|of) (?:the |your )?"
     r"(?:current |working )*director(?:y|ies) (?:are|is|include)|listing(?: of)? files|list of files:|the (?:\w+\.\w+ )?file contains"
-    r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+)"
-    r"|the (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b)\b",
+    r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+))\b",
     re.I,
 )
 _OUTPUT_CLAIM = re.compile(
@@ -147,7 +146,14 @@ _VALUE = re.compile(
     r"|-?\d+(?:\.\d+)?\s?(?:°\s*[CF]?|℃|℉))",
     re.I,
 )
-_COUNT = re.compile(r"\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+files?\b", re.I)
+_COUNT_WORD = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_COUNT = re.compile(
+    rf"\b(?:there (?:are|is|were|was)|(?:it |the \w+ )?(?:contains?|holds?|has|have|had|lists?|listed|found)|total(?: of)?|all)"
+    rf"\s+(?:only\s+|exactly\s+|just\s+)?{_COUNT_WORD}\s+files?\b|\b{_COUNT_WORD}\s+files?\s+(?:in total|in (?:the|this|that)"
+    rf" (?:current |working )?(?:directory|folder)|were found|are there)\b",
+    re.I,
+)
+"""A stated total of files ("There are 3 files", "3 files in the directory"), not a part of them ("2 files are Markdown")."""
 _NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
 
 
@@ -159,7 +165,7 @@ def fabrication_step(content: ContentResult, calls: list[ToolCall], past: Histor
     unexplained ``stem.ext`` tokens, values no tool returned.
     """
     found: list[str] = []
-    markup = _FABRICATED_MARKUP.search(content.visible)
+    markup = _FABRICATED_MARKUP.search(content.visible) if tools != [] else None  # with no tool, no tool output to fake
     if markup:
         found.append(short(markup.group().strip()))
     if past.tool_answered:
@@ -179,25 +185,38 @@ def _tool_only_facts(content: ContentResult, calls: list[ToolCall], past: Histor
     domains = tool_domains(tools)
     known = "\n".join([*past.prompt_parts, tools_text(tools)]).lower()
     found = []
+    prompt = "\n".join(past.prompt_parts)
     if "weather" in domains and (
-        _TEMPERATURE.search(claims)
+        any(not _temperature_given(t.group(), prompt) for t in _TEMPERATURE.finditer(claims))  # "20°C is 68°F" when asked
         or (_CONDITION.search(claims) and re.search(r"weather|temperature", claims, re.I))
         or _WEATHER_SENTENCE.search(claims)
     ):
         found.append("weather: " + short(claims.strip(), 120))
     if "file" in domains:
-        found += _file_facts(content, claims, known)
+        found += _file_facts(content, claims, known, code_in_prompt=bool(_PROMPT_CODE.search(prompt)))
     if "ticket" in domains:
         found += [f"ticket: {m.group()}" for m in _TICKET_ID.finditer(claims) if m.group().lower() not in known][:4]
     return found
 
 
-def _file_facts(content: ContentResult, claims: str, known: str) -> list[str]:
-    """A listing, a file's contents, a tool's effect, or a line of a file, presented as fact."""
+_PROMPT_CODE = re.compile(r"```|^[ \t]*(?:def |class |function |import |#include)", re.M)
+_BUG = re.compile(r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b", re.I)
+
+
+def _file_facts(content: ContentResult, claims: str, known: str, *, code_in_prompt: bool) -> list[str]:
+    """A listing, a file's contents, a tool's effect, or a line of a file, presented as fact.
+
+    A listing needs something listed (a file name or list lines), not only "Here are the files:";
+    "the bug is" is a claim about a file only when the prompt holds no code of its own.
+    """
     found = []
-    for label, pattern in (("listing", _LISTING), ("effect", _EFFECT), ("file content", _IN_FILE)):
+    patterns = [("listing", _LISTING), ("effect", _EFFECT), ("file content", _IN_FILE)]
+    for label, pattern in patterns + ([] if code_in_prompt else [("file content", _BUG)]):
         m = pattern.search(claims)
-        if m:
+        shows_items = bool(
+            content.code or _LIST_LINE.search(claims) or next(FILE_TOKEN.finditer(claims[m.end() :] if m else ""), None)
+        )
+        if m and (label != "listing" or shows_items):
             found.append(f"{label}: {short(m.group(), 80)}")
     if _OUTPUT_CLAIM.search(content.visible) and (content.code or _LIST_LINE.search(content.prose)):
         found.append("output: shown as what the code prints")
@@ -230,6 +249,7 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
     results = "\n".join(past.tool_results)
     result_values: set[str] | None = None
     known_norm = ""
+    numbers: set[float] = set()
     for text in texts:
         for m in FILE_TOKEN.finditer(text[:MAX_REPAIR_CHARS]):
             token = m.group(1).lower()
@@ -239,34 +259,56 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
         for m in _VALUE.finditer(text[:MAX_REPAIR_CHARS]):
             if result_values is None:  # only replies that state values pay for reading the results' values
                 result_values, known_norm = {_norm(v) for v in _VALUE.findall(results)}, _norm(known)
+                numbers = _numbers(results)
             value, norm = m.group(), _norm(m.group())
             temperature = _TEMPERATURE.fullmatch(value.strip())
             if temperature and _temperature_given(value, results):
                 continue
+            if not temperature and _numbers(value) & numbers:
+                continue  # the tool's number with a unit or a format of its own ("65%" for humidity 65, "4250" for 4,250.00)
             measured = bool(temperature or re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
             if (result_values or measured) and norm not in result_values and norm not in known_norm and value not in seen:
                 seen.add(value)
                 found.append(f"value: {value}")
-    stated = {c.lower() for c in _CONDITION.findall(claims)} - {"pleasant", "mild"}
-    conditions = {c.lower() for c in _CONDITION.findall(results)} if stated else set()
+    conditions = {f for c in _CONDITION.findall(results) if (f := _sky(c))}
+    stated = {f for c in _CONDITION.findall(claims) if (f := _sky(c))} if conditions else set()
     if conditions and stated - conditions:
         found.append(f"condition: {sorted(stated - conditions)[0]} (the tool said {', '.join(sorted(conditions))})")
     found += _count_mismatch(texts, past)
     return found
 
 
+_SKY_FAMILIES = {"sun": "clear", "clear": "clear", "cloud": "cloud", "overcast": "cloud", "rain": "rain", "drizzl": "rain",
+                 "shower": "rain", "snow": "snow", "fog": "fog", "storm": "storm", "thunderstorm": "storm"}  # fmt: skip
+
+
+def _sky(condition: str) -> str | None:
+    """The sky a condition word describes (``rainy``, ``raining`` and ``light drizzle`` are all ``rain``), or None
+    for words that are not the sky (wind, humidity, "pleasant"), which a tool's condition cannot contradict."""
+    for stem, family in _SKY_FAMILIES.items():
+        if stem in condition.lower():
+            return family
+    return None
+
+
 def _temperature_given(value: str, results: str) -> bool:
-    """Whether a stated temperature is one a tool returned (as a number), possibly converted between °C and °F."""
+    """Whether a stated temperature is one a tool returned (as a number), possibly rounded or converted between °C and °F."""
     match = re.match(r"-?\d+(?:\.\d+)?", value.strip())
     if match is None:
         return False
     number = float(match.group())
-    returned = {float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", results)}
+    returned = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", results)[:1000]]
     if re.search(r"F|℉|fahrenheit", value, re.I):
-        candidates = {number, float(round((number - 32) * 5 / 9)), round((number - 32) * 5 / 9, 1)}
+        candidates = (number, (number - 32) * 5 / 9)
     else:
-        candidates = {number, round(number * 9 / 5 + 32, 1)}
-    return bool(candidates & returned)
+        candidates = (number, number * 9 / 5 + 32)
+    return any(abs(c - r) < 1 for c in candidates for r in returned)  # rounded ("about 21°C" for 21.4) or converted
+
+
+def _numbers(text: str) -> set[float]:
+    """The numbers written in ``text`` (thousands separators dropped); dates are not numbers."""
+    text = re.sub(r"\d{4}-\d{2}-\d{2}", " ", text[:MAX_REPAIR_CHARS])
+    return {float(n.replace(",", "")) for n in re.findall(r"(?<![\w.])\d[\d,]*(?:\.\d+)?", text)[:2000]}
 
 
 def _norm(value: str) -> str:
@@ -275,7 +317,7 @@ def _norm(value: str) -> str:
 
 def _count_mismatch(texts: list[str], past: History) -> list[str]:
     """A stated number of files that differs from the length of the last listing a tool returned."""
-    counts = [m for text in texts for m in _COUNT.finditer(text)]
+    counts = [m for text in texts if "file" in text.lower() for m in _COUNT.finditer(text)]
     if not counts:
         return []
     listing = None
@@ -293,7 +335,7 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
     if listing is None:
         return []
     for m in counts:
-        word = m.group(1).lower()
+        word = (m.group(1) or m.group(2)).lower()
         number = int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
         if number is not None and number != len(listing):
             return [f"count: {m.group()} (the listing held {len(listing)})"]
@@ -304,7 +346,7 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
 
 _NARRATION = re.compile(
     r"(?:\bI(?:'ll|’ll| will| shall| am going to|'m going to|’m going to| need to| should| have to)|\blet me|\blet's|\blet’s"
-    r"|\bnow,? I(?:'ll|’ll| will)?|\bnext,? I(?:'ll|’ll| will)?|\bfirst,? I(?:'ll|’ll| will)?)"
+    r"|\b(?:now|next|first|then),? I(?:'ll|’ll| will))"
     r"\s+(?:now\s+|first\s+|then\s+|next\s+|quickly\s+|go ahead and\s+|proceed to\s+|start by\s+|begin by\s+|have to\s+"
     r"|need to\s+)?"
     r"(?:create|write|make|list|read|run|execute|call|use|check|open|save|generate|look|search|update|edit|refer|implement"
@@ -394,6 +436,8 @@ def markup_step(content: ContentResult) -> tuple[set[str], dict[str, Any]]:
     text = content.visible
     if _HARMONY_CALL.search(text):
         text = _HARMONY_TOKEN.sub(" ", text)  # the call's wrapper as a whole is wrong_wrapper_tag
+    if "<s>" in text:
+        text = text.replace("</s>", " ")  # <s>$20</s> is HTML strikethrough, not an end-of-sequence token
     m = _TEMPLATE_MARKUP.search(text) or _STRIPPED_HARMONY.search(text)
     if m is None:
         return set(), {}

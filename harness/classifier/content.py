@@ -163,6 +163,7 @@ class ContentResult:
     reasoning: str = ""  # the text of reasoning blocks left in the content
     code: list[str] = field(default_factory=list)  # bodies of fences that hold no call
     excerpts: list[str] = field(default_factory=list)  # the text of each call attempt, in order
+    spans: dict[str, str] = field(default_factory=dict)  # mode -> the text of the first attempt showing it
 
 
 def _tagged_candidates(
@@ -230,36 +231,38 @@ class _Recovered:
     modes: set[str] = field(default_factory=set)
     invalid: list[str] = field(default_factory=list)  # excerpts of broken call-like objects
     pseudo: set[str] = field(default_factory=set)  # code patterns found in arguments
+    spans: dict[str, str] = field(default_factory=dict)  # mode -> the text of the first attempt showing it
 
 
 def _recover_calls(found: list[tuple[str, Cand]]) -> _Recovered:
     """Turn ``(step, candidate)`` pairs into calls, with the payload modes they show."""
     out = _Recovered()
+
+    def shows(mode: str, cand: Cand) -> None:
+        out.modes.add(mode)
+        out.spans.setdefault(mode, cand.excerpt)
+
     for index, (step, cand) in enumerate(found):
-        if cand.foreign:
-            out.modes.add("foreign_call_syntax")
-        if cand.wrapper:
-            out.modes.add("wrong_wrapper_tag")
-        if cand.repaired:
-            out.modes.add("repaired_json")
-        if cand.pseudo:
-            out.modes.add("pseudo_code_in_arguments")
-            out.pseudo.update(cand.pseudo)
+        for flag, mode in ((cand.foreign, "foreign_call_syntax"), (cand.wrapper, "wrong_wrapper_tag"),
+                           (cand.repaired, "repaired_json"), (cand.pseudo, "pseudo_code_in_arguments")):  # fmt: skip
+            if flag:
+                shows(mode, cand)
+        out.pseudo.update(cand.pseudo)
         if not cand.calls:
-            out.modes.add("invalid_json")
+            shows("invalid_json", cand)
             out.invalid.append(cand.excerpt)
             out.canonicals.append(f"\x00invalid{index}")
             continue
         for raw in cand.calls:
             if raw.nonstandard:
-                out.modes.add("nonstandard_keys")
+                shows("nonstandard_keys", cand)
             args, errors, arg_modes = args_from_raw(raw.raw_args, structured=False)
             for mode in arg_modes:
                 if mode.startswith("pseudo:"):
-                    out.modes.add("pseudo_code_in_arguments")
+                    shows("pseudo_code_in_arguments", cand)
                     out.pseudo.add(mode[7:])
                 else:
-                    out.modes.add(mode)
+                    shows(mode, cand)
             errors = list(cand.errors) + errors
             call = ToolCall(name=raw.name, arguments=args, source=step, valid=not errors, errors=errors)
             out.calls.append(call)
@@ -292,7 +295,8 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
 
     bare_cands = payload_candidates(bare, tool_names, offered, wrapped=False, tools_known=tools_known)
     found.extend((c.method, c) for c in bare_cands)
-    if any(not (c.foreign or c.wrapper or c.react) for c in bare_cands):
+    raw = [c for c in bare_cands if not (c.foreign or c.wrapper or c.react)]
+    if raw:
         modes.add("raw_json_in_content")
     prose = remove_spans(bare, [(c.start, c.end) for c in bare_cands])
     if not shell_block and _SHELL_LINE.search(prose) and re.search(r"^[ \t]*\$ \S", prose, re.M):
@@ -310,8 +314,14 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
     if found and not capped and has_prose(prose):
         modes.add("mixed_prose")
     canonicals = recovered.canonicals
+    spans = dict(recovered.spans)
+    if raw:
+        spans["raw_json_in_content"] = raw[0].excerpt
+    if fenced_calls:
+        spans["code_fence"] = next(c.excerpt for _step, c in fenced)
     return ContentResult(recovered.calls, modes, len(canonicals), canonicals, visible, prose, shell_block, details,
-                         reasoning=reasoning, code=code, excerpts=[c.excerpt for _step, c in found if c.excerpt])  # fmt: skip
+                         reasoning=reasoning, code=code, excerpts=[c.excerpt for _step, c in found if c.excerpt],
+                         spans=spans)  # fmt: skip
 
 
 _REACT_KEYWORD = re.compile(

@@ -54,13 +54,18 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
     Args:
         modes: the reply's labels.
         details: the steps' details, keyed by mode where a step recorded one.
-        content: the content analysis (its excerpts and prose).
+        content: the content analysis (its excerpts, prose and the span of each content mode).
         calls: every call of the reply.
     """
     out: dict[str, Any] = {}
     first_call = content.excerpts[0] if content.excerpts else (_call_text(calls[0]) if calls else "")
+    structured = next((c for c in calls if c.source == "structured"), None)
     for mode in modes:
-        if mode == "unknown_tool" and isinstance(details.get(mode), dict):
+        if mode in content.spans:  # the content's own text of the first attempt that shows the mode
+            span = content.spans[mode]
+        elif mode in _FROM_CALLS and structured is not None:  # shown by a structured call
+            span = _call_text(structured)
+        elif mode == "unknown_tool" and isinstance(details.get(mode), dict):
             span = ", ".join(details[mode])
         elif mode in details and mode not in ("wrappers",):
             span = details[mode] if isinstance(details[mode], str) else json.dumps(details[mode], ensure_ascii=False, default=str)

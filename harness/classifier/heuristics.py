@@ -46,7 +46,7 @@ _FILE_EXTS = (
     "|css|sh|bash|c|h|cc|cpp|hpp|go|rs|java|kt|rb|php|pl|xml|sql|db|sqlite|pdf|png|jpe?g|gif|svg|zip|tar|gz"
     "|tgz|bz2|xz|dat|out|env|lock|ipynb|doc|docx|xls|xlsx|ppt|pptx|bin|exe|dll|so|wasm|bak|tmp|swift|scala|r"
 )
-_WORD_RUN = re.compile(r"(?<![\w./\\-])[\w-][\w.-]*+")
+_WORD_RUN = re.compile(r"(?<![\w./\\-])[\w-]++\.[\w.-]*+")  # maximal runs that hold a dot
 _FILE_NAME = re.compile(rf"([\w-][\w.-]*\.(?:{_FILE_EXTS}))[.-]*", re.I)
 
 
@@ -167,6 +167,18 @@ class History:
     tool_results: list[str] = field(default_factory=list)
 
 
+_JSON_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}")
+
+
+def _unescaped(text: str) -> str:
+    """A message's text with JSON ``\\uXXXX`` escapes also written out, so ``caf\\u00e9.txt`` in a
+    tool's JSON output explains ``café.txt`` in the reply (the original text is kept too)."""
+    if not _JSON_ESCAPE.search(text[:MAX_REPAIR_CHARS]):
+        return text
+    decoded = _JSON_ESCAPE.sub(lambda m: chr(int(m.group()[2:], 16)), text[:MAX_REPAIR_CHARS])
+    return f"{text}\n{decoded}"
+
+
 def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
     """Read the ``MAX_HISTORY_MESSAGES`` most recent OpenAI-shape messages (anything else counts as empty)."""
     past = History()
@@ -178,7 +190,7 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
         if not isinstance(message, Mapping):
             continue
         role = get(message, "role")
-        text = text_of(get(message, "content"))
+        text = _unescaped(text_of(get(message, "content")))
         if is_tool_result(role, text):
             past.tool_answered = True  # native tool messages, or prompt mode's <tool_response> user messages
             past.tool_results.append(text[:MAX_REPAIR_CHARS])

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ast
 import heapq
+import io
 import re
+import tokenize
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,6 +71,13 @@ _PYTHONISH = re.compile(r"'|\b(?:True|False|None)\b")
 
 _PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
 _PAST_TENSE = re.compile(r"\b(?:called|used|ran|invoked|executed|tried|via|with|using)\s*(?:the\s+)?`?$", re.I)
+_NOT_DOING = re.compile(
+    r"\b(?:not|never|no need|don't|do not|didn't|did not|won't|shouldn't|if|can|could|would|might|may|should|e\.g\.|for example"
+    r"|such as|format|instead of|rather than|returns?|like this|the tool|tools?:)\b|n't\b",
+    re.I,
+)
+"""Words before a call in the same sentence that make it a mention: negated, hypothetical, offered or documented."""
+_SENTENCE_START = re.compile(r"[.!?:]\s|\n")
 _DEFINITION = re.compile(r"\b(?:def|class|function|async\s+def|fn|func)\s+$")
 
 
@@ -120,13 +129,14 @@ def pythonic_candidates(  # noqa: PLR0913 - the text, its taken spans, the tools
     """
     cands: list[Cand] = []
     matches = 0
+    inert = _inert_spans(text) if wrapped else []
     for m in _PY_CALL.finditer(text):
         matches += 1
         if matches > 4 * MAX_CANDIDATES or len(cands) >= MAX_CANDIDATES:
             break
         start = m.start()
-        if any(a <= start < b for a, b in taken):
-            continue
+        if any(a <= start < b for a, b in taken) or any(a <= start < b for a, b in inert):
+            continue  # taken, or inside a comment or a string literal of the code
         line_start = text.rfind("\n", 0, start) + 1
         if _DEFINITION.search(text[line_start:start]):
             continue  # `def list_tickets():` defines a function; it does not call the tool
@@ -142,6 +152,7 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     tools_known: bool,
 ) -> Cand | None:  # fmt: skip
     start, name = m.start(), m.group(1)
+    name = _dotted_tool(name, tool_names)
     offered = name in tool_names
     if not offered and "." in name:
         return None
@@ -163,11 +174,57 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     has_args = bool(node.args or node.keywords)
     if offered and not isolated and not wrapped and (not has_args or _PAST_TENSE.search(text[line_start:start])):
         return None  # "I used list_files() earlier" is prose, not a call
+    if offered and not isolated and not wrapped and _mentioned(text, start, end, line_start):
+        return None  # "I did not call write_file(...)", "you can call read_file(...)", "`read_file(path)` returns..."
     if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
         return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
     args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    if not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
+        value, ok = _literal_node(node.args[0])
+        if ok and isinstance(value, dict):
+            args, errors = value, []  # read_file({"path": "a.txt"}): the dict is the arguments
     return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=["function_call"] if errors else [],
                 excerpt=short(src), foreign=True, errors=errors)  # fmt: skip
+
+
+def _dotted_tool(name: str, tool_names: frozenset[str]) -> str:
+    """The offered tool a dotted name calls (``functions.read_file``, ``default_api.read_file``,
+    Llama's ``get_weather.call``), else the name unchanged."""
+    if "." not in name or name in tool_names:
+        return name
+    parts = name.split(".")
+    if parts[-1] in tool_names:
+        return parts[-1]
+    if len(parts) >= 2 and parts[-1] == "call" and parts[-2] in tool_names:
+        return parts[-2]
+    return name
+
+
+def _mentioned(text: str, start: int, end: int, line_start: int) -> bool:
+    """Whether a call written in prose is only mentioned: quoted or in inline code, or negated,
+    hypothetical or documented earlier in its sentence."""
+    before, after = text[start - 1 : start], text[end : end + 1]
+    if before in "\"'`" and before and after == before:
+        return True
+    window = max(line_start, start - 300)
+    sentence = max((m.end() for m in _SENTENCE_START.finditer(text, window, start)), default=window)
+    return _NOT_DOING.search(text, sentence, start) is not None
+
+
+def _inert_spans(code: str) -> list[tuple[int, int]]:
+    """Comments and string literals of Python-like code (a call written there is not run); ``[]`` when it does not tokenize."""
+    spans: list[tuple[int, int]] = []
+    lines = [0]
+    for line in code.splitlines(keepends=True):
+        lines.append(lines[-1] + len(line))
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.STRING):
+                (r0, c0), (r1, c1) = tok.start, tok.end
+                spans.append((lines[r0 - 1] + c0, lines[r1 - 1] + c1))
+    except (tokenize.TokenError, IndentationError, SyntaxError, IndexError):
+        pass  # not Python: the spans found so far
+    return spans
 
 
 def _statement(text: str, start: int, end: int, line_start: int) -> bool:

@@ -78,6 +78,8 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
             continue
         for akey in _ARG_KEYS:
             if akey in obj:
+                if name not in tool_names and not _data_free(name, obj[akey]):
+                    return []  # {"name": "Python: Current File", "args": [...]}: a JSON document, not a call
                 standard = key == "name" and akey == "arguments"
                 return [RawCall(name, obj[akey], not standard)]
         if name in tool_names:
@@ -90,7 +92,19 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
     return []
 
 
-_DEFINITION_LIKE = re.compile(r"""["']type["']\s*:\s*["']function["']\s*,\s*["']function["']\s*:\s*\{|["']description["']\s*:""")
+_DEFINITION_LIKE = re.compile(
+    r"""["']type["']\s*:\s*["']function["']\s*,\s*["']function["']\s*:\s*\{"""
+    r"""|["']description["']\s*:[^{}]*["']parameters["']\s*:\s*\{\s*(?:\}|["'](?:type|properties)["'])"""
+)
+"""A tool definition, even broken: the typed wrapper, or a description beside a parameters schema (a call's
+arguments may hold a "description" too)."""
+
+
+def _data_free(name: str, args: Any) -> bool:
+    """Whether an object naming a tool that was not offered still reads as a call: a name without the
+    punctuation of a title or a path (CrewAI tools are named in words: "delegate work to co-worker") and
+    arguments that are an object, a string or absent."""
+    return not re.search(r"[:/\\()\[\]{}<>]", name) and (args is None or isinstance(args, (Mapping, str)))
 
 
 def _call_like(text: str, tool_names: frozenset[str]) -> bool:
@@ -187,7 +201,7 @@ def _whole_document(text: str, tool_names: frozenset[str], *, wrapped: bool) -> 
         value = loads(stripped)
         if value is not FAIL:
             calls = _call_from_obj(value, tool_names)
-            return Cand(lead, lead + len(stripped), "json_document", calls) if calls else None
+            return Cand(lead, lead + len(stripped), "json_document", calls, excerpt=short(stripped)) if calls else None
     if wrapped:
         value, _method, repaired = _parse_value(stripped)
         calls = _call_from_obj(value, tool_names) if value is not FAIL else []
