@@ -1161,3 +1161,8 @@ def test_evidence_spans_are_the_replys_own_text():
     assert (
         structured_too.details["evidence"]["raw_json_in_content"]["span"] == '{"name": "list_files", "arguments": {"path": "."}}'
     )
+
+
+def test_a_react_input_in_a_fence_is_the_calls_arguments():
+    [call] = run('Action: list_files\nAction Input: ```json\n{"path": "docs"}\n```').calls("lenient")
+    assert (call.name, call.arguments) == ("list_files", {"path": "docs"})

@@ -198,6 +198,9 @@ def _tagged_candidates(
     return found, modes, wrappers, remove_spans(visible, removed)
 
 
+_REACT_INPUT_BEFORE = re.compile(r"Action[ \t]+Input[ \t]*:[ \t]*\n?[ \t]*\Z", re.I)
+
+
 def _fenced_candidates(
     rest: str, tool_names: frozenset[str], offered: Mapping[str, Any], *, tools_known: bool
 ) -> tuple[list[tuple[str, Cand]], bool, bool, str, list[str]]:
@@ -211,6 +214,8 @@ def _fenced_candidates(
     for fm in _FENCE.finditer(rest):
         if len(fences) >= MAX_REGIONS:
             break
+        if _REACT_INPUT_BEFORE.search(rest, max(0, fm.start() - 40), fm.start()):
+            continue  # "Action Input: ```json {...}```": the ReAct call's arguments, read with its Action line
         fences.append((fm.start(), fm.end()))
         body = fm.group(3)
         cands = payload_candidates(body, tool_names, offered, wrapped=True, tools_known=tools_known)

@@ -129,14 +129,18 @@ def pythonic_candidates(  # noqa: PLR0913 - the text, its taken spans, the tools
     """
     cands: list[Cand] = []
     matches = 0
-    inert = _inert_spans(text) if wrapped else []
+    inert: list[tuple[int, int]] | None = None if wrapped else []  # tokenized on the first call that needs it
     for m in _PY_CALL.finditer(text):
         matches += 1
         if matches > 4 * MAX_CANDIDATES or len(cands) >= MAX_CANDIDATES:
             break
         start = m.start()
-        if any(a <= start < b for a, b in taken) or any(a <= start < b for a, b in inert):
-            continue  # taken, or inside a comment or a string literal of the code
+        if any(a <= start < b for a, b in taken):
+            continue
+        if inert is None:
+            inert = _inert_spans(text)
+        if any(a <= start < b for a, b in inert):
+            continue  # inside a comment or a string literal of the code
         line_start = text.rfind("\n", 0, start) + 1
         if _DEFINITION.search(text[line_start:start]):
             continue  # `def list_tickets():` defines a function; it does not call the tool

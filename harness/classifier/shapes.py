@@ -145,6 +145,9 @@ def _react_candidates(text: str) -> list[Cand]:
             body_end = stop.start() if stop else len(text)
             body = text[follow.end() : body_end].strip()
             end = body_end if body else follow.end()
+            fenced = re.fullmatch(r"(`{3,}|~{3,})[\w-]*\s*(.*?)\s*\1", body, re.S)
+            if fenced and fenced.group(2)[:1] in "{[":
+                body = fenced.group(2)  # Action Input: ```json {...}```: the fence is notation too
             if body[:1] in "{[":
                 value, _json_end, repaired = _parse_value(body)
                 broken, raw_args = value is FAIL, (None if value is FAIL else value)
