@@ -65,6 +65,10 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
             span = content.spans[mode]
         elif mode in _FROM_CALLS and structured is not None:  # shown by a structured call
             span = _call_text(structured)
+        elif mode == "reasoning_leak":
+            span = content.reasoning.strip()
+        elif mode == "truncated_by_length":
+            span = "finish_reason: length"
         elif mode == "unknown_tool" and isinstance(details.get(mode), dict):
             span = ", ".join(details[mode])
         elif mode in details and mode not in ("wrappers",):
