@@ -24,7 +24,10 @@ from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repai
 from harness.classifier.types import MAX_CANDIDATES, ToolCall, get, jsonable, short
 
 __all__ = [
+    "MAX_PATTERN_CHECKS",
+    "PATTERN_BUDGET_S",
     "args_from_raw",
+    "mended_name",
     "offered_tools",
     "schema_properties",
     "schema_types",
