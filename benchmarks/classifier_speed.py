@@ -106,11 +106,11 @@ PATHOLOGICAL = {
 }
 
 
-def timed(response: dict, repeat: int) -> list[float]:
+def timed(response: dict, repeat: int, *, tools: list[dict] = TOOLS, history: list[dict] = HISTORY) -> list[float]:
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
-        classify(response, tools=TOOLS, history=HISTORY)
+        classify(response, tools=tools, history=history)
         samples.append((time.perf_counter() - start) * 1000)
     return samples
 
@@ -137,6 +137,21 @@ ADVERSARIAL = {
     "run of to=functions.a": ("", "to=functions.a "),
     "one long a.py token": ("See ", "a.py"),
 }
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+ADVERSARIAL_WEATHER = {
+    "run of digits (weather tool)": ("It is ", "1"),
+    "one long word (weather tool)": ("temp", "a"),
+}
+"""Shapes that reach the weather rules: classified with a weather tool offered and no history."""
 SIZES_KB = (16, 64, 256, 1024)
 
 
@@ -144,11 +159,13 @@ def adversarial() -> None:
     """Time each adversarial shape at each size; print ms and the per-KB ratio to 16 KB."""
     ratios = f" {f'per-KB ratio at {SIZES_KB[-2]} KB':>24} {f'at {SIZES_KB[-1]} KB':>10}"
     print(f"{'adversarial input':26} " + " ".join(f"{f'{kb} KB ms':>10}" for kb in SIZES_KB) + ratios)
-    for name, (head, unit) in ADVERSARIAL.items():
+    shapes = [(name, shape, TOOLS, HISTORY) for name, shape in ADVERSARIAL.items()]
+    shapes += [(name, shape, WEATHER, []) for name, shape in ADVERSARIAL_WEATHER.items()]
+    for name, (head, unit), tools, history in shapes:
         times = []
         for kb in SIZES_KB:
             content = head + unit * ((kb * 1024 - len(head)) // len(unit))
-            times.append(min(timed({"content": content}, 3)))
+            times.append(min(timed({"content": content}, 3, tools=tools, history=history)))
         per_kb = [t / kb for t, kb in zip(times, SIZES_KB, strict=True)]
         print(
             f"{name:26} "

@@ -49,5 +49,5 @@ def test_classifier_speed_adversarial_table_has_a_row_per_input(capsys, monkeypa
     monkeypatch.setattr(module, "SIZES_KB", (1, 2))
     module.adversarial()
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 + len(module.ADVERSARIAL)
+    assert len(lines) == 1 + len(module.ADVERSARIAL) + len(module.ADVERSARIAL_WEATHER)
     assert all(float(line.split()[-1]) > 0 for line in lines[1:])  # the per-KB ratio column

@@ -1166,3 +1166,144 @@ def test_evidence_spans_are_the_replys_own_text():
 def test_a_react_input_in_a_fence_is_the_calls_arguments():
     [call] = run('Action: list_files\nAction Input: ```json\n{"path": "docs"}\n```').calls("lenient")
     assert (call.name, call.arguments) == ("list_files", {"path": "docs"})
+
+
+# --------------------------------------------------------------------------- red-team, second pass: regressions of 2.2
+
+SEARCH_TOOLS = TOOLS + [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("search", "get", "join")]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Since I can't see the directory, I'll run list_files(path='.')",
+        "Okay, I don't know the files yet so list_files(path='.')",
+        "To do this I should call list_files(path='.')",
+        "To find out what it holds, I would like to run list_files(path='.')",
+        "Let me see if the folder exists by calling list_files(path='.')",
+        "I'll invoke the tool list_files(path='.')",
+        "Rather than guess, list_files(path='.')",
+        "Now I can call list_files(path='.')",
+        "Let me check: `list_files(path='.')`",
+        "```\nI'll run: list_files(path='.')\n```",
+    ],
+)
+def test_a_call_in_prose_with_a_negation_or_modal_elsewhere_is_still_a_call(content):
+    assert [c.name for c in run(content).calls("lenient")] == ["list_files"]
+
+
+def test_a_call_offered_as_an_example_is_a_mention():
+    assert run("You could use a tool, e.g. list_files(path='docs'), to see it.").calls("lenient") == []
+
+
+@pytest.mark.parametrize("line", ["m = re.search(r'\\d+', text)", "r = requests.get(url)", "p = os.path.join(a, b)"])
+def test_a_method_that_shares_a_tools_name_is_not_the_tool(line):
+    assert run(f"```python\n{line}\n```", tools=SEARCH_TOOLS).calls("lenient") == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"name": "fs:read_file", "arguments": {"path": "a.txt"}}',
+        '{"name": "filesystem/read_file", "arguments": {"path": "a.txt"}}',
+        '{"name": "web_search", "arguments": ["cats"]}',
+    ],
+)
+def test_a_json_call_to_a_tool_not_offered_is_still_a_call(content):
+    assert modes(content) == ["raw_json_in_content", "unknown_tool"]
+
+
+ORDER = "Order A7 (customer #1042): 3 items, total $59.99, 10% discount applied, shipped 2024-05-02."
+
+
+@pytest.mark.parametrize("answer", ["Order A7 cost $1042.", "It cost $3.", "It had a 3% discount.", "It had a 59.99% discount."])
+def test_a_number_from_another_field_does_not_explain_a_value(answer):
+    history = HISTORY[:2] + [{"role": "tool", "tool_call_id": "call_1", "content": ORDER}]
+    assert "fabricated_tool_result" in modes(answer, history=history)
+
+
+@pytest.mark.parametrize("answer", ["It is 17.9°C.", "It is 16.1°C.", "It is 3°C in Paris.", "It is 49°F."])
+def test_a_temperature_the_tool_did_not_give_is_fabricated(answer):
+    history = _answered('{"temperature": 17.0, "lat": 48.85, "lon": 2.35, "humidity": 82, "wind_kph": 12}')
+    assert run(answer, history=history, tools=WEATHER_TOOL).failure_modes == ["fabricated_tool_result"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "answer"),
+    [("What's the weather in Paris on May 21?", "It is currently 21°C in Paris."), ("Reply in under 50 words.", "It is 50°F.")],
+)
+def test_a_number_in_the_prompt_that_is_not_a_temperature_does_not_explain_one(prompt, answer):
+    assert (
+        "fabricated_tool_result" in run(answer, history=[{"role": "user", "content": prompt}], tools=WEATHER_TOOL).failure_modes
+    )
+
+
+def test_a_code_fence_in_the_system_prompt_does_not_excuse_the_bug_claim():
+    history = [{"role": "system", "content": 'Call tools like ```json\n{"name": "x"}\n```'},
+               {"role": "user", "content": "Why does stats.py crash?"}]  # fmt: skip
+    assert "fabricated_tool_result" in modes("The bug is in the mean function: it divides by zero.", history=history)
+
+
+LISTING = HISTORY[:2] + [{"role": "tool", "tool_call_id": "call_1", "content": '["a.txt", "b.md", "c.py"]'}]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "5 files: a.txt, b.md and c.py.",
+        "Total: 5 files.",
+        "In total, 5 files are present.",
+        "There's 5 files here.",
+        "5 files were listed.",
+        "The listing shows 5 files.",
+    ],  # fmt: skip
+)
+def test_a_wrong_total_of_files_is_fabricated(answer):
+    assert modes(answer, history=LISTING) == ["fabricated_tool_result"]
+
+
+def test_a_listing_with_a_non_ascii_name_is_still_counted():
+    history = HISTORY[:2] + [{"role": "tool", "tool_call_id": "call_1", "content": json.dumps(["café.txt", "b.md", "c.py"])}]
+    assert modes("There are 5 files in the current directory.", history=history) == ["fabricated_tool_result"]
+
+
+@pytest.mark.parametrize(
+    "answer", ["Here are the files: Makefile, README, LICENSE, src, docs", "Here are the files:\n\nMakefile\nREADME"]
+)
+def test_a_listing_of_names_without_extensions_is_fabricated(answer):
+    assert "fabricated_tool_result" in modes(answer, history=[{"role": "user", "content": "List the files."}])
+
+
+def test_bos_and_eos_around_the_reply_are_a_leak():
+    assert modes("<s>The answer is 4.</s>") == ["chat_markup_leak"]
+
+
+def test_a_fenced_react_input_that_is_not_json_is_unwrapped_and_fast():
+    [call] = run("Action: list_files\nAction Input:\n```\ndocs\n```").calls("lenient")
+    assert call.arguments == {"input": "docs"}
+    assert isinstance(modes("Action: list_files\nAction Input: ```" + " " * 4000 + "x"), list)  # was cubic: 91 s
+
+
+def test_a_javascript_object_argument_is_repaired():
+    [call] = run("list_files({path: 'docs'})").calls("lenient")
+    assert call.arguments == {"path": "docs"}
+
+
+def test_a_tool_call_after_many_other_calls_in_code_is_found():
+    content = "```python\n" + "print(1)\n" * 130 + "list_files(path='docs')\n```"
+    assert [c.name for c in run(content).calls("lenient")] == ["list_files"]
+
+
+@pytest.mark.parametrize(
+    ("content", "tools"),
+    [
+        ("It is " + "1" * 80_000, "weather"),  # _TEMPERATURE started at every digit: 295 s at 80 KB
+        ("temp" + "a" * 80_000, "weather"),
+        ("```python\n" + "a" * 80_000 + "\n```", "files"),  # `\w+ = [{` started at every letter
+        ("Action: list_files" + " " * 80_000 + "\nAction Input: {}", "files"),  # [ \t]*\n?[ \t]* backtracked
+        ("x a=" + "b" * 80_000, "files"),
+    ],
+    ids=["digits", "long word", "long code word", "spaces before Action Input", "long key=value"],
+)
+def test_long_runs_of_one_character_are_read_in_linear_time(content, tools):
+    assert isinstance(modes(content, tools=WEATHER_TOOL if tools == "weather" else TOOLS), list)

@@ -22,6 +22,7 @@ from harness.classifier.content import ContentResult
 from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values, tools_text
 from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, ToolCall, get, short
 from harness.classifier.validate import offered_tools
+from harness.classifier.values import bare_numbers, norm, numbers, sky, temperature_given, temperatures
 
 __all__ = ["fabrication_step", "markup_step", "no_call_step", "requirement_step", "tool_domains"]
 
@@ -107,7 +108,7 @@ _FABRICATED_MARKUP = re.compile(
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )
-_TEMPERATURE = re.compile(r"-?\d+(?:\.\d+)?(?:\s*(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)|[CF]\b)", re.I)
+_TEMPERATURE = re.compile(r"(?<![\d.])-?\d++(?:\.\d++)?+(?:\s*+(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)|[CF]\b)", re.I)
 _CONDITION = re.compile(
     r"\b(?:sunny|cloudy|overcast|rain(?:y|ing)?|drizzl(?:e|ing)|snow(?:y|ing)?|clear sk(?:y|ies)|fog(?:gy)?|windy|storm(?:y|s)?"
     r"|thunderstorms?|pleasant|humid(?:ity)?|breez(?:e|y)|showers?|partly cloudy|mild)\b",
@@ -148,10 +149,12 @@ _VALUE = re.compile(
 )
 _COUNT_WORD = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _COUNT = re.compile(
-    rf"\b(?:there (?:are|is|were|was)|(?:it |the \w+ )?(?:contains?|holds?|has|have|had|lists?|listed|found)|total(?: of)?|all)"
-    rf"\s+(?:only\s+|exactly\s+|just\s+)?{_COUNT_WORD}\s+files?\b|\b{_COUNT_WORD}\s+files?\s+(?:in total|in (?:the|this|that)"
-    rf" (?:current |working )?(?:directory|folder)|were found|are there)\b",
-    re.I,
+    rf"(?:^|[.!?:]\s+|\b(?:there(?:'s| is| are| were| was)|shows?|lists?|listed|contains?|holds?|has|have|had|found|total:?"
+    rf"|in total,?|all)\s+)(?:only\s+|exactly\s+|just\s+)?{_COUNT_WORD}\s+files?\b"
+    rf"(?!\s+(?:are|is|were|was|have|has)\s+(?!present|there|listed|found|in\b))"
+    rf"|\b{_COUNT_WORD}\s+files?\s+(?:in total|in (?:the|this|that) (?:current |working )?(?:directory|folder)|were (?:found|listed)"
+    rf"|are (?:there|present|listed))\b",
+    re.I | re.M,
 )
 """A stated total of files ("There are 3 files", "3 files in the directory"), not a part of them ("2 files are Markdown")."""
 _NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
@@ -186,20 +189,21 @@ def _tool_only_facts(content: ContentResult, calls: list[ToolCall], past: Histor
     known = "\n".join([*past.prompt_parts, tools_text(tools)]).lower()
     found = []
     prompt = "\n".join(past.prompt_parts)
+    prompt_temps = temperatures(prompt)
     if "weather" in domains and (
-        any(not _temperature_given(t.group(), prompt) for t in _TEMPERATURE.finditer(claims))  # "20°C is 68°F" when asked
+        any(not temperature_given(t.group(), prompt_temps) for t in _TEMPERATURE.finditer(claims))  # "20°C is 68°F" when asked
         or (_CONDITION.search(claims) and re.search(r"weather|temperature", claims, re.I))
         or _WEATHER_SENTENCE.search(claims)
     ):
         found.append("weather: " + short(claims.strip(), 120))
     if "file" in domains:
-        found += _file_facts(content, claims, known, code_in_prompt=bool(_PROMPT_CODE.search(prompt)))
+        found += _file_facts(content, claims, known, code_in_prompt=past.user_code)
     if "ticket" in domains:
         found += [f"ticket: {m.group()}" for m in _TICKET_ID.finditer(claims) if m.group().lower() not in known][:4]
     return found
 
 
-_PROMPT_CODE = re.compile(r"```|^[ \t]*(?:def |class |function |import |#include)", re.M)
+_WORD = re.compile(r"[^\W\d_]{2,}")
 _BUG = re.compile(r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b", re.I)
 
 
@@ -213,9 +217,7 @@ def _file_facts(content: ContentResult, claims: str, known: str, *, code_in_prom
     patterns = [("listing", _LISTING), ("effect", _EFFECT), ("file content", _IN_FILE)]
     for label, pattern in patterns + ([] if code_in_prompt else [("file content", _BUG)]):
         m = pattern.search(claims)
-        shows_items = bool(
-            content.code or _LIST_LINE.search(claims) or next(FILE_TOKEN.finditer(claims[m.end() :] if m else ""), None)
-        )
+        shows_items = bool(content.code or _LIST_LINE.search(claims) or (m and _WORD.search(claims, m.end())))
         if m and (label != "listing" or shows_items):
             found.append(f"{label}: {short(m.group(), 80)}")
     if _OUTPUT_CLAIM.search(content.visible) and (content.code or _LIST_LINE.search(content.prose)):
@@ -249,7 +251,8 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
     results = "\n".join(past.tool_results)
     result_values: set[str] | None = None
     known_norm = ""
-    numbers: set[float] = set()
+    result_numbers: set[float] = set()
+    result_temps: list[tuple[float, str | None]] = []
     for text in texts:
         for m in FILE_TOKEN.finditer(text[:MAX_REPAIR_CHARS]):
             token = m.group(1).lower()
@@ -257,62 +260,33 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
                 seen.add(token)
                 found.append(m.group(1))
         for m in _VALUE.finditer(text[:MAX_REPAIR_CHARS]):
-            if result_values is None:  # only replies that state values pay for reading the results' values
-                result_values, known_norm = {_norm(v) for v in _VALUE.findall(results)}, _norm(known)
-                numbers = _numbers(results)
-            value, norm = m.group(), _norm(m.group())
-            temperature = _TEMPERATURE.fullmatch(value.strip())
-            if temperature and _temperature_given(value, results):
+            value, normal = m.group(), norm(m.group())
+            if value in seen:
                 continue
-            if not temperature and _numbers(value) & numbers:
+            if len(seen) >= _MAX_VALUES:
+                break  # bounded: a reply that states thousands of distinct values has been judged by then
+            seen.add(value)
+            if result_values is None:  # only replies that state values pay for reading the results' values
+                result_values, known_norm = {norm(v) for v in _VALUE.findall(results)}, norm(known)
+                result_numbers, result_temps = bare_numbers(results), temperatures(results)
+            temperature = _TEMPERATURE.fullmatch(value.strip())
+            if temperature and temperature_given(value, result_temps):
+                continue
+            if not temperature and numbers(value) & result_numbers:
                 continue  # the tool's number with a unit or a format of its own ("65%" for humidity 65, "4250" for 4,250.00)
             measured = bool(temperature or re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
-            if (result_values or measured) and norm not in result_values and norm not in known_norm and value not in seen:
-                seen.add(value)
+            if (result_values or measured) and normal not in result_values and normal not in known_norm:
                 found.append(f"value: {value}")
-    conditions = {f for c in _CONDITION.findall(results) if (f := _sky(c))}
-    stated = {f for c in _CONDITION.findall(claims) if (f := _sky(c))} if conditions else set()
+    conditions = {f for c in _CONDITION.findall(results) if (f := sky(c))}
+    stated = {f for c in _CONDITION.findall(claims) if (f := sky(c))} if conditions else set()
     if conditions and stated - conditions:
         found.append(f"condition: {sorted(stated - conditions)[0]} (the tool said {', '.join(sorted(conditions))})")
     found += _count_mismatch(texts, past)
     return found
 
 
-_SKY_FAMILIES = {"sun": "clear", "clear": "clear", "cloud": "cloud", "overcast": "cloud", "rain": "rain", "drizzl": "rain",
-                 "shower": "rain", "snow": "snow", "fog": "fog", "storm": "storm", "thunderstorm": "storm"}  # fmt: skip
-
-
-def _sky(condition: str) -> str | None:
-    """The sky a condition word describes (``rainy``, ``raining`` and ``light drizzle`` are all ``rain``), or None
-    for words that are not the sky (wind, humidity, "pleasant"), which a tool's condition cannot contradict."""
-    for stem, family in _SKY_FAMILIES.items():
-        if stem in condition.lower():
-            return family
-    return None
-
-
-def _temperature_given(value: str, results: str) -> bool:
-    """Whether a stated temperature is one a tool returned (as a number), possibly rounded or converted between °C and °F."""
-    match = re.match(r"-?\d+(?:\.\d+)?", value.strip())
-    if match is None:
-        return False
-    number = float(match.group())
-    returned = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", results)[:1000]]
-    if re.search(r"F|℉|fahrenheit", value, re.I):
-        candidates = (number, (number - 32) * 5 / 9)
-    else:
-        candidates = (number, number * 9 / 5 + 32)
-    return any(abs(c - r) < 1 for c in candidates for r in returned)  # rounded ("about 21°C" for 21.4) or converted
-
-
-def _numbers(text: str) -> set[float]:
-    """The numbers written in ``text`` (thousands separators dropped); dates are not numbers."""
-    text = re.sub(r"\d{4}-\d{2}-\d{2}", " ", text[:MAX_REPAIR_CHARS])
-    return {float(n.replace(",", "")) for n in re.findall(r"(?<![\w.])\d[\d,]*(?:\.\d+)?", text)[:2000]}
-
-
-def _norm(value: str) -> str:
-    return re.sub(r"[\s,]", "", value.lower())
+_MAX_VALUES = 500
+"""Distinct names and values of one reply checked against the tool results (each check reads the results' values)."""
 
 
 def _count_mismatch(texts: list[str], past: History) -> list[str]:
@@ -335,7 +309,7 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
     if listing is None:
         return []
     for m in counts:
-        word = (m.group(1) or m.group(2)).lower()
+        word = next(g for g in m.groups() if g).lower()
         number = int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
         if number is not None and number != len(listing):
             return [f"count: {m.group()} (the listing held {len(listing)})"]
@@ -357,7 +331,7 @@ _NARRATION = re.compile(
 _SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
 _CODE_EFFECT = re.compile(
     r"\bopen\s*\(|os\.(?:listdir|scandir|walk|remove|makedirs)|glob\.|Path\(|\.write\(|\.read\(|json\.(?:load|dump)"
-    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|\w+\s*=\s*\[\s*\{",
+    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|(?<!\w)\w++\s*=\s*\[\s*\{",
 )
 _HANDED_OVER = re.compile(
     r"\b(?:you can|you could|you may|we can) use (?:the following|this|a|an|the) (?:[\w-]+ ){0,2}?(?:code|script|command|function"
@@ -415,7 +389,7 @@ def _told_to_call(prose: str, tools: list[Any]) -> str | None:
     if not names:
         return None
     alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)[:200])
-    m = re.search(rf"\b(?:call|use|invoke|run)\s+(?:the\s+)?[`\"']?({alternatives})\b", prose, re.I)
+    m = re.search(rf"\b(?<!not )(?<!n't )(?<!never )(?:call|use|invoke|run)\s+(?:the\s+)?[`\"']?({alternatives})\b", prose, re.I)
     return m.group(1) if m else None
 
 
@@ -436,8 +410,9 @@ def markup_step(content: ContentResult) -> tuple[set[str], dict[str, Any]]:
     text = content.visible
     if _HARMONY_CALL.search(text):
         text = _HARMONY_TOKEN.sub(" ", text)  # the call's wrapper as a whole is wrong_wrapper_tag
-    if "<s>" in text:
-        text = text.replace("</s>", " ")  # <s>$20</s> is HTML strikethrough, not an end-of-sequence token
+    whole = text.strip()
+    if "<s>" in text and not (whole.startswith("<s>") and whole.endswith("</s>")):
+        text = text.replace("</s>", " ")  # <s>$20</s> is HTML strikethrough; <s>...</s> around the whole reply is BOS/EOS
     m = _TEMPLATE_MARKUP.search(text) or _STRIPPED_HARMONY.search(text)
     if m is None:
         return set(), {}

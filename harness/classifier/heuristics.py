@@ -158,6 +158,7 @@ class History:
         tool_answered: some tool result is in the history.
         prompt_parts: the system and user messages that are not tool results.
         tool_results: the tool results' texts, oldest first.
+        user_code: a user message holds code (a fence or code lines): claims about "the bug" may be about it.
     """
 
     known_parts: list[str] = field(default_factory=list)
@@ -165,8 +166,10 @@ class History:
     tool_answered: bool = False
     prompt_parts: list[str] = field(default_factory=list)
     tool_results: list[str] = field(default_factory=list)
+    user_code: bool = False
 
 
+_USER_CODE = re.compile(r"```|^[ \t]*(?:def |class |function |import |#include)", re.M)
 _JSON_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}")
 
 
@@ -190,12 +193,14 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
         if not isinstance(message, Mapping):
             continue
         role = get(message, "role")
-        text = _unescaped(text_of(get(message, "content")))
+        text = text_of(get(message, "content"))
         if is_tool_result(role, text):
             past.tool_answered = True  # native tool messages, or prompt mode's <tool_response> user messages
             past.tool_results.append(text[:MAX_REPAIR_CHARS])
         elif role in ("system", "user", "developer"):
             past.prompt_parts.append(text[:MAX_REPAIR_CHARS])
+            if role == "user" and _USER_CODE.search(text[:MAX_REPAIR_CHARS]):
+                past.user_code = True
         if role == "assistant":
             hcalls, _ = structured_calls(get(message, "tool_calls"))
             if hcalls:
@@ -207,8 +212,9 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
             elif text:
                 past.earlier.update(history_content_calls(text, offered))
         if text and budget > 0:
-            past.known_parts.append(text[:budget])
-            budget -= len(text)
+            known = _unescaped(text)  # caf\u00e9.txt in a tool's JSON explains café.txt
+            past.known_parts.append(known[:budget])
+            budget -= len(known)
     return past
 
 

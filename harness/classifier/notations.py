@@ -72,12 +72,18 @@ _PYTHONISH = re.compile(r"'|\b(?:True|False|None)\b")
 _PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
 _PAST_TENSE = re.compile(r"\b(?:called|used|ran|invoked|executed|tried|via|with|using)\s*(?:the\s+)?`?$", re.I)
 _NOT_DOING = re.compile(
-    r"\b(?:not|never|no need|don't|do not|didn't|did not|won't|shouldn't|if|can|could|would|might|may|should|e\.g\.|for example"
-    r"|such as|format|instead of|rather than|returns?|like this|the tool|tools?:)\b|n't\b",
+    r"\b(?:(?:not|never|didn't|did not|don't|do not|won't|will not|shouldn't|no need to)(?:\s+\w+){0,2}?\s+(?:call|run|use|invoke|need)"
+    r"|don't need|do not need|you(?:'d| can| could| may| might| should| would)|if you|eg_|for example|such as|the format(?: is)?"
+    r"|in the format|instead of|rather than|like this)\b",
     re.I,
 )
-"""Words before a call in the same sentence that make it a mention: negated, hypothetical, offered or documented."""
-_SENTENCE_START = re.compile(r"[.!?:]\s|\n")
+"""Words of the call's own clause that make it a mention: negated ("I did not call"), addressed to the reader ("you can
+call"), an example ("e.g.", "for example") or documentation ("the format is")."""
+_CLAUSE_START = re.compile(r"[.!?:;,]\s|\n|\b(?:so|then|and|but)\s", re.I)
+_OFFER_AFTER = re.compile(r"[^\n]{0,80}?\b(?:shall I|should I|would you like|do you want|want me to)\b", re.I)
+_DOCUMENTED_AFTER = re.compile(
+    r"`?[ \t]{0,3}(?:tool|function)\b|`?[ \t]{1,3}(?:returns|takes|accepts|gives|lists|reads|writes)\b", re.I
+)
 _DEFINITION = re.compile(r"\b(?:def|class|function|async\s+def|fn|func)\s+$")
 
 
@@ -129,12 +135,15 @@ def pythonic_candidates(  # noqa: PLR0913 - the text, its taken spans, the tools
     """
     cands: list[Cand] = []
     matches = 0
-    inert: list[tuple[int, int]] | None = None if wrapped else []  # tokenized on the first call that needs it
+    inert: list[tuple[int, int]] | None = None if wrapped else []  # read on the first call that needs it
+    payload_start = len(text) - len(text.lstrip().lstrip("[").lstrip())
     for m in _PY_CALL.finditer(text):
+        start = m.start()
+        if _dotted_tool(m.group(1), tool_names) not in tool_names and start != payload_start:
+            continue  # another name counts only as the whole payload: `print(1)` lines cost nothing
         matches += 1
         if matches > 4 * MAX_CANDIDATES or len(cands) >= MAX_CANDIDATES:
             break
-        start = m.start()
         if any(a <= start < b for a, b in taken):
             continue
         if inert is None:
@@ -183,40 +192,56 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
         return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
     args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    repaired = False
     if not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
         value, ok = _literal_node(node.args[0])
+        if not ok:  # list_files({path: '.'}): a JavaScript object, whose bare keys the narrow repair quotes
+            value = repair(_source(node.args[0]))
+            ok = repaired = isinstance(value, dict)
         if ok and isinstance(value, dict):
             args, errors = value, []  # read_file({"path": "a.txt"}): the dict is the arguments
     return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=["function_call"] if errors else [],
-                excerpt=short(src), foreign=True, errors=errors)  # fmt: skip
+                excerpt=short(src), foreign=True, errors=errors, repaired=repaired)  # fmt: skip
+
+
+_TOOL_NAMESPACES = frozenset({"functions", "function", "default_api", "tools", "tool", "api"})
 
 
 def _dotted_tool(name: str, tool_names: frozenset[str]) -> str:
     """The offered tool a dotted name calls (``functions.read_file``, ``default_api.read_file``,
-    Llama's ``get_weather.call``), else the name unchanged."""
+    Llama's ``get_weather.call``), else the name unchanged (``re.search`` is not the tool ``search``)."""
     if "." not in name or name in tool_names:
         return name
-    parts = name.split(".")
-    if parts[-1] in tool_names:
-        return parts[-1]
-    if len(parts) >= 2 and parts[-1] == "call" and parts[-2] in tool_names:
-        return parts[-2]
+    namespace, _, rest = name.partition(".")
+    if namespace in _TOOL_NAMESPACES and rest in tool_names:
+        return rest
+    if name.endswith(".call") and name[: -len(".call")] in tool_names:
+        return name[: -len(".call")]
     return name
 
 
 def _mentioned(text: str, start: int, end: int, line_start: int) -> bool:
-    """Whether a call written in prose is only mentioned: quoted or in inline code, or negated,
-    hypothetical or documented earlier in its sentence."""
+    """Whether a call written in prose is only mentioned, not attempted: quoted, documented ("the
+    `read_file(path)` tool returns..."), offered as a question ("I can run x(...) next. Shall I?"),
+    or negated, addressed to the reader or given as an example in its own clause."""
     before, after = text[start - 1 : start], text[end : end + 1]
-    if before in "\"'`" and before and after == before:
+    if before in "\"'" and before and after == before:
+        return True  # quoted: "write_file(...)"
+    if _DOCUMENTED_AFTER.match(text, end) or _OFFER_AFTER.match(text, end):
         return True
     window = max(line_start, start - 300)
-    sentence = max((m.end() for m in _SENTENCE_START.finditer(text, window, start)), default=window)
-    return _NOT_DOING.search(text, sentence, start) is not None
+    head = text[window:start].replace("e.g.", "eg_ ").replace("i.e.", "ie_ ")  # same length: positions hold
+    clause = max((m.end() for m in _CLAUSE_START.finditer(head)), default=0)
+    return _NOT_DOING.search(head, clause) is not None
 
 
 def _inert_spans(code: str) -> list[tuple[int, int]]:
-    """Comments and string literals of Python-like code (a call written there is not run); ``[]`` when it does not tokenize."""
+    """Comments and string literals of Python code (a call written there is not run); ``[]`` for text
+    that is not Python (``I'll run: list_files(...)`` in a plain fence is not a string literal)."""
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
     spans: list[tuple[int, int]] = []
     lines = [0]
     for line in code.splitlines(keepends=True):
@@ -382,7 +407,7 @@ _HEADER_END = re.compile(r"\s*(?:```\s*)?(?:<\|call\|>|<\|tool_call_end\|>|<\|to
 _KEY_VALUE = re.compile(
     r"^[ \t]*(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']\S*))++)[ \t]*$", re.M
 )
-_KEY_VALUE_ARG = re.compile(r"([A-Za-z_]\w*)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s\"']\S*))")
+_KEY_VALUE_ARG = re.compile(r"(?<!\w)([A-Za-z_]\w*+)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s\"']\S*))")
 _SELF_CLOSING = re.compile(
     r"^[ \t]*<(?P<name>[A-Za-z_][\w.-]*)(?P<args>(?:[ \t]+[A-Za-z_]\w*=(?:\"[^\"\n]*\"|'[^'\n]*'))*)[ \t]*/>[ \t]*$", re.M
 )

@@ -78,8 +78,8 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
             continue
         for akey in _ARG_KEYS:
             if akey in obj:
-                if name not in tool_names and not _data_free(name, obj[akey]):
-                    return []  # {"name": "Python: Current File", "args": [...]}: a JSON document, not a call
+                if name not in tool_names and _is_data(obj, key, akey):
+                    return []  # {"name": "Python: Current File", "args": [...], "program": ...}: a JSON document, not a call
                 standard = key == "name" and akey == "arguments"
                 return [RawCall(name, obj[akey], not standard)]
         if name in tool_names:
@@ -100,11 +100,13 @@ _DEFINITION_LIKE = re.compile(
 arguments may hold a "description" too)."""
 
 
-def _data_free(name: str, args: Any) -> bool:
-    """Whether an object naming a tool that was not offered still reads as a call: a name without the
-    punctuation of a title or a path (CrewAI tools are named in words: "delegate work to co-worker") and
-    arguments that are an object, a string or absent."""
-    return not re.search(r"[:/\\()\[\]{}<>]", name) and (args is None or isinstance(args, (Mapping, str)))
+def _is_data(obj: Mapping[str, Any], name_key: str, args_key: str) -> bool:
+    """Whether an object naming a tool that was not offered is a JSON document rather than a call: its
+    "arguments" are not an object or a string, and it has fields of its own (a launch configuration, a
+    container spec). A call to an invented tool (``{"name": "fs:read_file", "arguments": {...}}``) is a call."""
+    args = obj[args_key]
+    own_fields = set(obj) - {name_key, args_key, "id", "type"}
+    return not (args is None or isinstance(args, (Mapping, str))) and bool(own_fields)
 
 
 def _call_like(text: str, tool_names: frozenset[str]) -> bool:
@@ -121,10 +123,20 @@ def _call_like(text: str, tool_names: frozenset[str]) -> bool:
 # --------------------------------------------------------------------------- content payloads
 
 _REACT_ACTION = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(?P<name>[^\n]*?)[ \t]*$", re.I | re.M)
-_REACT_INPUT = re.compile(r"[ \t]*\n?[ \t]*Action[ \t]+Input[ \t]*:[ \t]*", re.I)
+_REACT_INPUT = re.compile(r"[ \t]*+(?:\n[ \t]*+)?Action[ \t]++Input[ \t]*+:[ \t]*+", re.I)
 _REACT_NEXT = re.compile(r"^[ \t]*(?:Observation|Thought|Action|Final[ \t]+Answer|Answer)[ \t]*:", re.I | re.M)
 _NAME_LINE = re.compile(r"(?:^|(?<=[^\w\s]))[ \t]*(?P<name>[A-Za-z_][\w.-]*)[ \t]*\n[ \t]*\Z")
 _CURLY = re.compile("[\u201c\u201d\u2018\u2019]")
+
+
+def _unfenced(body: str) -> str:
+    """``body`` without a Markdown fence around it (its opening line and a closing fence), in linear time."""
+    fence = body[:3]
+    if fence not in ("```", "~~~"):
+        return body
+    _opening, _, inner = body.partition("\n")
+    inner = inner.rstrip()
+    return inner[:-3].rstrip() if inner.endswith(fence) else inner
 
 
 def _react_candidates(text: str) -> list[Cand]:
@@ -145,10 +157,8 @@ def _react_candidates(text: str) -> list[Cand]:
             body_end = stop.start() if stop else len(text)
             body = text[follow.end() : body_end].strip()
             end = body_end if body else follow.end()
-            fenced = re.fullmatch(r"(`{3,}|~{3,})[\w-]*\s*(.*?)\s*\1", body, re.S)
-            if fenced and fenced.group(2)[:1] in "{[":
-                body = fenced.group(2)  # Action Input: ```json {...}```: the fence is notation too
-            if body[:1] in "{[":
+            body = _unfenced(body)  # Action Input: ```json {...}```: the fence is notation too
+            if body[:1] and body[0] in "{[":
                 value, _json_end, repaired = _parse_value(body)
                 broken, raw_args = value is FAIL, (None if value is FAIL else value)
             elif body:
