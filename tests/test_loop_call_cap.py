@@ -20,7 +20,12 @@ def _many_writes(count: int) -> dict:
     calls = [{"id": f"c{i}", "type": "function",
               "function": {"name": "write_file", "arguments": {"path": f"f{i:03d}.txt", "content": str(i)}}}
              for i in range(count)]  # fmt: skip
-    return {"content": None, "tool_calls": calls, "finish_reason": "tool_calls", "usage": {"prompt_tokens": 9, "completion_tokens": 9}}
+    return {
+        "content": None,
+        "tool_calls": calls,
+        "finish_reason": "tool_calls",
+        "usage": {"prompt_tokens": 9, "completion_tokens": 9},
+    }
 
 
 def test_the_classifier_records_the_cap_as_a_detail_of_multiple_calls():
