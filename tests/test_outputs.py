@@ -106,16 +106,21 @@ def test_export_to_a_descriptor_path_appends_to_what_the_shell_opened(tmp_path, 
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a character device needs root")
-def test_export_to_a_character_device_writes_to_it_and_keeps_it(tmp_path, scenario, capsys):
+@pytest.mark.parametrize(("name", "minor"), [("null", 3), ("full", 7)])
+def test_export_to_a_character_device_writes_to_it_and_keeps_it(tmp_path, scenario, capsys, name, minor):
     ledger = finished_ledger(tmp_path, scenario)
-    device = tmp_path / "null"
+    device = tmp_path / name
     try:
-        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a private /dev/null
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, minor))  # a private /dev/null or /dev/full
     except OSError as exc:  # e.g. a container without CAP_MKNOD
         pytest.skip(f"cannot create a character device here: {exc}")
     rc, _, err = cli(capsys, "export", "--ledger", ledger, "--out", device)
-    assert rc == 0, err
-    assert stat.S_ISCHR(os.lstat(device).st_mode) and os.stat(device).st_rdev == os.makedev(1, 3)
+    if name == "null":
+        assert rc == 0, err
+    else:  # a write to /dev/full fails with ENOSPC: said in one sentence, not reported as success
+        assert_one_sentence_error(rc, err)
+        assert "No space left on device" in err
+    assert stat.S_ISCHR(os.lstat(device).st_mode) and os.stat(device).st_rdev == os.makedev(1, minor)
 
 
 def test_export_to_a_socket_is_refused_in_one_sentence(tmp_path, scenario, capsys):
