@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 from harness.errors import UsageError
@@ -107,13 +107,13 @@ def _replace_regular(target: Path, data: bytes, option: str, given: str | os.Pat
         previous = os.lstat(target).st_mode
     except FileNotFoundError:
         previous = None
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp_name = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # the umask applies
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, stat.S_IMODE(previous) if previous is not None else 0o666 & ~umask)
+        if previous is not None:
+            os.chmod(tmp_name, stat.S_IMODE(previous))
         try:
             now = os.lstat(target).st_mode
         except FileNotFoundError:

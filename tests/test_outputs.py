@@ -164,3 +164,14 @@ def test_a_folder_option_naming_something_else_is_refused(tmp_path, scenario, ca
     if kind == "file":
         assert path.read_text(encoding="utf-8") == "keep"
     assert os.path.lexists(path) and not path.is_dir()
+
+
+def test_a_new_export_file_gets_the_usual_permissions(tmp_path, scenario, capsys):
+    ledger = finished_ledger(tmp_path, scenario)
+    old = os.umask(0o022)
+    try:
+        rc, _, err = cli(capsys, "export", "--ledger", ledger, "--out", tmp_path / "new.jsonl")
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    assert stat.S_IMODE((tmp_path / "new.jsonl").stat().st_mode) == 0o644  # not mkstemp's 0600
