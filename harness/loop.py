@@ -22,11 +22,9 @@ messages in each tool mode is :mod:`harness.tool_protocol`'s business; what the 
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -41,8 +39,10 @@ from harness.backends.replay import CassetteRecorder
 from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
+from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
 from harness.errors import BackendError, BackendResponseError, BreakerTripped, TokenLimitExceeded, TurnLimitExceeded
 from harness.ledger import Attempt, ClaimPolicy, Ledger, RunEnd, RunStart, TurnRecord, utc_now
+from harness.provenance import git_revision as _git_revision
 from harness.scenarios import Scenario
 from harness.tool_protocol import assistant_message, request_hash, result_message
 from harness.tools import Sandbox, ToolResult
@@ -54,6 +54,9 @@ __all__ = [
 ]  # fmt: skip
 
 IDENTITY_VERSION = "1"
+REFUSED_CALL = (
+    f"call refused, not run: a reply may make at most {MAX_STRUCTURED_CALLS} structured calls; send the rest in the next reply"
+)
 
 
 @dataclass(frozen=True)
@@ -246,27 +249,14 @@ class RunOptions:
     extra_config: Mapping[str, Any] = field(default_factory=dict)
 
 
-@functools.cache
-def _git_revision() -> tuple[str | None, bool | None]:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        if sha.returncode != 0:
-            return None, None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5
-        )
-        return sha.stdout.strip(), bool(dirty.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-
-
-def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox) -> ToolResult:
-    for tool in scenario.tools:
-        if tool.name == call.name:
-            return tool.call(sandbox, call.arguments)
+def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
+    """Run one call; a ``refused`` call (past the cap) and an unknown tool are answered with an error, never run."""
+    tool = None if refused else next((t for t in scenario.tools if t.name == call.name), None)
+    if tool is not None:
+        return tool.call(sandbox, call.arguments)
     offered = ", ".join(t.name for t in scenario.tools) or "none"
-    return ToolResult(call.name, call.arguments, f"ERROR: unknown tool {call.name!r}; available tools: {offered}", error=True)
+    error = REFUSED_CALL if refused else f"unknown tool {call.name!r}; available tools: {offered}"
+    return ToolResult(call.name, call.arguments, f"ERROR: {error}", error=True)
 
 
 def run_once(
@@ -413,13 +403,15 @@ class _Run:
         verdict: Classification = classify(
             reply.response_dict(), tools=self.tool_schemas, history=self.messages, requires_tool=plan.scenario.requires_tool
         )
-        calls = verdict.calls(plan.parser)
+        refused = structured_overflow(reply.tool_calls)  # past the classifier's cap: answered as refused, never run
+        calls = verdict.calls(plan.parser) + refused
         ids = [call.id or f"call_{self.turns}_{i}" for i, call in enumerate(calls)]
         self.messages.append(assistant_message(reply.content, calls, ids, plan.tool_mode))
         executed = []
-        for call, call_id in zip(calls, ids, strict=True):
-            result = _execute(call, plan.scenario, self.sandbox)
-            self.calls_made += 1
+        acted_on = len(calls) - len(refused)
+        for index, (call, call_id) in enumerate(zip(calls, ids, strict=True)):
+            result = _execute(call, plan.scenario, self.sandbox, refused=index >= acted_on)
+            self.calls_made += index < acted_on
             self.messages.append(result_message(result.output, name=result.name, call_id=call_id, tool_mode=plan.tool_mode))
             executed.append({"id": call_id, "name": call.name, "arguments": call.arguments, "source": call.source,
                              "output": result.output, "error": result.error, "escape_attempt": result.escape_attempt})  # fmt: skip

@@ -285,7 +285,7 @@ def _read_toml(path: Path) -> tuple[bytes, dict[str, Any]]:
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read the scenario file ({exc.strerror or exc}).") from exc
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8-sig"))  # a byte-order mark (Windows editors) is not part of the TOML
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: not a valid TOML file ({exc}).") from exc
     unknown = sorted(set(data) - _TOP_LEVEL)
@@ -312,6 +312,9 @@ def _fixtures_and_checks(f: _Fields) -> tuple[dict[str, str], list[Any]]:
         raise f.fail("checks", "a non-empty list of [[checks]] tables", checks, missing="checks" not in data)
     for index, check in enumerate(checks):
         problem = validate_check(check)
+        unusable = fixture_path_problem([check["path"]]) if problem is None and isinstance(check.get("path"), str) else None
+        if unusable:  # the same rule as fixture paths: a check never reads outside the sandbox
+            problem = f"parameter 'path' is unusable: {unusable}; use a sandbox-relative file path"
         if problem:
             raise ScenarioError(f"{path}: field 'checks[{index}]': {problem}.")
     return fixtures, checks

@@ -106,6 +106,15 @@ class Sandbox:
         """Return ``path`` relative to the sandbox root, with ``/`` separators."""
         return path.relative_to(self.root).as_posix() or "."
 
+    def hide_root(self, text: str) -> str:
+        """``text`` (an error message for the model) with the sandbox's absolute path shown relative to it.
+
+        ``'/host/results/runs/abc/a.txt'`` becomes ``'a.txt'`` and the root itself ``'.'``, so
+        the model never learns where on the host its sandbox lives.
+        """
+        root = str(self.root)
+        return text.replace(root + os.sep, "").replace(root, ".")
+
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -196,9 +205,10 @@ class Tool:
             else:
                 output = self.function(sandbox, **arguments)
         except ToolError as exc:
-            return ToolResult(self.name, arguments, f"ERROR: {exc}", error=True, escape_attempt=exc.escape_attempt)
+            text = sandbox.hide_root(f"ERROR: {exc}")
+            return ToolResult(self.name, arguments, text, error=True, escape_attempt=exc.escape_attempt)
         except Exception as exc:  # noqa: BLE001 - a tool bug must not crash the loop; it is data
-            return ToolResult(self.name, arguments, f"ERROR: {type(exc).__name__}: {exc}", error=True)
+            return ToolResult(self.name, arguments, sandbox.hide_root(f"ERROR: {type(exc).__name__}: {exc}"), error=True)
         return ToolResult(self.name, arguments, output)
 
 

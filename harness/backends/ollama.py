@@ -158,7 +158,7 @@ class OllamaBackend(OpenAICompatBackend):
             return {}
         try:
             data = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -223,7 +223,7 @@ def _arguments_object(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
         return parsed if isinstance(parsed, dict) else {}
     return {}

@@ -239,6 +239,14 @@ class OpenAICompatBackend(Backend):
 
     def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code
+        if 300 <= status < 400:  # httpx does not follow redirects: say where the server points
+            location = response.headers.get("Location")
+            where = f"a redirect to {location[:_SNIPPET_CHARS]}" if location else "a redirect without a Location"
+            raise BackendResponseError(
+                f"The server at {self.base_url} answered HTTP {status} ({where}); the harness does not follow "
+                "redirects, so give the URL it points to in the model spec.",
+                status_code=status,
+            )
         if status < 400:
             return
         detail = _error_detail(response)
@@ -259,6 +267,12 @@ class OpenAICompatBackend(Backend):
     def _json_body(self, response: httpx.Response) -> dict[str, Any]:
         try:
             body = response.json()
+        except RecursionError as exc:  # deeper than Python's JSON parser goes, e.g. megabytes of '['
+            raise BackendResponseError(
+                f"The server at {self.base_url} answered with {len(response.content)} bytes of JSON nested too deeply "
+                f"to read ({response.text[:_SNIPPET_CHARS]!r}); check the server and its log.",
+                status_code=None,
+            ) from exc
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise BackendResponseError(
                 f"The server at {self.base_url} answered with a body that is not JSON "
@@ -281,7 +295,7 @@ class OpenAICompatBackend(Backend):
             data = response.json() if response.status_code == 200 else None
         except httpx.ConnectError as exc:
             raise BackendUnavailable(self._unreachable_message()) from exc
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, RecursionError):
             return None
         value = data.get("build_info") if isinstance(data, dict) else None
         return value if isinstance(value, str) and value else None
@@ -316,7 +330,7 @@ def _error_detail(response: httpx.Response) -> str:
     """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict):
         error = body.get("error")

@@ -23,6 +23,7 @@ import copy
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -55,8 +56,7 @@ class ReplayBackend(Backend):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.spec = f"replay:{path}"
-        self.replies = load_cassette(self.path)
-        self._digest = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        self.replies, self._digest = _load(self.path)
         self._next = 0
         self._lock = threading.Lock()
 
@@ -106,39 +106,88 @@ class ReplayBackend(Backend):
         return BackendIdentity(backend=self.kind, model=str(self.path), model_digest=f"sha256:{self._digest}")
 
 
+MAX_CASSETTE_BYTES = 1024**3
+"""A cassette file larger than this (1 GiB) is refused before it is read."""
+MAX_LINE_BYTES = 64 * 1024**2
+"""A cassette line longer than this (64 MiB, newline included) is refused; no recorded reply comes near it."""
+
+
 def load_cassette(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read and validate a cassette.
 
     Args:
-        path: the JSONL cassette.
+        path: the JSONL cassette: a regular file of at most :data:`MAX_CASSETTE_BYTES`.
 
     Returns:
         One dict per non-blank line, in file order.
 
     Raises:
-        UsageError: the file cannot be read, or a line (named by number) is not a JSON object
-            with the reply fields of the expected types.
+        UsageError: the file cannot be read, is not a regular file (a FIFO, a device such as
+            ``/dev/zero``, a folder) or is too large, or a line (named by number) is longer than
+            :data:`MAX_LINE_BYTES`, not UTF-8, or not a JSON object with the reply fields of the
+            expected types.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read cassette {path} ({exc}); check the replay: path.") from exc
+    return _load(Path(path))[0]
+
+
+def _load(path: Path) -> tuple[list[dict[str, Any]], str]:
+    """The cassette's replies and the SHA-256 of its bytes, read once (see :func:`load_cassette`)."""
+    digest = hashlib.sha256()
     replies = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser allows
-            obj = None
-        if not isinstance(obj, dict):
-            raise UsageError(f"Cassette {path} line {number} is not a JSON object; each line must be one reply.")
-        problem = _shape_problem(obj)
-        if problem:
-            raise UsageError(f"Cassette {path} line {number}: {problem}.")
-        replies.append(obj)
-    return replies
+    with _open_regular(path) as fh:
+        for number, data in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(data) > MAX_LINE_BYTES:
+                raise UsageError(
+                    f"Cassette {path} line {number} is longer than {MAX_LINE_BYTES} bytes; each line must be one reply."
+                )
+            digest.update(data)
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"Cannot read cassette {path} ({exc}); check the replay: path.") from exc
+            if line.strip():
+                replies.append(_reply_object(path, number, line))
+    return replies, digest.hexdigest()
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading if it is a regular file of a sane size (never blocks on a FIFO).
+
+    Raises:
+        UsageError: it cannot be opened, is not a regular file, or is larger than :data:`MAX_CASSETTE_BYTES`.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"Cannot read cassette {path} ({exc.strerror or exc}); check the replay: path.") from exc
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file (a FIFO, a device or a folder never ends or holds no replies)"
+    elif info.st_size > MAX_CASSETTE_BYTES:
+        problem = f"is larger than {MAX_CASSETTE_BYTES} bytes"
+    if problem:
+        os.close(fd)
+        raise UsageError(f"Cassette {path} {problem}; give a recorded .jsonl file.")
+    return os.fdopen(fd, "rb")
+
+
+def _reply_object(path: Path, number: int, line: str) -> dict[str, Any]:
+    """Line ``number`` of the cassette as a validated reply object.
+
+    Raises:
+        UsageError: it is not a JSON object with the reply fields of the expected types.
+    """
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser allows
+        obj = None
+    if not isinstance(obj, dict):
+        raise UsageError(f"Cassette {path} line {number} is not a JSON object; each line must be one reply.")
+    problem = _shape_problem(obj)
+    if problem:
+        raise UsageError(f"Cassette {path} line {number}: {problem}.")
+    return obj
 
 
 def write_cassette_line(fh: IO[str], reply: Reply) -> None:

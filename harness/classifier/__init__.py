@@ -40,7 +40,7 @@ from harness.classifier.types import (
     jsonable,
     short,
 )
-from harness.classifier.validate import offered_tools, structured_calls, validation_step
+from harness.classifier.validate import offered_tools, structured_calls, structured_cap_step, validation_step
 
 __all__ = [
     "CLASSIFIER_VERSION",
@@ -118,6 +118,7 @@ def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | Non
     steps = [
         envelope_step(structured_modes, result, clipped),
         multiple_calls_step(structured, result),
+        structured_cap_step(get(response, "tool_calls")),
         _reasoning_step(reasoning),
         validation_step(calls, tools, offered),
     ]

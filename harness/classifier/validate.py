@@ -31,7 +31,10 @@ __all__ = [
     "offered_tools",
     "schema_properties",
     "schema_types",
+    "MAX_STRUCTURED_CALLS",
+    "structured_cap_step",
     "structured_calls",
+    "structured_overflow",
     "validation_step",
 ]
 
@@ -355,13 +358,18 @@ def mended_name(name: str, tool_names: frozenset[str]) -> str | None:
     return None
 
 
+MAX_STRUCTURED_CALLS = MAX_CANDIDATES * 4
+"""Structured calls read from one reply (128); the loop answers each one past it as refused, unrun."""
+
+
 def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
-    """The server's own ``tool_calls`` (OpenAI or Ollama shape) as ``(calls, argument modes)``."""
+    """The server's own ``tool_calls`` (OpenAI or Ollama shape) as ``(calls, argument modes)``; the first
+    :data:`MAX_STRUCTURED_CALLS` only (:func:`structured_overflow` gives the rest)."""
     calls: list[ToolCall] = []
     modes: set[str] = set()
     if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)):
         return calls, modes
-    for item in list(tool_calls)[: MAX_CANDIDATES * 4]:
+    for item in list(tool_calls)[:MAX_STRUCTURED_CALLS]:
         if not isinstance(item, Mapping):
             continue
         fn = get(item, "function")
@@ -387,6 +395,33 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
             )
         )
     return calls, modes
+
+
+def structured_overflow(tool_calls: Any) -> list[ToolCall]:
+    """The structured calls past :data:`MAX_STRUCTURED_CALLS`, read like the others; never acted on.
+
+    Returns:
+        One :class:`ToolCall` per call object after the 128th, in order (``[]`` for at most 128).
+    """
+    if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)):
+        return []
+    rest = list(tool_calls)[MAX_STRUCTURED_CALLS:]
+    chunks = (structured_calls(rest[i : i + MAX_STRUCTURED_CALLS])[0] for i in range(0, len(rest), MAX_STRUCTURED_CALLS))
+    return [call for chunk in chunks for call in chunk]
+
+
+def structured_cap_step(tool_calls: Any) -> tuple[set[str], dict[str, Any]]:
+    """``multiple_calls`` with the cap as its detail, when the reply holds more than :data:`MAX_STRUCTURED_CALLS` calls.
+
+    The detail is ``{"structured_calls": total, "acted_on": 128, "refused": total - 128}`` (call objects only).
+    """
+    if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)) or len(tool_calls) <= MAX_STRUCTURED_CALLS:
+        return set(), {}
+    refused = sum(isinstance(item, Mapping) for item in list(tool_calls)[MAX_STRUCTURED_CALLS:])
+    if not refused:
+        return set(), {}
+    total = sum(isinstance(item, Mapping) for item in tool_calls)
+    return {"multiple_calls"}, {"multiple_calls": {"structured_calls": total, "acted_on": total - refused, "refused": refused}}
 
 
 # --------------------------------------------------------------------------- the validation step

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -109,16 +108,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from harness.console import plural
     from harness.ledger import EXPORT_COLUMNS, Ledger
+    from harness.outputs import write_output_file
 
     path = ledger_path(args)
     if args.out is not None:
         target = args.out.resolve()
         if target in {Path(f"{path.resolve()}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
             raise UsageError(f"--out {args.out} is the ledger itself; choose another file.")
-        if target.is_dir() or not target.parent.is_dir():
-            raise UsageError(
-                f"--out {args.out}: {'is a folder' if target.is_dir() else 'its folder does not exist'}; give a file path."
-            )
+        if target.is_dir():
+            raise UsageError(f"--out {args.out} is a folder; give a file path.")
     with Ledger(path, readonly=True) as ledger:
         rows = list(ledger.export_rows())  # read everything before any output file is touched
     buffer = io.StringIO(newline="")
@@ -131,11 +129,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(buffer.getvalue())
         return 0
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    try:
-        tmp.write_text(buffer.getvalue(), encoding="utf-8", newline="")
-        os.replace(tmp, args.out)
-    except OSError as exc:
-        raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc
+    write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
     print(f"Wrote {plural(len(rows), 'turn')} to {args.out}.", file=sys.stderr)
     return 0

@@ -30,8 +30,10 @@ def add_report(sub: Subparsers) -> None:
 
 def _cmd_report_write(args: argparse.Namespace) -> int:
     from harness.console import plural
+    from harness.outputs import check_output_folder
     from harness.report import parse_axes, write_report
 
+    check_output_folder(args.out, option="--out")
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     written = write_report(ledger_path(args), args.out, by=parse_axes(args.by), formats=formats)
     print(f"Wrote {plural(len(written), 'file')} to {args.out}: {', '.join(p.name for p in written)}")

@@ -58,6 +58,7 @@ def add_run(sub: Subparsers) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.loop import RetryPolicy, RunOptions
     from harness.matrix import MatrixOverrides
+    from harness.outputs import check_output_folder
     from harness.runner import expand_matrix
     from harness.scenarios import load_scenario
 
@@ -65,8 +66,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--jobs must be from 1 to 256 and --max-attempts from 1 to 100.")
     if not 1 <= args.timeout <= 86_400:  # also refuses nan
         raise UsageError("--timeout must be from 1 to 86400 seconds.")
-    if args.record is not None and args.record.exists() and not args.record.is_dir():
-        raise UsageError(f"--record {args.record} is a file; give a folder for the cassettes.")
+    if args.record is not None:
+        check_output_folder(args.record, option="--record")
     overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
