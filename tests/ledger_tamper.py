@@ -18,13 +18,15 @@ CHAINED = ("runs", "turns", "run_ends", "labels", "attestations", "attempts")
 def tamper(path: Path, *statements: str, fix_counters: bool = False) -> None:
     """Run ``statements`` with every trigger dropped, then put each trigger back exactly as it was."""
     db = sqlite3.connect(path)
-    triggers = db.execute("SELECT name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
-    for name, _ in triggers:
+    triggers = db.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
+    for name, _, _ in triggers:
         db.execute(f"DROP TRIGGER {name}")
     for sql in statements:
         db.execute(sql)
-    for _, sql in triggers:
-        db.execute(sql)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    for _, table, sql in triggers:
+        if table in tables:  # a dropped table's triggers went with it
+            db.execute(sql)
     if fix_counters:
         for table in CHAINED:
             db.execute(f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(seq), 0) FROM {table}) WHERE name = ?", (table,))

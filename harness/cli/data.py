@@ -102,7 +102,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from harness.rescore import rescore
 
     path = ledger_path(args)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
     with Ledger(path) as ledger:
         result = rescore(ledger, force=args.force)

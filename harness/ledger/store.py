@@ -193,12 +193,20 @@ class Ledger:
     def applied_migrations(self) -> list[str]:
         """Names of applied migrations, in order applied."""
         with self._lock:
-            return migrations.applied(self._db)
+            return self._read_migrations(migrations.applied)
 
     def pending_migrations(self) -> list[str]:
         """Names of migrations not applied yet (a read-only open of an older ledger has some; ``harness ledger migrate`` applies them)."""
         with self._lock:
-            return migrations.pending(self._db)
+            return self._read_migrations(migrations.pending)
+
+    def _read_migrations(self, read: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
+        try:
+            return read(self._db)
+        except sqlite3.Error as exc:
+            raise LedgerError(
+                f"the _migrations table of {self.path} cannot be read ({exc}); it was edited: restore the ledger from a copy."
+            ) from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
