@@ -310,7 +310,6 @@ def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path
 
 # red-team finding: an edited column history made `ledger verify` a traceback
 def test_an_edited_column_history_fails_verification_in_one_sentence(tmp_path, capsys):
-    import sqlite3
 
     path = tmp_path / "l.sqlite"
     with Ledger(path) as ledger:

@@ -86,6 +86,7 @@ TAMPERED_WITHOUT_ANCHOR = {
     "migration_added": ("INSERT INTO _migrations VALUES ('m009_later', '2030-01-01T00:00:00.000+00:00')",),
     "migration_time_garbled": ("UPDATE _migrations SET applied_at = 'yesterday' WHERE name = 'm001_initial'",),
     "migrations_dropped": ("DROP TABLE _migrations",),
+    "migrations_emptied": ("DROP TABLE _migrations", "CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"),
 }  # fmt: skip
 
 
