@@ -17,6 +17,7 @@ from harness.errors import LedgerError
 from harness.ledger import Attempt, Attestation, Labels, Ledger, RunEnd, RunStart, TurnRecord, record_fields
 from tests.helpers import cli, finished_ledger
 from tests.ledger_builders import SMALL, add_run
+from tests.ledger_tamper import tamper
 
 
 def run_start(run_id: str = "r1", **overrides) -> RunStart:
@@ -114,14 +115,7 @@ def test_update_and_delete_are_rejected(filled, table):
 
 
 def _tamper(path, sql):
-    db = sqlite3.connect(path)
-    db.execute("DROP TRIGGER turns_no_update")
-    db.execute("DROP TRIGGER turns_no_delete")
-    db.execute(sql)
-    db.execute("CREATE TRIGGER turns_no_update BEFORE UPDATE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
-    db.execute("CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
-    db.commit()
-    db.close()
+    tamper(path, sql)  # the triggers are put back text for text, as a careful forger would
 
 
 def test_verify_names_an_edited_row(filled):
@@ -216,26 +210,23 @@ def test_attestations_are_chained_and_verified(filled):
     assert rows[1][0] == rows[0][1]
     with Ledger(filled) as ledger:
         assert ledger.verify().ok and ledger.verify().rows == 6
-    db = sqlite3.connect(filled)
-    db.execute("DROP TRIGGER attestations_no_update")
-    db.execute("UPDATE attestations SET reviewer = 'eve' WHERE seq = 1")
-    db.commit()
-    db.close()
+    tamper(filled, "UPDATE attestations SET reviewer = 'eve' WHERE seq = 1")
     with Ledger(filled, readonly=True) as ledger:
         assert (
             ledger.verify().problem == "attestations row seq=1 (run r1): row_hash does not match its content (the row was edited)"
         )
 
 
-def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled):
-    db = sqlite3.connect(filled)
-    db.execute("DROP TRIGGER _migrations_no_delete")
-    db.execute("DELETE FROM _migrations WHERE name IN ('m002_attestations', 'm003_attempts')")
-    db.execute("DROP TABLE attestations")
-    db.execute("DROP TABLE attempts")
-    db.execute("DROP INDEX turns_request")
-    db.commit()
-    db.close()
+def test_a_m001_ledger_verifies_read_only_and_migrates_on_write(filled, monkeypatch):
+    from harness.ledger import migrations
+
+    filled.unlink()
+    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:1])
+    with Ledger(filled) as ledger:  # written by a harness that knew only m001
+        ledger.start_run(run_start())
+        ledger.record_turn(turn(n=1))
+        ledger.end_run(run_end())
+    monkeypatch.undo()
     with Ledger(filled, readonly=True) as ledger:
         assert ledger.verify().ok  # the old schema is still a valid ledger
     with Ledger(filled) as ledger:
@@ -262,12 +253,7 @@ def test_ledger_verify_fails_when_whole_tables_were_dropped(tmp_path, scenario, 
 
 def test_guard_tampered_row_fails_verify(tmp_path, scenario, capsys):
     ledger = finished_ledger(tmp_path, scenario)
-    db = sqlite3.connect(ledger)
-    db.execute("DROP TRIGGER turns_no_update")
-    db.execute("UPDATE turns SET content = 'hacked' WHERE seq = 1")
-    db.execute("CREATE TRIGGER turns_no_update BEFORE UPDATE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
-    db.commit()
-    db.close()
+    tamper(ledger, "UPDATE turns SET content = 'hacked' WHERE seq = 1")
     rc, _, err = cli(capsys, "ledger", "verify", "--ledger", ledger)
     assert rc == 1 and "turns row seq=1" in err
 
@@ -288,12 +274,7 @@ def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
         ledger.record_turn(turn("old1", 3, content="third", reasoning="I should answer now."))
         assert ledger.verify().ok  # old rows hash without the new column, new rows with it
         assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None, "I should answer now."]
-    db = sqlite3.connect(path)
-    db.execute("DROP TRIGGER turns_no_update")
-    db.execute("UPDATE turns SET reasoning = 'forged' WHERE turn = 1")  # a value where the old row had none
-    db.execute("CREATE TRIGGER turns_no_update BEFORE UPDATE ON turns BEGIN SELECT RAISE(ABORT, 'x'); END")
-    db.commit()
-    db.close()
+    tamper(path, "UPDATE turns SET reasoning = 'forged' WHERE turn = 1")  # a value where the old row had none
     with Ledger(path, readonly=True) as ledger:
         assert (
             ledger.verify().problem
@@ -329,15 +310,10 @@ def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path
 
 # red-team finding: an edited column history made `ledger verify` a traceback
 def test_an_edited_column_history_fails_verification_in_one_sentence(tmp_path, capsys):
-    import sqlite3
 
     path = tmp_path / "l.sqlite"
     with Ledger(path) as ledger:
         add_run(ledger, "r1", model=SMALL)
-    db = sqlite3.connect(path)
-    db.execute("DROP TRIGGER _added_columns_no_update")
-    db.execute("UPDATE _added_columns SET last_seq_without = 'abc'")
-    db.commit()
-    db.close()
+    tamper(path, "UPDATE _added_columns SET last_seq_without = 'abc'")
     rc, _out, err = cli(capsys, "ledger", "verify", "--ledger", path)
     assert rc == 1 and "_added_columns was edited" in err and err.count("\n") == 1

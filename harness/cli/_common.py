@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Subparsers", "default_scenario", "ledger_option", "ledger_path"]
+__all__ = ["Subparsers", "default_scenario", "head_line", "ledger_option", "ledger_path"]
 
 Subparsers = Any
 """``argparse._SubParsersAction``: private in argparse, so typed loosely here."""
@@ -31,3 +31,8 @@ def default_scenario() -> Path:
     if DEFAULT_SCENARIO.exists():
         return DEFAULT_SCENARIO
     return Path(__file__).resolve().parent.parent.parent / DEFAULT_SCENARIO
+
+
+def head_line(anchor: str) -> str:
+    """The closing line of ``harness run`` and ``harness report``: the ledger head to keep outside the ledger."""
+    return f"Ledger head (check later with `harness ledger verify --anchor`): {anchor}"

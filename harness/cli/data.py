@@ -1,4 +1,4 @@
-"""``harness ledger verify|migrate``, ``harness rescore`` and ``harness export``: the ledger's own commands."""
+"""``harness ledger verify|head|migrate``, ``harness rescore`` and ``harness export``: the ledger's own commands."""
 
 from __future__ import annotations
 
@@ -19,29 +19,52 @@ def add_ledger(sub: Subparsers) -> None:
     p = sub.add_parser("ledger", help="inspect and check the ledger")
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
-    v = verbs.add_parser("verify", help="recompute the hash chains; exit 1 naming the first bad row")
+    v = verbs.add_parser(
+        "verify", help="check the schema, the migration record and every hash chain; exit 1 naming the first problem"
+    )
     ledger_option(v)
+    v.add_argument("--anchor", metavar="DIGEST_OR_FILE", default=None,
+                   help="a line printed by `harness ledger head` (or a file holding it): also prove the ledger still extends it")  # fmt: skip
     v.set_defaults(func=_cmd_ledger_verify)
+    h = verbs.add_parser("head", help="print one line (row counts and a digest of every chain head) to keep outside the ledger")
+    ledger_option(h)
+    h.add_argument("--json", action="store_true", help="print the line with each table's row count and head hash as JSON")
+    h.set_defaults(func=_cmd_ledger_head)
     m = verbs.add_parser("migrate", help="create or upgrade the ledger schema")
     ledger_option(m)
     m.set_defaults(func=_cmd_ledger_migrate)
 
 
 def _cmd_ledger_verify(args: argparse.Namespace) -> int:
-    from harness.ledger import Ledger
+    from harness.errors import LedgerError
+    from harness.ledger import Ledger, parse_anchor
 
     path = ledger_path(args)
+    try:
+        anchor = parse_anchor(args.anchor) if args.anchor is not None else None
+    except LedgerError as exc:
+        raise UsageError(str(exc)) from exc
     with Ledger(path, readonly=True) as ledger:
-        result = ledger.verify()
+        result = ledger.verify(anchor)
         pending = ledger.pending_migrations()
     if result.ok:
-        print(f"{path}: OK, {result.rows} rows verified.")
+        extends = "; it extends the anchor" if anchor is not None else ""
+        print(f"{path}: OK, {result.rows} rows verified{extends}.")
         if pending:
             print(f"harness: {path} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {path}` upgrades it.",
                   file=sys.stderr)  # fmt: skip
         return 0
     print(f"harness: {path}: verification FAILED: {result.problem}.", file=sys.stderr)
     return 1
+
+
+def _cmd_ledger_head(args: argparse.Namespace) -> int:
+    from harness.ledger import Ledger
+
+    with Ledger(ledger_path(args), readonly=True) as ledger:
+        head = ledger.head()
+    print(json.dumps(head.as_json(), indent=2) if args.json else head.anchor)
+    return 0
 
 
 def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
@@ -78,7 +101,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from harness.rescore import rescore
 
     path = ledger_path(args)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
     with Ledger(path) as ledger:
         result = rescore(ledger, force=args.force)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli._common import Subparsers, ledger_option, ledger_path
+from harness.cli._common import Subparsers, head_line, ledger_option, ledger_path
 
 __all__ = ["add_attest", "add_compare", "add_report", "add_review"]
 
@@ -30,13 +30,17 @@ def add_report(sub: Subparsers) -> None:
 
 def _cmd_report_write(args: argparse.Namespace) -> int:
     from harness.console import plural
+    from harness.ledger import Ledger
     from harness.outputs import check_output_folder
     from harness.report import parse_axes, write_report
 
     check_output_folder(args.out, option="--out")
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     written = write_report(ledger_path(args), args.out, by=parse_axes(args.by), formats=formats)
+    with Ledger(ledger_path(args), readonly=True) as ledger:  # read after the report: the head covers every row it used
+        head = ledger.head()
     print(f"Wrote {plural(len(written), 'file')} to {args.out}: {', '.join(p.name for p in written)}")
+    print(head_line(head.anchor))
     return 0
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cli._common import Subparsers, default_scenario, ledger_option, ledger_path
+from harness.cli._common import Subparsers, default_scenario, head_line, ledger_option, ledger_path
 from harness.errors import UsageError
 from harness.vocab import PARSER_POLICIES, TOOL_MODES
 
@@ -129,5 +129,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
             os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
         finally:
             progress.close()
+        head = ledger.head()
     print_run_summary(result, time.perf_counter() - started, path)
+    print(head_line(head.anchor))
     return result

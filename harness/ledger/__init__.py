@@ -6,6 +6,7 @@ package is the only code that knows the tables; see :mod:`harness.ledger.store` 
 """
 
 from harness.canonical import canonical_json
+from harness.ledger.anchor import Anchor, LedgerHead, parse_anchor
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.records import (
     Attempt,
@@ -27,12 +28,14 @@ __all__ = [
     "CHAINED_TABLES",
     "DEFAULT_LEDGER_PATH",
     "EXPORT_COLUMNS",
+    "Anchor",
     "Attempt",
     "Attestation",
     "ClaimPolicy",
     "IdentityHolder",
     "Labels",
     "Ledger",
+    "LedgerHead",
     "RunEnd",
     "RunRow",
     "RunStart",
@@ -40,6 +43,7 @@ __all__ = [
     "TurnRow",
     "VerifyResult",
     "canonical_json",
+    "parse_anchor",
     "record_fields",
     "utc_now",
     "decode_labels",

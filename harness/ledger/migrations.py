@@ -15,7 +15,16 @@ from contextlib import AbstractContextManager
 
 from harness.ledger.records import utc_now
 
-__all__ = ["CHAINED_TABLES", "MIGRATIONS", "added_columns", "applied", "apply", "migration", "pending"]
+__all__ = [
+    "CHAINED_TABLES",
+    "MIGRATIONS",
+    "added_columns",
+    "applied",
+    "apply",
+    "migration",
+    "pending",
+    "reference_schema",
+]
 
 CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts")
 """Every table whose rows carry ``prev_hash``/``row_hash``, in verification order."""
@@ -121,6 +130,26 @@ def m004_turn_reasoning(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO _added_columns SELECT 'turns', 'reasoning', COALESCE(MAX(seq), 0) FROM turns")
 
 
+_MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+
+
+def reference_schema(count: int) -> dict[tuple[str, str], str | None]:
+    """The schema the first ``count`` registered migrations create, built by running them on an in-memory database.
+
+    Returns:
+        ``(type, name) -> sql`` for every object in ``sqlite_master`` (``sql`` is None for SQLite's own indexes),
+        exactly as SQLite stores it, so a ledger's schema can be compared with it text for text.
+    """
+    mem = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        mem.execute(_MIGRATIONS_TABLE)
+        for _name, fn in MIGRATIONS[:count]:
+            fn(mem)
+        return {(t, n): sql for t, n, sql in mem.execute("SELECT type, name, sql FROM sqlite_master")}
+    finally:
+        mem.close()
+
+
 def added_columns(db: sqlite3.Connection) -> dict[str, dict[str, int]]:
     """Columns added to chained tables after their creation: table -> column -> last ``seq`` written without it.
 
@@ -158,7 +187,7 @@ def apply(db: sqlite3.Connection, transaction: Callable[[], AbstractContextManag
     Returns:
         Names of the migrations applied now (empty when up to date).
     """
-    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    db.execute(_MIGRATIONS_TABLE)
     done = set(applied(db))
     now: list[str] = []
     for name, fn in MIGRATIONS:

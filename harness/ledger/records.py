@@ -29,7 +29,10 @@ __all__ = [
     "TurnRecord",
     "TurnRow",
     "VerifyResult",
+    "decode_labels",
     "record_fields",
+    "run_row",
+    "turn_row",
     "utc_now",
 ]
 
@@ -378,3 +381,34 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
             value = bool(value)
         values[f.name] = value
     return cls(**values)
+
+
+def run_row(row: dict[str, Any]) -> RunRow:
+    """A ``runs`` row joined with its ``run_ends`` columns (``end_seq`` None: unfinished) as a :class:`RunRow`."""
+    start = decode(RunStart, row, table="runs")
+    if row["end_seq"] is None:
+        return RunRow(row["seq"], start, None)
+    end_values = {**row, "turns": row["end_turns"], "prompt_tokens": row["end_prompt_tokens"],
+                  "completion_tokens": row["end_completion_tokens"]}  # fmt: skip
+    return RunRow(row["seq"], start, decode(RunEnd, end_values, table="run_ends"))
+
+
+def turn_row(row: dict[str, Any]) -> TurnRow:
+    """A ``turns`` row with ``newest_labels`` and ``labels_version`` as a :class:`TurnRow`."""
+    record = decode(TurnRecord, row, table="turns")
+    labels = decode_labels(row["newest_labels"], row)
+    return TurnRow(row["seq"], record, labels, row["labels_version"])
+
+
+def decode_labels(text: str, row: dict[str, Any]) -> list[str]:
+    """A ``failure_modes`` JSON column as a list of names.
+
+    Raises:
+        LedgerError: the text is not JSON (the file was edited).
+    """
+    try:
+        labels = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        where = f" of run {row.get('run_id')}, turn {row.get('turn')}" if row else ""
+        raise LedgerError(f"the failure modes{where} are not JSON; run `harness ledger verify`.") from exc
+    return [m for m in labels if isinstance(m, str)] if isinstance(labels, list) else []

@@ -12,9 +12,10 @@ Design
 * Every chained table has ``prev_hash`` and ``row_hash``: ``row_hash = sha256(prev_hash +
   canonical JSON of the row's other columns)``, with rows chained per table in ``seq`` order.
   :meth:`Ledger.verify` recomputes the chains and names the first row that does not match,
-  which catches a row edited, inserted or deleted with the triggers dropped. (Removing rows
-  from the *end* of a table leaves a valid shorter chain; export the last hashes elsewhere
-  if that matters to you.)
+  which catches a row edited, inserted or deleted with the triggers dropped; it also checks the
+  schema text for text and the migration record (:mod:`harness.ledger.integrity`). Rows cut from
+  the end, or a chain recomputed after an edit, need an outside anchor: :meth:`Ledger.head`
+  (:mod:`harness.ledger.anchor`).
 * The schema is created and upgraded by named migrations (:mod:`harness.ledger.migrations`),
   applied in order, each in one transaction with its record in ``_migrations``; every
   writable open migrates.
@@ -44,8 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerError
 from harness.ledger import migrations
-from harness.ledger.chain import GENESIS_HASH, row_hash, storable, verify_chains
+from harness.ledger.anchor import Anchor, LedgerHead, read_head
+from harness.ledger.chain import GENESIS_HASH, row_hash, storable
+from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.opening import connect_readonly, connect_writable, not_writable
 from harness.ledger.records import (
     Attempt,
     Attestation,
@@ -58,14 +62,17 @@ from harness.ledger.records import (
     TurnRow,
     VerifyResult,
     decode,
+    decode_labels,
     json_columns,
+    run_row,
+    turn_row,
 )
 from harness.vocab import SCORED_OUTCOMES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger"]
+__all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "decode_labels"]
 
 DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
 EXPORT_COLUMNS = (
@@ -107,35 +114,6 @@ def _holders(db: sqlite3.Connection, identity: str) -> list[IdentityHolder]:
     return holders
 
 
-def _run_row(row: dict[str, Any]) -> RunRow:
-    start = decode(RunStart, row, table="runs")
-    if row["end_seq"] is None:
-        return RunRow(row["seq"], start, None)
-    end_values = {**row, "turns": row["end_turns"], "prompt_tokens": row["end_prompt_tokens"],
-                  "completion_tokens": row["end_completion_tokens"]}  # fmt: skip
-    return RunRow(row["seq"], start, decode(RunEnd, end_values, table="run_ends"))
-
-
-def _turn_row(row: dict[str, Any]) -> TurnRow:
-    record = decode(TurnRecord, row, table="turns")
-    labels = decode_labels(row["newest_labels"], row)
-    return TurnRow(row["seq"], record, labels, row["labels_version"])
-
-
-def decode_labels(text: str, row: dict[str, Any]) -> list[str]:
-    """A ``failure_modes`` JSON column as a list of names.
-
-    Raises:
-        LedgerError: the text is not JSON (the file was edited).
-    """
-    try:
-        labels = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        where = f" of run {row.get('run_id')}, turn {row.get('turn')}" if row else ""
-        raise LedgerError(f"the failure modes{where} are not JSON; run `harness ledger verify`.") from exc
-    return [m for m in labels if isinstance(m, str)] if isinstance(labels, list) else []
-
-
 class Ledger:
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
@@ -158,25 +136,27 @@ class Ledger:
     def __init__(self, path: str | Path = DEFAULT_LEDGER_PATH, *, readonly: bool = False):
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._db = connect_readonly(self.path) if readonly else connect_writable(self.path)
         try:
-            if readonly:
-                if not self.path.is_file():
-                    raise LedgerError(f"no ledger at {self.path}; run `harness run` first or pass --ledger PATH.")
-                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
-            else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=30000")
-            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
+            self._check_tables(readonly)
+            info = {t: list(self._db.execute(f"PRAGMA table_info({t})")) for t in CHAINED_TABLES}
+        except sqlite3.Error as exc:
+            self._db.close()
             raise LedgerError(
                 f"{self.path} is not a readable SQLite ledger ({exc}); pass another --ledger path or restore the file."
             ) from exc
-        except OSError as exc:
-            raise LedgerError(f"cannot open the ledger at {self.path}: {exc.strerror or exc}.") from exc
+        except LedgerError:
+            self._db.close()
+            raise
+        self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
+        self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
+
+    def _check_tables(self, readonly: bool) -> None:
+        """Refuse a file that is not a (complete) harness ledger; migrate a writable one."""
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "_migrations" not in tables:
+            if {"runs", "turns"} <= tables:
+                raise LedgerError(f"{self.path} has no _migrations table (it was dropped); restore the ledger from a copy.")
             raise LedgerError(f"{self.path} is an SQLite file but not a harness ledger; pass another --ledger path.")
         if not readonly:
             self.migrate()
@@ -188,9 +168,6 @@ class Ledger:
             raise LedgerError(
                 f"{self.path} is not a complete harness ledger (table {missing[0]} is missing); restore it from a copy."
             )
-        info = {t: list(self._db.execute(f"PRAGMA table_info({t})")) for t in CHAINED_TABLES}
-        self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
-        self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
 
     # -- schema ---------------------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -208,19 +185,28 @@ class Ledger:
                 return migrations.apply(self._db, self._transaction)
             except sqlite3.Error as exc:
                 raise LedgerError(
-                    f"cannot bring the ledger at {self.path} up to date ({exc}); check that the file and its folder are "
-                    "writable, or open it read-only with a command that only reads."
+                    not_writable(self.path)
+                    or f"cannot bring the ledger at {self.path} up to date ({exc}); close any other program using it and "
+                    "retry, else restore it from a copy (verify, export and report read it as it is)."
                 ) from exc
 
     def applied_migrations(self) -> list[str]:
         """Names of applied migrations, in order applied."""
         with self._lock:
-            return migrations.applied(self._db)
+            return self._read_migrations(migrations.applied)
 
     def pending_migrations(self) -> list[str]:
         """Names of migrations not applied yet (a read-only open of an older ledger has some; ``harness ledger migrate`` applies them)."""
         with self._lock:
-            return migrations.pending(self._db)
+            return self._read_migrations(migrations.pending)
+
+    def _read_migrations(self, read: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
+        try:
+            return read(self._db)
+        except sqlite3.Error as exc:
+            raise LedgerError(
+                f"the _migrations table of {self.path} cannot be read ({exc}); it was edited: restore the ledger from a copy."
+            ) from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -319,7 +305,7 @@ class Ledger:
         sql = f"SELECT r.*, {_RUN_END_COLUMNS} FROM runs r LEFT JOIN run_ends e USING (run_id) {where} ORDER BY r.seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [_run_row(row) for row in self._query(sql, params)]
+        return [run_row(row) for row in self._query(sql, params)]
 
     def runs(self) -> list[RunRow]:
         """Every run with its end row (None for unfinished runs), in start order."""
@@ -342,7 +328,7 @@ class Ledger:
             f" FROM turns t LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) {where} ORDER BY t.seq",
             params,
         )
-        return [_turn_row(row) for row in rows]
+        return [turn_row(row) for row in rows]
 
     def turn_totals(self, run_id: str) -> tuple[int, int, int] | None:
         """``(turns, prompt_tokens, completion_tokens)`` recorded so far for a run, or None when the run was never started."""
@@ -467,15 +453,31 @@ class Ledger:
         return {int(r["seq"]): r["content"] or "" for r in rows}
 
     # -- integrity ------------------------------------------------------------------------------------
-    def verify(self) -> VerifyResult:
-        """Recompute every hash chain and check the append-only triggers are in place.
+    def verify(self, anchor: Anchor | None = None) -> VerifyResult:
+        """Check the migration record, the schema (every trigger's full SQL), every hash chain and row counter.
+
+        Args:
+            anchor: an earlier :meth:`head` read back with :func:`~harness.ledger.anchor.parse_anchor`; the
+                ledger must still extend it (the same first rows of every table; more rows after are fine).
 
         Returns:
-            :class:`~harness.ledger.records.VerifyResult`; ``problem`` names the first bad row, e.g.
+            :class:`~harness.ledger.records.VerifyResult`; ``problem`` names the first failure, e.g.
             ``"turns row seq=12 (run 3f2a..., turn 4): row_hash does not match its content"``.
         """
         with self._lock:
-            return verify_chains(self._db, self._columns, fully_migrated=not migrations.pending(self._db))
+            return verify_ledger(self._db, self._columns, anchor)
+
+    def head(self) -> LedgerHead:
+        """Row counts and head hashes of every table now: ``head().anchor`` is the line to keep outside the ledger.
+
+        Raises:
+            LedgerError: the ledger cannot be read.
+        """
+        try:
+            with self._lock:
+                return read_head(self._db)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify`.") from exc
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

@@ -1,0 +1,145 @@
+"""What the hash chains cannot see from inside a row: the schema, the migration record, and rows cut off the end.
+
+The chains (:mod:`harness.ledger.chain`) prove each table's rows against each other. These checks
+cover the rest of the file:
+
+* :func:`schema_problem`: every table, index and trigger is exactly, text for text, what the
+  applied migrations create (:func:`~harness.ledger.migrations.reference_schema`), and nothing
+  else exists. This catches an append-only trigger replaced by a no-op of the same name or moved
+  to another event, a column added or retyped, and a ``_migrations`` row removed while its
+  objects stay.
+* :func:`migrations_problem`: ``_migrations`` lists registered migrations only, in their order,
+  with no gap, each with a UTC timestamp, never going back in time.
+* :func:`sequence_problem`: SQLite's own ``sqlite_sequence`` still counts as many rows as each
+  chained table holds, so deleting the last rows without also editing that counter is caught.
+
+None of these can catch a forger who rewrites the whole file consistently (re-chaining, cutting
+rows and the counter): that needs an outside anchor (:mod:`harness.ledger.anchor`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from harness.ledger import migrations
+from harness.ledger.anchor import Anchor, anchor_problem
+from harness.ledger.chain import verify_chains
+from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.records import VerifyResult
+
+__all__ = ["migrations_problem", "schema_problem", "sequence_problem", "verify_ledger"]
+
+_KINDS = {"table": "table", "index": "index", "trigger": "trigger", "view": "view"}
+
+
+def migrations_problem(db: sqlite3.Connection) -> str | None:
+    """Check the ``_migrations`` rows against the migrations this harness registers.
+
+    Returns:
+        One sentence naming the first problem (an unknown, repeated, missing or out-of-order
+        migration, or a timestamp that is not ISO 8601 UTC or goes back in time), or None.
+
+    Raises:
+        sqlite3.Error: ``_migrations`` does not have its columns (the caller reports the schema first).
+    """
+    known = [name for name, _ in migrations.MIGRATIONS]
+    rows = db.execute("SELECT name, applied_at FROM _migrations ORDER BY rowid").fetchall()
+    previous = None
+    for i, (name, applied_at) in enumerate(rows):
+        if name not in known:
+            return (
+                f"_migrations lists {name!r}, a migration this harness does not know (the table was edited, or a newer "
+                "harness wrote this ledger: upgrade harness)"
+            )
+        if i >= len(known) or known[i] != name:
+            return (
+                f"_migrations lists {name!r} where {known[i] if i < len(known) else 'nothing'!r} belongs (the table was edited)"
+            )
+        stamp = _utc(applied_at)
+        if stamp is None:
+            return f"_migrations row {name!r} has the timestamp {applied_at!r}, not ISO 8601 UTC (the table was edited)"
+        if previous is not None and stamp < previous:
+            return f"_migrations row {name!r} was applied before the migration listed above it (the table was edited)"
+        previous = stamp
+    return None
+
+
+def _utc(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return stamp if stamp.utcoffset() is not None and not stamp.utcoffset() else None
+
+
+def schema_problem(db: sqlite3.Connection, applied_count: int) -> str | None:
+    """Compare every object in ``sqlite_master`` with what the first ``applied_count`` migrations create.
+
+    Returns:
+        One sentence naming the first object that is missing, unexpected or has other SQL, or None.
+    """
+    expected = migrations.reference_schema(applied_count)
+    actual = {(t, n): sql for t, n, sql in db.execute("SELECT type, name, sql FROM sqlite_master")}
+    for (kind, name), sql in sorted(expected.items()):
+        if (kind, name) not in actual:
+            return f"the {'append-only trigger' if kind == 'trigger' else _KINDS.get(kind, kind)} {name} is missing"
+        if actual[(kind, name)] != sql:
+            if kind == "trigger":
+                return f"the trigger {name} is not the one the harness creates (its SQL was changed, so it may not refuse edits)"
+            return f"the {_KINDS.get(kind, kind)} {name} is not the one the harness creates (its SQL was changed)"
+    for kind, name in sorted(set(actual) - set(expected)):
+        return f"the {_KINDS.get(kind, kind)} {name} is not part of a harness ledger (it was added)"
+    return None
+
+
+def sequence_problem(db: sqlite3.Connection, tables: Iterable[str]) -> str | None:
+    """Check that SQLite's AUTOINCREMENT counter of each chained table still matches its last row.
+
+    A row deleted from the end of a table leaves ``sqlite_sequence`` ahead of the last ``seq``
+    unless the counter was edited too.
+
+    Returns:
+        One sentence naming the first table whose rows were cut, or None.
+    """
+    counters = dict(db.execute("SELECT name, seq FROM sqlite_sequence").fetchall())
+    for table in tables:
+        last = db.execute(f"SELECT MAX(seq) FROM {table}").fetchone()[0] or 0
+        counter = counters.get(table, 0)
+        if counter != last:
+            return (
+                f"SQLite's row counter for {table} says seq {counter} was written but the last row is seq {last} "
+                "(rows were removed from the end, or the counter was edited)"
+            )
+    return None
+
+
+def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], anchor: Anchor | None = None) -> VerifyResult:
+    """Every check in order: the migration record, the schema, every chain, the row counters, then the anchor.
+
+    Args:
+        db: an open ledger connection.
+        columns: chained table -> its columns in table order (empty for a table an older ledger lacks).
+        anchor: from :func:`~harness.ledger.anchor.parse_anchor`; None checks what the file alone can show.
+
+    Returns:
+        The :class:`~harness.ledger.records.VerifyResult`; ``problem`` is one sentence naming the first failure.
+    """
+    try:
+        problem = migrations_problem(db)
+        applied = len(migrations.applied(db))
+        problem = problem or schema_problem(db, applied)
+        if problem:
+            return VerifyResult(False, 0, problem)
+        result = verify_chains(db, columns, fully_migrated=applied == len(migrations.MIGRATIONS))
+        if not result.ok:
+            return result
+        problem = sequence_problem(db, [t for t in CHAINED_TABLES if columns[t]])
+        if problem is None and anchor is not None:
+            problem = anchor_problem(db, anchor)
+    except sqlite3.Error as exc:
+        return VerifyResult(False, 0, f"the ledger cannot be read as a harness ledger ({exc})")
+    return VerifyResult(problem is None, result.rows, problem)

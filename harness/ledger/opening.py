@@ -1,0 +1,120 @@
+"""Opening a ledger file: read-only (also in a read-only folder) or writable, with one sentence for each failure.
+
+A WAL-mode SQLite file opened with ``mode=ro`` still needs its ``-shm`` file, which SQLite cannot
+create in a read-only folder. When there is no ``-wal`` file (every row is in the main file) the
+file is opened with ``immutable=1`` instead; SQLite then reads it without any lock or ``-shm``.
+With a ``-wal`` file present, ``immutable=1`` would silently ignore the rows in it, so it is never
+used then: ``mode=ro`` works when the ``-shm`` file exists too, and otherwise the user is told to copy
+the three files to a writable folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
+from harness.errors import LedgerError
+
+__all__ = ["connect_readonly", "connect_writable", "not_writable"]
+
+
+def _uri(path: Path, query: str) -> str:
+    return f"file:{quote(str(path.absolute()))}?{query}"
+
+
+def _connect(target: str | Path, *, uri: bool) -> sqlite3.Connection:
+    return sqlite3.connect(target, uri=uri, check_same_thread=False, isolation_level=None, timeout=30)
+
+
+def _probe(db: sqlite3.Connection) -> sqlite3.Connection:
+    db.execute("PRAGMA busy_timeout=30000")
+    db.execute("SELECT name FROM sqlite_master").fetchall()
+    return db
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """Open an existing ledger for reading only, never writing beside it.
+
+    Returns:
+        A connection (autocommit, usable from any thread).
+
+    Raises:
+        LedgerError: no file; not an SQLite file; or a read-only folder holding a ``-wal`` file
+            without its ``-shm`` file (copy the files to a writable folder).
+    """
+    if path.exists() and not path.is_file():
+        raise _not_a_file(path)
+    if not path.is_file():
+        raise LedgerError(f"no ledger at {path}; run `harness run` first or pass --ledger PATH.")
+    db = _connect(_uri(path, "mode=ro"), uri=True)
+    try:
+        return _probe(db)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        first = exc
+    wal = Path(f"{path}-wal")
+    if not isinstance(first, sqlite3.OperationalError) or os.access(path.parent, os.W_OK):
+        raise _unreadable(path, first)
+    if wal.exists() and wal.stat().st_size > 0:
+        raise LedgerError(
+            f"{path} is in a read-only folder and rows are still in {wal.name} without its -shm file; copy the ledger "
+            "with its -wal file into a writable folder and pass that copy with --ledger."
+        )
+    db = _connect(_uri(path, "mode=ro&immutable=1"), uri=True)  # no -wal: every row is in the main file
+    try:
+        return _probe(db)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise _unreadable(path, exc) from exc
+
+
+def connect_writable(path: Path) -> sqlite3.Connection:
+    """Open (creating it and its folders if missing) a ledger for appending, in WAL mode.
+
+    Raises:
+        LedgerError: the folder or file is not writable, the file is not an SQLite file, or
+            the folder cannot be created.
+    """
+    if path.exists() and not path.is_file():
+        raise _not_a_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerError(f"cannot create the folder {path.parent} for the ledger: {exc.strerror or exc}.") from exc
+    problem = not_writable(path)
+    if problem:
+        raise LedgerError(problem)
+    try:
+        db = _connect(path, uri=False)
+    except sqlite3.Error as exc:
+        raise _unreadable(path, exc) from exc
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return _probe(db)
+    except sqlite3.Error as exc:
+        db.close()
+        raise LedgerError(not_writable(path) or str(_unreadable(path, exc))) from exc
+
+
+def not_writable(path: Path) -> str | None:
+    """One sentence when the ledger's folder or file cannot be written (a read-only folder or mount), else None."""
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return (
+            f"the folder {path.parent} is not writable, so the ledger {path.name} cannot be written there; pass "
+            "--ledger with a path in a writable folder (verify, export and report also work on a read-only folder)."
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"the ledger file {path} is not writable; copy it to a writable file and pass that with --ledger."
+    return None
+
+
+def _unreadable(path: Path, exc: BaseException) -> LedgerError:
+    return LedgerError(f"{path} is not a readable SQLite ledger ({exc}); pass another --ledger path or restore the file.")
+
+
+def _not_a_file(path: Path) -> LedgerError:
+    kind = "a folder" if path.is_dir() else "not a regular file (a device, pipe or socket)"
+    return LedgerError(f"--ledger {path} is {kind}; pass the path of a ledger file.")
