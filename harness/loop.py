@@ -377,7 +377,7 @@ class _Run:
         )  # fmt: skip
         if not started:
             raise IdentityTaken(self.identity)
-        self.sandbox = Sandbox(sandbox_path)
+        self.sandbox = Sandbox(sandbox_path, write_limit=scenario.write_limit_bytes)
         self.sandbox.seed(scenario.fixtures)
         self.breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
         return outcome, error

@@ -15,6 +15,7 @@ A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
     num_ctx = 4096                            # optional, context length
     api_key_env = "MY_KEY"                    # optional, env var for openai: backends
     requires_tool = true                      # optional, default true: the task cannot be done without a tool
+    write_limit_bytes = 16777216              # optional, default 16 MiB: bytes a run's tools may write in total
 
     [fixtures]                                # optional: sandbox-relative path -> text
     "hello.txt" = "Hello"
@@ -63,7 +64,7 @@ from harness.checks import validate_check
 from harness.errors import ScenarioError, UsageError
 from harness.matrix import AXES, Matrix, expected_value, value_problem
 from harness.tool_protocol import render_tools_prompt
-from harness.tools import BUILTIN_TOOLS, Tool
+from harness.tools import BUILTIN_TOOLS, DEFAULT_WRITE_LIMIT_BYTES, Tool
 from harness.vocab import ToolMode
 
 __all__ = [
@@ -97,6 +98,8 @@ class Scenario:
     max_tokens: int = 256
     num_ctx: int = 4096
     api_key_env: str | None = None
+    write_limit_bytes: int = DEFAULT_WRITE_LIMIT_BYTES
+    """Bytes one run's tools may write in total; a write past it is a tool error."""
     requires_tool: bool = True
     """Whether the task needs a tool: a run that ends without any tool answering is
     ``skipped_required_tool``; with False, any call is ``unneeded_call``."""
@@ -208,7 +211,7 @@ class _Fields:
 _TOP_LEVEL = {
     "name", "what_it_does", "what_it_does_not", "done_looks_like", "system_prompt", "task", "tools",
     "fixtures", "checks", "turn_limit", "token_limit", "max_tokens", "num_ctx", "api_key_env", "matrix", "description", "tool_data",
-    "requires_tool",
+    "requires_tool", "write_limit_bytes",
 }  # fmt: skip
 _MATRIX = set(AXES)
 
@@ -266,6 +269,7 @@ def load_scenario(path: str | Path) -> Scenario:
         token_limit=f.integer("token_limit", 32000),
         max_tokens=f.integer("max_tokens", 256),
         num_ctx=f.integer("num_ctx", 4096, minimum=256),
+        write_limit_bytes=f.integer("write_limit_bytes", DEFAULT_WRITE_LIMIT_BYTES),
         api_key_env=api_key_env,
         requires_tool=requires_tool,
         matrix=matrix,

@@ -21,7 +21,9 @@ Confinement (nothing the model sends may touch anything outside its run's sandbo
 * the final path component is opened with ``O_NOFOLLOW`` so a symlink swapped in after the
   check is not followed either;
 * writes above :data:`MAX_WRITE_BYTES` (1 MiB) and reads above :data:`MAX_READ_BYTES` are
-  refused; NUL bytes in a path are refused.
+  refused, and so is a write that would take the run past its total write limit (the
+  scenario's ``write_limit_bytes``, default :data:`DEFAULT_WRITE_LIMIT_BYTES`, 16 MiB);
+  NUL bytes in a path are refused.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from harness.errors import ToolError
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "DEFAULT_WRITE_LIMIT_BYTES",
     "MAX_READ_BYTES",
     "MAX_WRITE_BYTES",
     "TICKETS_DATA_SCHEMA",
@@ -48,6 +51,7 @@ __all__ = [
 
 MAX_WRITE_BYTES = 1024 * 1024
 MAX_READ_BYTES = 1024 * 1024
+DEFAULT_WRITE_LIMIT_BYTES = 16 * 1024 * 1024
 
 
 class Sandbox:
@@ -55,18 +59,22 @@ class Sandbox:
 
     Args:
         root: the sandbox folder; created if missing.
+        write_limit: bytes the run's tools may write in total (every write counts, rewrites too).
 
     Attributes:
         root: the resolved absolute sandbox path.
         escape_attempts: paths refused for pointing outside, in order.
         written: sandbox-relative paths written by tools, in order (duplicates kept once).
+        bytes_written: bytes written by tools so far.
     """
 
-    def __init__(self, root: str | os.PathLike[str]):
+    def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES):
         Path(root).mkdir(parents=True, exist_ok=True)
         self.root = Path(os.path.realpath(root))
         self.escape_attempts: list[str] = []
         self.written: list[str] = []
+        self.write_limit = write_limit
+        self.bytes_written = 0
 
     def seed(self, files: Mapping[str, str]) -> None:
         """Write fixture files (sandbox-relative path -> text) before the run starts.
@@ -236,6 +244,11 @@ def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
     data = content.encode("utf-8")
     if len(data) > MAX_WRITE_BYTES:
         raise ToolError(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES} bytes (1 MiB)")
+    if sandbox.bytes_written + len(data) > sandbox.write_limit:
+        raise ToolError(
+            f"this run has written {sandbox.bytes_written} bytes; {len(data)} more would pass its limit of "
+            f"{sandbox.write_limit} bytes (the scenario's write_limit_bytes)"
+        )
     target = sandbox.resolve(path)
     if target == sandbox.root or target.is_dir():
         raise ToolError(f"{path!r} is a directory")
@@ -244,6 +257,7 @@ def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+    sandbox.bytes_written += len(data)
     rel = sandbox.relative(target)
     if rel not in sandbox.written:
         sandbox.written.append(rel)
