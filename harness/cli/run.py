@@ -86,7 +86,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(plans: list[RunPlan], path: Path) -> int:
-    """Print the planned runs and how many the ledger already has; never creates a ledger."""
+    """Print the planned runs and what a real run would do with them now; never creates a ledger.
+
+    Returns 1 when some runs cannot be planned (their server is down), as the real run would.
+    """
     from harness.console import plan_label, plural
     from harness.ledger import Ledger
     from harness.runner import plan_matrix
@@ -98,13 +101,16 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
         if ledger is not None:
             ledger.close()
     for i, item in enumerate(planned.planned, 1):
-        print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{' (done)' if item.done else ''}")
+        note = " (done)" if item.done else " (running in another process)" if item.running else ""
+        print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
+    unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {model} cannot be planned: {reason}", file=sys.stderr)
-    print(
-        f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run."
-    )
-    return 0
+    to_run = len(planned.planned) - planned.already_done - planned.running_elsewhere
+    running = f"{planned.running_elsewhere} running in another process, " if planned.running_elsewhere else ""
+    cannot = f"{unplanned} cannot be planned, " if unplanned else ""
+    print(f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {running}{cannot}{to_run} to run.")
+    return 1 if unplanned else 0
 
 
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float) -> MatrixResult:

@@ -1,0 +1,209 @@
+"""Run ownership and resume (issue 11): who may run a planned identity, and what ``--dry-run`` says about it.
+
+A run owns its identity through an advisory ``flock`` on ``<ledger>.locks/<identity>.lock``, which
+the kernel releases when the process dies, however it dies. So a run killed with ``kill -9`` is
+resumed even when its recorded pid now belongs to a live process (pid 1 in a container), and two
+processes on one ledger never run the same identity, however long a model call takes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.ledger import Ledger, RunStart
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import expand_matrix, plan_matrix, run_matrix
+from harness.scenarios import load_scenario
+from tests.backend_fakes import closed_port
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, SCENARIO_FILE
+
+ARGS = ["--tool-mode", "native", "--temperature", "0", "--parser", "lenient"]
+
+
+def _plans(model: str, repeats: int):
+    return expand_matrix([load_scenario(SCENARIO_FILE)], MatrixOverrides([model], [0.0], repeats, None, ["native"], ["lenient"]))
+
+
+def _harness(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    return subprocess.Popen([*prefix, sys.executable, "-m", "harness", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+    """Wait for a harness process (a hang guard, not a speed assertion)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"harness did not finish within {timeout} s; stderr: {err[-2000:]}")
+    return proc.returncode, out, err
+
+
+def _wait_until(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _start_row(planned, run_id: str, config: dict) -> RunStart:
+    plan = planned.plan
+    return RunStart(
+        run_id=run_id, identity=planned.identity, scenario=plan.scenario.name, scenario_path=str(plan.scenario.path),
+        scenario_hash=plan.scenario.content_hash, model=plan.model, backend="openai", base_url=None, server_version=None,
+        model_digest=None, temperature=plan.temperature, seed=plan.seed, max_tokens=64, num_ctx=2048,
+        tool_mode=plan.tool_mode, parser=plan.parser, repetition=plan.repetition, turn_limit=8, token_limit=32000,
+        harness_version="0.1.0", git_sha=None, git_dirty=None, sandbox="/nonexistent", config=config,
+    )  # fmt: skip
+
+
+class _GatedServer(FakeAgentServer):
+    """A scripted server whose chat requests wait until :attr:`gate` is set (a model call that takes as long as the test wants)."""
+
+    def __init__(self, **kwargs):
+        self.gate = threading.Event()
+        super().__init__(faults=lambda n: self.gate.wait(120) and None, slots=8, **kwargs)
+
+    def close(self) -> None:
+        self.gate.set()
+        super().close()
+
+
+# finding: a run killed with kill -9 whose pid is reused by a live process was skipped forever
+@pytest.mark.parametrize("pid", ["own", "1"])
+def test_an_unfinished_run_whose_recorded_pid_is_a_live_process_is_resumed(tmp_path, pid):
+    """The crashed run's start row names this host and a pid that is alive now (the test's own, or
+    pid 1): it used to count as "in flight" forever, so the matrix reported complete with the run
+    missing. Nobody holds its lock, so it is run again; the stale start row stays (append-only)."""
+    with FakeAgentServer() as server:
+        model = f"openai:m@{server.base_url}"
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            [planned] = plan_matrix(_plans(model, 1), ledger).planned
+            recorded_pid = os.getpid() if pid == "own" else 1
+            ledger.start_run(_start_row(planned, uuid.uuid4().hex, {"pid": recorded_pid, "host": socket.gethostname()}))
+            assert plan_matrix(_plans(model, 1), ledger).planned[0].done is False
+            result = run_matrix(_plans(model, 1), ledger, RunOptions(runs_dir=tmp_path / "runs"))
+            runs = ledger.runs()
+            assert ledger.verify().ok
+    assert [s.outcome for s in result.summaries] == ["pass"]
+    assert [r.outcome for r in runs] == [None, "pass"]
+
+
+def _child_pid(parent: int) -> int | None:
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        probe = subprocess.run(["unshare", "-pf", "--kill-child", sys.executable, "-c", "import os; print(os.getpid())"],
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0 and probe.stdout.strip() == "1"
+
+
+# finding: in a container the harness is pid 1; after kill -9 and a restart the killed run was skipped forever
+def test_a_matrix_killed_as_pid_1_resumes_as_pid_1_in_a_new_pid_namespace(tmp_path):
+    if not _unshare_works():
+        pytest.skip("unshare -pf (a new pid namespace) is not available here")
+    ledger_path = tmp_path / "ledger.sqlite"
+    as_pid_1 = ("unshare", "-pf", "--kill-child")
+    with _GatedServer() as server:
+        args = ["run", str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "1",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        first = _harness(*args, prefix=as_pid_1)
+        _wait_until(lambda: server.requests >= 1, "the first model call")
+        harness_pid = _child_pid(first.pid)
+        assert harness_pid is not None
+        os.kill(harness_pid, signal.SIGKILL)  # the harness (pid 1 in its namespace) dies mid-call
+        _finish(first)
+        with Ledger(ledger_path, readonly=True) as ledger:
+            [killed] = ledger.runs()
+        assert killed.outcome is None and killed.start.config["pid"] == 1
+        server.gate.set()  # the server answers at once from now on
+        rc, out, err = _finish(_harness("run", "--dry-run", *args[1:], prefix=as_pid_1))
+        assert rc == 0 and out.strip().endswith("1 run planned, 0 already done, 1 to run."), (out, err)
+        rc, out, err = _finish(_harness(*args, prefix=as_pid_1))
+        assert rc == 0, err
+        assert "0 runs" not in out and "1 run in" in out, out
+        rc, dry_out, err = _finish(_harness("run", "--dry-run", *args[1:]))
+    assert dry_out.strip().endswith("1 run planned, 1 already done, 0 to run."), dry_out
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert [r.outcome for r in ledger.runs()] == [None, "pass"]
+        assert ledger.verify().ok
+
+
+# guard: two processes on one ledger never run one identity, even while its model call takes minutes
+def test_two_processes_on_one_ledger_never_both_run_an_identity_while_its_call_is_pending(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with _GatedServer() as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "2", "--jobs", "2",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        first = _harness("run", *args)
+        _wait_until(lambda: server.requests >= 2, "both runs of the first process to call the model")
+        rc, dry_out, err = _finish(_harness("run", "--dry-run", *args))  # while both calls are pending
+        assert rc == 0, err
+        assert dry_out.count("(running in another process)") == 2, dry_out
+        assert dry_out.strip().endswith("2 runs planned, 0 already done, 2 running in another process, 0 to run."), dry_out
+        rc, out, err = _finish(_harness("run", *args))
+        assert rc == 0, err
+        assert "2 running in another process" in out, out
+        assert server.requests == 2  # the second process called nothing
+        server.gate.set()
+        rc, out, err = _finish(first)
+        assert rc == 0, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok
+    assert sorted(r.outcome for r in runs) == ["pass", "pass"]
+    assert len({r.start.identity for r in runs}) == 2  # one start row per identity: none was run twice
+
+
+def test_two_processes_racing_on_one_ledger_run_each_identity_once(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=0.05, slots=8) as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "6", "--jobs", "3",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        Ledger(ledger_path).close()
+        procs = [_harness("run", *args) for _ in range(2)]
+        for proc in procs:
+            rc, out, err = _finish(proc)
+            assert rc == 0, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok
+    assert len(runs) == 6 and len({r.start.identity for r in runs}) == 6
+    assert {r.outcome for r in runs} == {"pass"}
+
+
+# finding: --dry-run with a server down said "4 to run" for runs it had just said cannot be planned, and exited 0
+def test_dry_run_with_a_server_down_counts_what_cannot_be_planned_and_fails_like_the_run(tmp_path):
+    args = [str(SCENARIO_FILE), "--model", f"openai:m@http://127.0.0.1:{closed_port()}/v1", *ARGS, "--repeats", "4",
+            "--ledger", str(tmp_path / "l.sqlite")]  # fmt: skip
+    rc, out, err = _finish(_harness("run", "--dry-run", *args))
+    assert rc == 1, (out, err)
+    assert "Traceback" not in err and "4 runs of openai:m@" in err and "cannot be planned" in err
+    assert out.strip().endswith("4 runs planned, 0 already done, 4 cannot be planned, 0 to run."), out
+    run_rc, _, run_err = _finish(_harness("run", *args))
+    assert run_rc == rc and "skipped 4 runs" in run_err
+    assert not (tmp_path / "l.sqlite.locks").exists() or not any((tmp_path / "l.sqlite.locks").iterdir())
