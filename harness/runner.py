@@ -368,8 +368,8 @@ class _MatrixRun:
                     future.result()  # re-raise LedgerError or a harness bug from a worker
         except KeyboardInterrupt:
             self.stop.set()
-            self.events.stopping(sum(f.running() for f in self.futures))
-            try:
+            try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
+                self.events.stopping(sum(f.running() for f in self.futures))
                 for pool in self.pools:
                     pool.shutdown(wait=True, cancel_futures=True)
             except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now and let the caller quit at once

@@ -207,3 +207,108 @@ def test_dry_run_with_a_server_down_counts_what_cannot_be_planned_and_fails_like
     run_rc, _, run_err = _finish(_harness("run", *args))
     assert run_rc == rc and "skipped 4 runs" in run_err
     assert not (tmp_path / "l.sqlite.locks").exists() or not any((tmp_path / "l.sqlite.locks").iterdir())
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------------------
+class _MuteServer:
+    """A socket on 127.0.0.1 that accepts connections and never answers: a model reply that never comes."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.conns: list[socket.socket] = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.sock.close()
+
+
+def _double_ctrl_c(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    return _finish(proc, timeout=60)  # a hang guard: the reply never comes, so waiting for it would never end
+
+
+# the documented behaviour: a second Ctrl-C quits at once, even while a model reply is pending
+def test_a_double_ctrl_c_quits_while_a_reply_that_never_comes_is_pending(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    server = _MuteServer()
+    try:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.url}", *ARGS, "--repeats", "3", "--ledger", str(ledger_path)]
+        proc = _harness("run", *args)
+        _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the first model call")
+        rc, out, err = _double_ctrl_c(proc)
+        assert rc == 130 and "1 run in flight recorded as interrupted" in err and "Traceback" not in err, err
+        with Ledger(ledger_path, readonly=True) as ledger:
+            runs = ledger.runs()
+            assert ledger.verify().ok
+        assert [(r.outcome, r.end.turns) for r in runs] == [("interrupted", 0)]
+        rc, out, err = _finish(_harness("run", "--dry-run", *args))  # the killed process's lock went with it
+        assert out.strip().endswith("3 runs planned, 0 already done, 3 to run."), (out, err)
+    finally:
+        server.close()
+
+
+def _runs(ledger_path: Path) -> int:
+    with Ledger(ledger_path, readonly=True) as ledger:
+        return len(ledger.runs())
+
+
+SLOW_TERMINAL = """
+import os, sys, time
+from pathlib import Path
+from harness.ledger import Ledger
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import MatrixEvents, MatrixQuit, expand_matrix, run_matrix
+from harness.scenarios import load_scenario
+
+class SlowTerminal(MatrixEvents):
+    def stopping(self, in_flight):
+        print("stopping", flush=True)
+        time.sleep(5)  # the message takes a while to reach the user (a slow or paused terminal)
+
+scenario, model, ledger_path = sys.argv[1:4]
+plans = expand_matrix([load_scenario(Path(scenario))], MatrixOverrides([model], [0.0], 1, None, ["native"], ["lenient"]))
+with Ledger(ledger_path) as ledger:
+    try:
+        run_matrix(plans, ledger, RunOptions(runs_dir=Path(ledger_path).parent / "runs"), events=SlowTerminal())
+    except MatrixQuit:
+        os._exit(130)
+    except KeyboardInterrupt:
+        os._exit(1)
+"""
+
+
+# a second Ctrl-C that came while the first was being reported was lost: the matrix then waited for the reply
+def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    server = _MuteServer()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", SLOW_TERMINAL, str(SCENARIO_FILE), f"openai:m@{server.url}", str(ledger_path)],
+                                cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the model call")
+        proc.send_signal(signal.SIGINT)
+        line = proc.stdout.readline()  # the first Ctrl-C is being reported
+        assert line.strip() == "stopping"
+        proc.send_signal(signal.SIGINT)
+        rc, out, err = _finish(proc, timeout=60)
+        assert rc == 130, err
+        with Ledger(ledger_path, readonly=True) as ledger:
+            assert [r.outcome for r in ledger.runs()] == ["interrupted"]
+            assert ledger.verify().ok
+    finally:
+        server.close()
