@@ -24,6 +24,7 @@ import pytest
 from harness.ledger import Ledger, RunStart
 from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
+from harness.ownership import lock_folder, owned_elsewhere, take_lock
 from harness.runner import expand_matrix, plan_matrix, run_matrix
 from harness.scenarios import load_scenario
 from tests.backend_fakes import closed_port
@@ -95,12 +96,18 @@ def test_an_unfinished_run_whose_recorded_pid_is_a_live_process_is_resumed(tmp_p
             [planned] = plan_matrix(_plans(model, 1), ledger).planned
             recorded_pid = os.getpid() if pid == "own" else 1
             ledger.start_run(_start_row(planned, uuid.uuid4().hex, {"pid": recorded_pid, "host": socket.gethostname()}))
-            assert plan_matrix(_plans(model, 1), ledger).planned[0].done is False
+            dry = plan_matrix(_plans(model, 1), ledger)  # what --dry-run says: 1 to run
+            assert (dry.planned[0].done, dry.planned[0].running, dry.already_done, dry.running_elsewhere) == (False, False, 0, 0)
             result = run_matrix(_plans(model, 1), ledger, RunOptions(runs_dir=tmp_path / "runs"))
+            assert (result.already_done, result.running_elsewhere) == (0, 0)
             runs = ledger.runs()
             assert ledger.verify().ok
     assert [s.outcome for s in result.summaries] == ["pass"]
     assert [r.outcome for r in runs] == [None, "pass"]
+    assert runs[1].start.config["lock"] == f"l.sqlite.locks/{planned.identity}.lock"  # the lock it held, beside the ledger
+    lock = take_lock(tmp_path / "l.sqlite", planned.identity)  # released once the run ended
+    assert lock is not None and lock.path == tmp_path / "l.sqlite.locks" / f"{planned.identity}.lock"
+    lock.release()
 
 
 def _child_pid(parent: int) -> int | None:
@@ -273,6 +280,7 @@ from pathlib import Path
 from harness.ledger import Ledger
 from harness.loop import RunOptions
 from harness.matrix import MatrixOverrides
+from harness.ownership import lock_folder, owned_elsewhere, take_lock
 from harness.runner import MatrixEvents, MatrixQuit, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 
@@ -312,3 +320,38 @@ def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(t
             assert ledger.verify().ok
     finally:
         server.close()
+
+
+# -- the lock itself -------------------------------------------------------------------------------------------
+def test_a_run_lock_is_exclusive_between_open_files_and_free_once_released(tmp_path):
+    ledger_path, identity = tmp_path / "l.sqlite", "ab" * 32
+    assert not owned_elsewhere(ledger_path, identity) and not lock_folder(ledger_path).exists()  # a probe creates nothing
+    first = take_lock(ledger_path, identity)
+    assert first is not None
+    assert take_lock(ledger_path, identity) is None  # another open file (another thread or process) cannot own it
+    assert owned_elsewhere(ledger_path, identity)
+    first.release()
+    assert not owned_elsewhere(ledger_path, identity)
+    second = take_lock(ledger_path, identity)
+    assert second is not None
+    second.release()
+    with pytest.raises(ValueError):
+        take_lock(ledger_path, "../escape")
+
+
+def test_a_dry_run_probe_never_makes_a_run_skip_its_identity(tmp_path):
+    """``owned_elsewhere`` holds a shared lock for a moment; a run that meets only that waits it out instead of skipping."""
+    import fcntl
+
+    ledger_path, identity = tmp_path / "l.sqlite", "cd" * 32
+    take_lock(ledger_path, identity).release()  # the lock file exists
+    probe = os.open(lock_folder(ledger_path) / f"{identity}.lock", os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a --dry-run probing right now
+    timer = threading.Timer(0.2, os.close, (probe,))
+    timer.start()
+    try:
+        lock = take_lock(ledger_path, identity)
+    finally:
+        timer.join()
+    assert lock is not None
+    lock.release()
