@@ -32,7 +32,8 @@ from harness.scenarios import Scenario
 from harness.vocab import is_scored
 
 __all__ = [
-    "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "expand_matrix",
+    "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
+    "expand_matrix",
     "claim_identity", "identity_free", "plan_matrix", "run_matrix",
 ]  # fmt: skip
 
@@ -141,6 +142,16 @@ class MatrixEvents:
 
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
+
+
+class QuitNow(KeyboardInterrupt):
+    """Raise from a SIGINT handler for a second Ctrl-C, also one that arrived together with the first.
+
+    Python runs a signal handler once for several signals that arrive while the main thread
+    cannot run (a worker holding the GIL in C code), so a handler that counts signals as they
+    are delivered (the CLI's, through :func:`signal.set_wakeup_fd`) raises this for the second:
+    :func:`run_matrix` then quits at once, as on a second :exc:`KeyboardInterrupt`.
+    """
 
 
 class MatrixQuit(KeyboardInterrupt):
@@ -321,7 +332,7 @@ def run_matrix(
     Raises:
         LedgerError: the ledger cannot be written.
         KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
-        MatrixQuit: a second Ctrl-C; the caller should exit at once.
+        MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`); the caller should exit at once.
     """
     result = MatrixResult()
     events = events or MatrixEvents()
@@ -366,9 +377,11 @@ class _MatrixRun:
                 finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
                 for future in finished:
                     future.result()  # re-raise LedgerError or a harness bug from a worker
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             self.stop.set()
             try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
+                if isinstance(interrupt, QuitNow):
+                    raise interrupt  # two Ctrl-Cs came together
                 self.events.stopping(sum(f.running() for f in self.futures))
                 for pool in self.pools:
                     pool.shutdown(wait=True, cancel_futures=True)

@@ -355,3 +355,48 @@ def test_a_dry_run_probe_never_makes_a_run_skip_its_identity(tmp_path):
         timer.join()
     assert lock is not None
     lock.release()
+
+
+BUSY_WORKER = """
+import sys, threading
+import harness.backends
+from harness.backends.openai_compat import OpenAICompatBackend
+from harness.cli import main
+
+real_open = harness.backends.open_backend
+
+class BusyThenPending:
+    # a run whose reply first needs seconds of C code that holds the GIL (e.g. parsing a huge body), then never comes
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def for_run(self):
+        return BusyThenPending(self.inner.for_run())
+
+    def generate(self, *args, **kwargs):
+        print("busy", flush=True)
+        sum(range(200_000_000))  # one C call: the main thread cannot run Python meanwhile
+        threading.Event().wait()
+
+harness.backends.open_backend = lambda spec, **kw: BusyThenPending(real_open(spec, **kw))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+# two Ctrl-Cs that arrive while the main thread cannot run Python were handled as one: the matrix waited for the reply
+def test_two_ctrl_cs_that_arrive_together_still_quit_at_once(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer() as server:
+        args = ["run", str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "1",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-c", BUSY_WORKER, *args], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        assert proc.stdout.readline().strip() == "busy"
+        rc, out, err = _double_ctrl_c(proc)
+    assert rc == 130 and "1 run in flight recorded as interrupted" in err, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert [r.outcome for r in ledger.runs()] == ["interrupted"]
+        assert ledger.verify().ok
