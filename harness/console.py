@@ -134,7 +134,10 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
         print()
         print(tabulate(table, headers="keys", tablefmt="github"))
         print()
-    done_note = f" ({result.already_done} already in the ledger, skipped)" if result.already_done else ""
+    notes = [f"{result.already_done} already in the ledger, skipped"] if result.already_done else []
+    if result.running_elsewhere:
+        notes.append(f"{result.running_elsewhere} running in another process, skipped")
+    done_note = f" ({'; '.join(notes)})" if notes else ""
     print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
     for model, reason, count in result.skipped:
         print(f"harness: skipped {plural(count, 'run')} of {model}: {reason}", file=sys.stderr)

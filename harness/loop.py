@@ -36,12 +36,14 @@ from typing import Any, cast
 from harness import __version__
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.replay import CassetteRecorder
+from harness.breaker import CircuitBreaker
 from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
-from harness.errors import BackendError, BackendResponseError, BreakerTripped, TokenLimitExceeded, TurnLimitExceeded
-from harness.ledger import Attempt, ClaimPolicy, Ledger, RunEnd, RunStart, TurnRecord, utc_now
+from harness.errors import BackendError, BackendResponseError, BreakerTripped
+from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_now
+from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
 from harness.scenarios import Scenario
 from harness.tool_protocol import assistant_message, request_hash, result_message
@@ -89,52 +91,15 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 class IdentityTaken(Exception):
-    """The claim policy refused the run: another run already holds its identity (nothing was written)."""
+    """Another run holds the identity: one that finished, or a live one (``in_flight``); nothing was written."""
+
+    def __init__(self, identity: str, *, in_flight: bool = False) -> None:
+        super().__init__(identity)
+        self.in_flight = in_flight
 
 
 class _Interrupted(Exception):
     """The runner asked the run to stop (Ctrl-C in the main thread)."""
-
-
-class CircuitBreaker:
-    """Refuses a model call that would exceed the run's turn or token budget.
-
-    The check runs *before* each call: with ``turn_limit = 8`` the 8th call is allowed and
-    the 9th trips; with ``token_limit = 1000`` a run that has spent exactly 1000 tokens may
-    call again, one that has spent 1001 may not.
-
-    Args:
-        turn_limit: maximum model calls in a run (>= 1).
-        token_limit: maximum prompt + completion tokens spent before a call (>= 1).
-    """
-
-    def __init__(self, *, turn_limit: int, token_limit: int):
-        self.turn_limit = turn_limit
-        self.token_limit = token_limit
-
-    def before_call(self, *, turns_done: int, tokens_used: int) -> None:
-        """Check the next call against both limits.
-
-        Args:
-            turns_done: model calls already made in this run.
-            tokens_used: tokens (prompt + completion) already spent in this run.
-
-        Raises:
-            TurnLimitExceeded: the next call would be call ``turn_limit + 1``.
-            TokenLimitExceeded: ``tokens_used`` exceeds ``token_limit``.
-        """
-        if turns_done + 1 > self.turn_limit:
-            raise TurnLimitExceeded(
-                f"turn limit reached: call {turns_done + 1} refused (turn_limit = {self.turn_limit})",
-                limit=self.turn_limit,
-                observed=turns_done + 1,
-            )
-        if tokens_used > self.token_limit:
-            raise TokenLimitExceeded(
-                f"token limit reached: {tokens_used} tokens spent (token_limit = {self.token_limit})",
-                limit=self.token_limit,
-                observed=tokens_used,
-            )
 
 
 @dataclass(frozen=True)
@@ -230,9 +195,10 @@ class RunOptions:
         retry: how infrastructure errors are retried; every failed attempt is recorded.
         use_cache: reuse the reply recorded for the same run identity and the same request
             messages (the identity includes the repetition, so repeats stay independent).
-        claim: when set, the run starts only if this policy accepts the runs already recorded
-            under its identity (checked in the start row's transaction; see
-            :func:`harness.runner.identity_free`); None starts it regardless.
+        claim: when set, called with the run's identity before its start row: None (a live run
+            owns it) or a :class:`~harness.ownership.Claim` whose policy must accept the runs
+            already recorded under it in the start row's transaction, released when the run
+            ends (the runner's: :func:`harness.runner.claim_identity`); None starts it regardless.
         stop: when set, the run ends as ``interrupted`` before its next model call.
         record_dir: when set, every reply is also written to ``<record_dir>/<run_id>.jsonl``,
             a replay cassette.
@@ -243,7 +209,7 @@ class RunOptions:
     jobs: int = 1
     retry: RetryPolicy = DEFAULT_RETRY
     use_cache: bool = False
-    claim: ClaimPolicy | None = None
+    claim: ClaimTaker | None = None
     stop: threading.Event | None = None
     record_dir: Path | None = None
     extra_config: Mapping[str, Any] = field(default_factory=dict)
@@ -310,8 +276,16 @@ class _Run:
         self.final_answer: str | None = None
         self.identity = ""
         self.sandbox: Sandbox | None = None
+        self.claim: Claim | None = None
 
     def execute(self) -> RunSummary:
+        try:
+            return self._execute()
+        finally:
+            if self.claim is not None:
+                self.claim.release()  # after the end row: the identity is finished (or free to redo)
+
+    def _execute(self) -> RunSummary:
         clock = time.perf_counter()
         self.backend.start_run()
         outcome, error = self._start()
@@ -360,6 +334,10 @@ class _Run:
             outcome, error = "infra_error", str(exc)
         git_sha, git_dirty = _git_revision()
         self.identity = plan.identity(ident.model_digest)
+        if self.options.claim is not None:
+            self.claim = self.options.claim(self.identity)
+            if self.claim is None:
+                raise IdentityTaken(self.identity, in_flight=True)
         started = self.ledger.start_run(
             RunStart(
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
@@ -371,9 +349,10 @@ class _Run:
                 harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
-                        "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config},
+                        "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config,
+                        **(self.claim.facts if self.claim else {})},
             ),
-            claim=self.options.claim,
+            claim=self.claim.policy if self.claim else None,
         )  # fmt: skip
         if not started:
             raise IdentityTaken(self.identity)

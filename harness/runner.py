@@ -5,19 +5,20 @@ A scenario file declares its default axes in ``[matrix]``; :class:`~harness.matr
 (the CLI flags) replace any axis for every scenario. Runs are grouped by model so that each
 backend is opened (and an embedded server started) once. The runner prints nothing: it reports
 progress through :class:`MatrixEvents` and raises on interrupts; :mod:`harness.console` and the
-CLI turn those into terminal output. It also decides run ownership (:func:`identity_free`), the
-policy the ledger applies inside the start row's transaction.
+CLI turn those into terminal output. It also decides run ownership (:func:`claim_identity`): a run
+holds its identity's lock (:mod:`harness.ownership`) for its lifetime, and the ledger applies
+:func:`identity_free` inside the start row's transaction.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from harness.backends import open_backend, parse_model_spec
@@ -26,12 +27,14 @@ from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelN
 from harness.ledger import IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
+from harness.ownership import Claim, ClaimTaker, lock_folder, owned_elsewhere, take_lock
 from harness.scenarios import Scenario
 from harness.vocab import is_scored
 
 __all__ = [
-    "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "expand_matrix",
-    "identity_free", "plan_matrix", "run_matrix",
+    "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
+    "expand_matrix",
+    "claim_identity", "identity_free", "plan_matrix", "run_matrix",
 ]  # fmt: skip
 
 MAX_PLANNED_RUNS = 1_000_000
@@ -72,12 +75,12 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
 
 
 def identity_free(holders: Sequence[IdentityHolder]) -> bool:
-    """The resume policy: may a run start, given the runs already recorded under its identity?
+    """The resume policy, for a run that holds its identity's lock: may it start, given the runs already recorded?
 
-    An identity is taken by a run that ended with a scored outcome (:func:`harness.vocab.is_scored`;
-    ``infra_error`` and ``interrupted`` runs are redone), or by an unfinished run whose owner
-    (``config["pid"]`` on ``config["host"]``) is a live process on this host. An unfinished run
-    without owner facts is a crashed run, free to redo.
+    An identity is taken by a run that ended with a scored outcome (:func:`harness.vocab.is_scored`);
+    ``infra_error`` and ``interrupted`` runs are redone. A run without an end row is a dead one
+    (its process no longer holds the lock), also redone; its start row stays, as the ledger is
+    append-only. Process ids are never consulted: they are reused (pid 1 in every container).
 
     Args:
         holders: every run recorded under the identity.
@@ -85,27 +88,44 @@ def identity_free(holders: Sequence[IdentityHolder]) -> bool:
     Returns:
         True when none of them holds it.
     """
-    for holder in holders:
-        if holder.outcome is not None:
-            if is_scored(holder.outcome):
-                return False
-            continue
+    return not any(holder.outcome is not None and is_scored(holder.outcome) for holder in holders)
+
+
+def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTaker:
+    """The runner's ownership rule for one ledger: the identity's lock, then :func:`identity_free` (with ``resume``).
+
+    Args:
+        ledger_path: the ledger file.
+        resume: False accepts any recorded runs (``--no-resume``), but still takes the lock.
+
+    Returns:
+        A :data:`~harness.ownership.ClaimTaker` for :attr:`RunOptions.claim <harness.loop.RunOptions.claim>`:
+        it takes ``<ledger>.locks/<identity>.lock`` (:func:`harness.ownership.take_lock`) or returns
+        None when a live run holds it; the claim records the lock's path in the start row's config.
+
+    Raises (from the taker):
+        LedgerError: the lock file cannot be made (e.g. the ledger's folder is read-only).
+    """
+    path = Path(ledger_path)
+
+    def take(identity: str) -> Claim | None:
         try:
-            if holder.config.get("host") == socket.gethostname() and _process_alive(int(holder.config["pid"])):
-                return False  # in flight in another matrix (or another thread of this one)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
+            lock = take_lock(path, identity)
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot lock run {identity[:12]} in {lock_folder(path)} ({exc.strerror or exc}); "
+                "check that the ledger's folder is writable."
+            ) from exc
+        if lock is None:
+            return None
+        policy = identity_free if resume else _accept_any
+        return Claim(policy, {"lock": lock.path.relative_to(path.parent).as_posix()}, lock.release)
+
+    return take
+
+
+def _accept_any(holders: Sequence[IdentityHolder]) -> bool:
     return True
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return pid > 0
-    return pid > 0
 
 
 class MatrixEvents:
@@ -122,6 +142,16 @@ class MatrixEvents:
 
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
+
+
+class QuitNow(KeyboardInterrupt):
+    """Raise from a SIGINT handler for a second Ctrl-C, also one that arrived together with the first.
+
+    Python runs a signal handler once for several signals that arrive while the main thread
+    cannot run (a worker holding the GIL in C code), so a handler that counts signals as they
+    are delivered (the CLI's, through :func:`signal.set_wakeup_fd`) raises this for the second:
+    :func:`run_matrix` then quits at once, as on a second :exc:`KeyboardInterrupt`.
+    """
 
 
 class MatrixQuit(KeyboardInterrupt):
@@ -147,11 +177,13 @@ class PlannedRun:
         plan: what to run.
         identity: :meth:`RunPlan.identity` with the model digest the server reported.
         done: the ledger already holds a finished, non-infrastructure run with this identity.
+        running: a live process holds the identity's lock now (resolved by :func:`plan_matrix` only).
     """
 
     plan: RunPlan
     identity: str
     done: bool
+    running: bool = False
 
 
 @dataclass
@@ -164,6 +196,8 @@ class MatrixResult:
         skipped: ``(model, reason, runs)`` for models whose server could not be used at all;
             those runs were not started (nothing was recorded; re-run once fixed).
         already_done: planned runs skipped because the ledger already had them.
+        running_elsewhere: planned runs skipped because another live run held their identity
+            (another process on the ledger); :func:`plan_matrix` counts those it sees running.
         warnings: sentences for the user (e.g. Ollama parallelism).
     """
 
@@ -171,6 +205,7 @@ class MatrixResult:
     summaries: list[RunSummary] = field(default_factory=list)
     skipped: list[tuple[str, str, int]] = field(default_factory=list)
     already_done: int = 0
+    running_elsewhere: int = 0
     warnings: list[str] = field(default_factory=list)
 
 
@@ -240,7 +275,10 @@ def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoin
 def plan_matrix(
     plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: BackendFactory = open_backend
 ) -> MatrixResult:
-    """Resolve identities and what is already done, without running anything (``--dry-run``).
+    """Resolve identities, what is already done and what another process runs now, without running anything (``--dry-run``).
+
+    What :func:`run_matrix` would run now (with resume) is every planned run neither ``done`` nor
+    ``running``; the runs of ``skipped`` models cannot be planned (nor run).
 
     Args:
         plans: from :func:`expand_matrix`.
@@ -250,7 +288,11 @@ def plan_matrix(
     result = MatrixResult()
     for endpoint in _open_endpoints(plans, ledger, jobs=1, backend_factory=backend_factory, result=result).values():
         endpoint.backend.close()
+    if ledger is not None:
+        for planned in result.planned:
+            planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity)
     result.already_done = sum(p.done for p in result.planned)
+    result.running_elsewhere = sum(p.running for p in result.planned)
     return result
 
 
@@ -269,8 +311,10 @@ def run_matrix(
     different models proceed side by side, each endpoint with its own limit. With ``resume``,
     every run whose identity the ledger already holds is skipped (:func:`identity_free`;
     ``infra_error``/``interrupted`` runs are redone) and each run claims its identity as it
-    starts, so a matrix killed halfway completes exactly the planned set and two matrices on
-    one ledger never run an identity twice.
+    starts (:func:`claim_identity`: its lock, held until its end row, then :func:`identity_free`
+    in the start transaction), so a matrix killed halfway completes exactly the planned set and
+    two matrices on one ledger never run an identity twice. Without ``resume`` every plan runs,
+    but a run still takes its lock, and one whose identity a live run holds now is skipped.
 
     Args:
         plans: from :func:`expand_matrix`.
@@ -288,13 +332,14 @@ def run_matrix(
     Raises:
         LedgerError: the ledger cannot be written.
         KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
-        MatrixQuit: a second Ctrl-C; the caller should exit at once.
+        MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`); the caller should exit at once.
     """
     result = MatrixResult()
     events = events or MatrixEvents()
     stop = options.stop or threading.Event()
     endpoints = _open_endpoints(plans, ledger, jobs=options.jobs, backend_factory=backend_factory, result=result)
-    matrix = _MatrixRun(ledger, replace(options, stop=stop, claim=identity_free if resume else None), result, events)
+    claim = claim_identity(ledger.path, resume=resume)
+    matrix = _MatrixRun(ledger, replace(options, stop=stop, claim=claim), result, events)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     events.planned(result)
@@ -332,10 +377,12 @@ class _MatrixRun:
                 finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
                 for future in finished:
                     future.result()  # re-raise LedgerError or a harness bug from a worker
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             self.stop.set()
-            self.events.stopping(sum(f.running() for f in self.futures))
-            try:
+            try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
+                if isinstance(interrupt, QuitNow):
+                    raise interrupt  # two Ctrl-Cs came together
+                self.events.stopping(sum(f.running() for f in self.futures))
                 for pool in self.pools:
                     pool.shutdown(wait=True, cancel_futures=True)
             except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now and let the caller quit at once
@@ -362,9 +409,12 @@ class _MatrixRun:
             self.running_ids.add(run_id)
         try:
             summary = run_once(planned.plan, handle, self.ledger, options, run_id=run_id)
-        except IdentityTaken:  # another matrix on this ledger finished it or is running it now
+        except IdentityTaken as taken:  # another matrix on this ledger finished it or is running it now
             with self.lock:
-                self.result.already_done += 1
+                if taken.in_flight:
+                    self.result.running_elsewhere += 1
+                else:
+                    self.result.already_done += 1
             return
         finally:
             with self.lock:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,7 +89,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(plans: list[RunPlan], path: Path) -> int:
-    """Print the planned runs and how many the ledger already has; never creates a ledger."""
+    """Print the planned runs and what a real run would do with them now; never creates a ledger.
+
+    Returns 1 when some runs cannot be planned (their server is down), as the real run would.
+    """
     from harness.console import plan_label, plural
     from harness.ledger import Ledger
     from harness.runner import plan_matrix
@@ -99,13 +104,16 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
         if ledger is not None:
             ledger.close()
     for i, item in enumerate(planned.planned, 1):
-        print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{' (done)' if item.done else ''}")
+        note = " (done)" if item.done else " (running in another process)" if item.running else ""
+        print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
+    unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {model} cannot be planned: {reason}", file=sys.stderr)
-    print(
-        f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {len(plans) - planned.already_done} to run."
-    )
-    return 0
+    to_run = len(planned.planned) - planned.already_done - planned.running_elsewhere
+    running = f"{planned.running_elsewhere} running in another process, " if planned.running_elsewhere else ""
+    cannot = f"{unplanned} cannot be planned, " if unplanned else ""
+    print(f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {running}{cannot}{to_run} to run.")
+    return 1 if unplanned else 0
 
 
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float) -> MatrixResult:
@@ -116,7 +124,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
     from harness.runner import MatrixQuit, run_matrix
 
     started = time.perf_counter()
-    with Ledger(path) as ledger:
+    with Ledger(path) as ledger, _CtrlC():
         progress = Progress(len(plans), path)
         try:
             factory = functools.partial(open_backend, timeout_s=timeout_s)
@@ -133,3 +141,47 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
     print_run_summary(result, time.perf_counter() - started, path)
     print(head_line(head.anchor))
     return result
+
+
+class _CtrlC:
+    """While entered, Ctrl-C counts every SIGINT the kernel delivers, so two that arrive together are still two.
+
+    Python runs a signal's handler once for several deliveries that come while the main thread
+    cannot run Python (a worker in C code holding the GIL); the wakeup fd gets one byte per
+    delivery. The first Ctrl-C raises KeyboardInterrupt, the second (or two at once)
+    :class:`~harness.runner.QuitNow`, a third exits at once. Outside the main thread, or where
+    SIGINT is ignored, it does nothing.
+    """
+
+    def __enter__(self) -> _CtrlC:
+        main_thread = threading.current_thread() is threading.main_thread()
+        self.active = main_thread and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # e.g. `harness run &` in a script
+        if self.active:
+            self.seen = 0
+            self.read_fd, self.write_fd = os.pipe()
+            os.set_blocking(self.read_fd, False)
+            os.set_blocking(self.write_fd, False)
+            self.old_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+            self.old_handler = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        from harness.runner import QuitNow
+
+        try:
+            delivered = os.read(self.read_fd, 4096).count(signal.SIGINT)
+        except BlockingIOError:
+            delivered = 0
+        if not delivered:
+            return  # its byte was read by the call before, which counted it
+        before, self.seen = self.seen, self.seen + delivered
+        if before >= 2:
+            os._exit(130)  # a third Ctrl-C while quitting: out now (a run left without its end row is resumed next time)
+        raise QuitNow if self.seen >= 2 else KeyboardInterrupt
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.active:
+            signal.signal(signal.SIGINT, self.old_handler if self.old_handler is not None else signal.default_int_handler)
+            signal.set_wakeup_fd(self.old_fd)
+            os.close(self.read_fd)
+            os.close(self.write_fd)

@@ -296,7 +296,7 @@ class IdentityHolder:
     run_id: str
     """The recorded run."""
     config: dict[str, Any]
-    """Its ``config`` (owner facts such as ``pid`` and ``host``), or ``{}`` when unreadable."""
+    """Its ``config`` (owner facts such as ``pid``, ``host`` and the ``lock`` file it held), or ``{}`` when unreadable."""
     outcome: str | None
     """Its outcome, or None while it has no end row."""
 

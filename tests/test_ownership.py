@@ -1,0 +1,402 @@
+"""Run ownership and resume (issue 11): who may run a planned identity, and what ``--dry-run`` says about it.
+
+A run owns its identity through an advisory ``flock`` on ``<ledger>.locks/<identity>.lock``, which
+the kernel releases when the process dies, however it dies. So a run killed with ``kill -9`` is
+resumed even when its recorded pid now belongs to a live process (pid 1 in a container), and two
+processes on one ledger never run the same identity, however long a model call takes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.ledger import Ledger, RunStart
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.ownership import lock_folder, owned_elsewhere, take_lock
+from harness.runner import expand_matrix, plan_matrix, run_matrix
+from harness.scenarios import load_scenario
+from tests.backend_fakes import closed_port
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, SCENARIO_FILE
+
+ARGS = ["--tool-mode", "native", "--temperature", "0", "--parser", "lenient"]
+
+
+def _plans(model: str, repeats: int):
+    return expand_matrix([load_scenario(SCENARIO_FILE)], MatrixOverrides([model], [0.0], repeats, None, ["native"], ["lenient"]))
+
+
+def _harness(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    return subprocess.Popen([*prefix, sys.executable, "-m", "harness", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+    """Wait for a harness process (a hang guard, not a speed assertion)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"harness did not finish within {timeout} s; stderr: {err[-2000:]}")
+    return proc.returncode, out, err
+
+
+def _wait_until(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _start_row(planned, run_id: str, config: dict) -> RunStart:
+    plan = planned.plan
+    return RunStart(
+        run_id=run_id, identity=planned.identity, scenario=plan.scenario.name, scenario_path=str(plan.scenario.path),
+        scenario_hash=plan.scenario.content_hash, model=plan.model, backend="openai", base_url=None, server_version=None,
+        model_digest=None, temperature=plan.temperature, seed=plan.seed, max_tokens=64, num_ctx=2048,
+        tool_mode=plan.tool_mode, parser=plan.parser, repetition=plan.repetition, turn_limit=8, token_limit=32000,
+        harness_version="0.1.0", git_sha=None, git_dirty=None, sandbox="/nonexistent", config=config,
+    )  # fmt: skip
+
+
+class _GatedServer(FakeAgentServer):
+    """A scripted server whose chat requests wait until :attr:`gate` is set (a model call that takes as long as the test wants)."""
+
+    def __init__(self, **kwargs):
+        self.gate = threading.Event()
+        super().__init__(faults=lambda n: self.gate.wait(120) and None, slots=8, **kwargs)
+
+    def close(self) -> None:
+        self.gate.set()
+        super().close()
+
+
+# finding: a run killed with kill -9 whose pid is reused by a live process was skipped forever
+@pytest.mark.parametrize("pid", ["own", "1"])
+def test_an_unfinished_run_whose_recorded_pid_is_a_live_process_is_resumed(tmp_path, pid):
+    """The crashed run's start row names this host and a pid that is alive now (the test's own, or
+    pid 1): it used to count as "in flight" forever, so the matrix reported complete with the run
+    missing. Nobody holds its lock, so it is run again; the stale start row stays (append-only)."""
+    with FakeAgentServer() as server:
+        model = f"openai:m@{server.base_url}"
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            [planned] = plan_matrix(_plans(model, 1), ledger).planned
+            recorded_pid = os.getpid() if pid == "own" else 1
+            ledger.start_run(_start_row(planned, uuid.uuid4().hex, {"pid": recorded_pid, "host": socket.gethostname()}))
+            dry = plan_matrix(_plans(model, 1), ledger)  # what --dry-run says: 1 to run
+            assert (dry.planned[0].done, dry.planned[0].running, dry.already_done, dry.running_elsewhere) == (False, False, 0, 0)
+            result = run_matrix(_plans(model, 1), ledger, RunOptions(runs_dir=tmp_path / "runs"))
+            assert (result.already_done, result.running_elsewhere) == (0, 0)
+            runs = ledger.runs()
+            assert ledger.verify().ok
+    assert [s.outcome for s in result.summaries] == ["pass"]
+    assert [r.outcome for r in runs] == [None, "pass"]
+    assert runs[1].start.config["lock"] == f"l.sqlite.locks/{planned.identity}.lock"  # the lock it held, beside the ledger
+    lock = take_lock(tmp_path / "l.sqlite", planned.identity)  # released once the run ended
+    assert lock is not None and lock.path == tmp_path / "l.sqlite.locks" / f"{planned.identity}.lock"
+    lock.release()
+
+
+def _child_pid(parent: int) -> int | None:
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        probe = subprocess.run(["unshare", "-pf", "--kill-child", sys.executable, "-c", "import os; print(os.getpid())"],
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0 and probe.stdout.strip() == "1"
+
+
+# finding: in a container the harness is pid 1; after kill -9 and a restart the killed run was skipped forever
+def test_a_matrix_killed_as_pid_1_resumes_as_pid_1_in_a_new_pid_namespace(tmp_path):
+    if not _unshare_works():
+        pytest.skip("unshare -pf (a new pid namespace) is not available here")
+    ledger_path = tmp_path / "ledger.sqlite"
+    as_pid_1 = ("unshare", "-pf", "--kill-child")
+    with _GatedServer() as server:
+        args = ["run", str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "1",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        first = _harness(*args, prefix=as_pid_1)
+        _wait_until(lambda: server.requests >= 1, "the first model call")
+        harness_pid = _child_pid(first.pid)
+        assert harness_pid is not None
+        os.kill(harness_pid, signal.SIGKILL)  # the harness (pid 1 in its namespace) dies mid-call
+        _finish(first)
+        with Ledger(ledger_path, readonly=True) as ledger:
+            [killed] = ledger.runs()
+        assert killed.outcome is None and killed.start.config["pid"] == 1
+        server.gate.set()  # the server answers at once from now on
+        rc, out, err = _finish(_harness("run", "--dry-run", *args[1:], prefix=as_pid_1))
+        assert rc == 0 and out.strip().endswith("1 run planned, 0 already done, 1 to run."), (out, err)
+        rc, out, err = _finish(_harness(*args, prefix=as_pid_1))
+        assert rc == 0, err
+        assert "0 runs" not in out and "1 run in" in out, out
+        rc, dry_out, err = _finish(_harness("run", "--dry-run", *args[1:]))
+    assert dry_out.strip().endswith("1 run planned, 1 already done, 0 to run."), dry_out
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert [r.outcome for r in ledger.runs()] == [None, "pass"]
+        assert ledger.verify().ok
+
+
+# guard: two processes on one ledger never run one identity, even while its model call takes minutes
+def test_two_processes_on_one_ledger_never_both_run_an_identity_while_its_call_is_pending(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with _GatedServer() as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "2", "--jobs", "2",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        first = _harness("run", *args)
+        _wait_until(lambda: server.requests >= 2, "both runs of the first process to call the model")
+        rc, dry_out, err = _finish(_harness("run", "--dry-run", *args))  # while both calls are pending
+        assert rc == 0, err
+        assert dry_out.count("(running in another process)") == 2, dry_out
+        assert dry_out.strip().endswith("2 runs planned, 0 already done, 2 running in another process, 0 to run."), dry_out
+        rc, out, err = _finish(_harness("run", *args))
+        assert rc == 0, err
+        assert "2 running in another process" in out, out
+        assert server.requests == 2  # the second process called nothing
+        server.gate.set()
+        rc, out, err = _finish(first)
+        assert rc == 0, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok
+    assert sorted(r.outcome for r in runs) == ["pass", "pass"]
+    assert len({r.start.identity for r in runs}) == 2  # one start row per identity: none was run twice
+
+
+def test_two_processes_racing_on_one_ledger_run_each_identity_once(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=0.05, slots=8) as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "6", "--jobs", "3",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        Ledger(ledger_path).close()
+        procs = [_harness("run", *args) for _ in range(2)]
+        for proc in procs:
+            rc, out, err = _finish(proc)
+            assert rc == 0, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok
+    assert len(runs) == 6 and len({r.start.identity for r in runs}) == 6
+    assert {r.outcome for r in runs} == {"pass"}
+
+
+# finding: --dry-run with a server down said "4 to run" for runs it had just said cannot be planned, and exited 0
+def test_dry_run_with_a_server_down_counts_what_cannot_be_planned_and_fails_like_the_run(tmp_path):
+    args = [str(SCENARIO_FILE), "--model", f"openai:m@http://127.0.0.1:{closed_port()}/v1", *ARGS, "--repeats", "4",
+            "--ledger", str(tmp_path / "l.sqlite")]  # fmt: skip
+    rc, out, err = _finish(_harness("run", "--dry-run", *args))
+    assert rc == 1, (out, err)
+    assert "Traceback" not in err and "4 runs of openai:m@" in err and "cannot be planned" in err
+    assert out.strip().endswith("4 runs planned, 0 already done, 4 cannot be planned, 0 to run."), out
+    run_rc, _, run_err = _finish(_harness("run", *args))
+    assert run_rc == rc and "skipped 4 runs" in run_err
+    assert not (tmp_path / "l.sqlite.locks").exists() or not any((tmp_path / "l.sqlite.locks").iterdir())
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------------------
+class _MuteServer:
+    """A socket on 127.0.0.1 that accepts connections and never answers: a model reply that never comes."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.conns: list[socket.socket] = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.sock.close()
+
+
+def _double_ctrl_c(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    return _finish(proc, timeout=60)  # a hang guard: the reply never comes, so waiting for it would never end
+
+
+# the documented behaviour: a second Ctrl-C quits at once, even while a model reply is pending
+def test_a_double_ctrl_c_quits_while_a_reply_that_never_comes_is_pending(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    server = _MuteServer()
+    try:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.url}", *ARGS, "--repeats", "3", "--ledger", str(ledger_path)]
+        proc = _harness("run", *args)
+        _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the first model call")
+        rc, out, err = _double_ctrl_c(proc)
+        assert rc == 130 and "1 run in flight recorded as interrupted" in err and "Traceback" not in err, err
+        with Ledger(ledger_path, readonly=True) as ledger:
+            runs = ledger.runs()
+            assert ledger.verify().ok
+        assert [(r.outcome, r.end.turns) for r in runs] == [("interrupted", 0)]
+        rc, out, err = _finish(_harness("run", "--dry-run", *args))  # the killed process's lock went with it
+        assert out.strip().endswith("3 runs planned, 0 already done, 3 to run."), (out, err)
+    finally:
+        server.close()
+
+
+def _runs(ledger_path: Path) -> int:
+    with Ledger(ledger_path, readonly=True) as ledger:
+        return len(ledger.runs())
+
+
+SLOW_TERMINAL = """
+import os, sys, time
+from pathlib import Path
+from harness.ledger import Ledger
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.ownership import lock_folder, owned_elsewhere, take_lock
+from harness.runner import MatrixEvents, MatrixQuit, expand_matrix, run_matrix
+from harness.scenarios import load_scenario
+
+class SlowTerminal(MatrixEvents):
+    def stopping(self, in_flight):
+        print("stopping", flush=True)
+        time.sleep(5)  # the message takes a while to reach the user (a slow or paused terminal)
+
+scenario, model, ledger_path = sys.argv[1:4]
+plans = expand_matrix([load_scenario(Path(scenario))], MatrixOverrides([model], [0.0], 1, None, ["native"], ["lenient"]))
+with Ledger(ledger_path) as ledger:
+    try:
+        run_matrix(plans, ledger, RunOptions(runs_dir=Path(ledger_path).parent / "runs"), events=SlowTerminal())
+    except MatrixQuit:
+        os._exit(130)
+    except KeyboardInterrupt:
+        os._exit(1)
+"""
+
+
+# a second Ctrl-C that came while the first was being reported was lost: the matrix then waited for the reply
+def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    server = _MuteServer()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", SLOW_TERMINAL, str(SCENARIO_FILE), f"openai:m@{server.url}", str(ledger_path)],
+                                cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the model call")
+        proc.send_signal(signal.SIGINT)
+        line = proc.stdout.readline()  # the first Ctrl-C is being reported
+        assert line.strip() == "stopping"
+        proc.send_signal(signal.SIGINT)
+        rc, out, err = _finish(proc, timeout=60)
+        assert rc == 130, err
+        with Ledger(ledger_path, readonly=True) as ledger:
+            assert [r.outcome for r in ledger.runs()] == ["interrupted"]
+            assert ledger.verify().ok
+    finally:
+        server.close()
+
+
+# -- the lock itself -------------------------------------------------------------------------------------------
+def test_a_run_lock_is_exclusive_between_open_files_and_free_once_released(tmp_path):
+    ledger_path, identity = tmp_path / "l.sqlite", "ab" * 32
+    assert not owned_elsewhere(ledger_path, identity) and not lock_folder(ledger_path).exists()  # a probe creates nothing
+    first = take_lock(ledger_path, identity)
+    assert first is not None
+    assert take_lock(ledger_path, identity) is None  # another open file (another thread or process) cannot own it
+    assert owned_elsewhere(ledger_path, identity)
+    first.release()
+    assert not owned_elsewhere(ledger_path, identity)
+    second = take_lock(ledger_path, identity)
+    assert second is not None
+    second.release()
+    with pytest.raises(ValueError):
+        take_lock(ledger_path, "../escape")
+
+
+def test_a_dry_run_probe_never_makes_a_run_skip_its_identity(tmp_path):
+    """``owned_elsewhere`` holds a shared lock for a moment; a run that meets only that waits it out instead of skipping."""
+    import fcntl
+
+    ledger_path, identity = tmp_path / "l.sqlite", "cd" * 32
+    take_lock(ledger_path, identity).release()  # the lock file exists
+    probe = os.open(lock_folder(ledger_path) / f"{identity}.lock", os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a --dry-run probing right now
+    timer = threading.Timer(0.2, os.close, (probe,))
+    timer.start()
+    try:
+        lock = take_lock(ledger_path, identity)
+    finally:
+        timer.join()
+    assert lock is not None
+    lock.release()
+
+
+BUSY_WORKER = """
+import sys, threading
+import harness.backends
+from harness.backends.openai_compat import OpenAICompatBackend
+from harness.cli import main
+
+real_open = harness.backends.open_backend
+
+class BusyThenPending:
+    # a run whose reply first needs seconds of C code that holds the GIL (e.g. parsing a huge body), then never comes
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def for_run(self):
+        return BusyThenPending(self.inner.for_run())
+
+    def generate(self, *args, **kwargs):
+        print("busy", flush=True)
+        sum(range(200_000_000))  # one C call: the main thread cannot run Python meanwhile
+        threading.Event().wait()
+
+harness.backends.open_backend = lambda spec, **kw: BusyThenPending(real_open(spec, **kw))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+# two Ctrl-Cs that arrive while the main thread cannot run Python were handled as one: the matrix waited for the reply
+def test_two_ctrl_cs_that_arrive_together_still_quit_at_once(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer() as server:
+        args = ["run", str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "1",
+                "--ledger", str(ledger_path)]  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-c", BUSY_WORKER, *args], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        assert proc.stdout.readline().strip() == "busy"
+        rc, out, err = _double_ctrl_c(proc)
+    assert rc == 130 and "1 run in flight recorded as interrupted" in err, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert [r.outcome for r in ledger.runs()] == ["interrupted"]
+        assert ledger.verify().ok
