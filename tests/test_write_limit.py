@@ -17,7 +17,12 @@ def _writes(count: int, size: int) -> dict:
     calls = [{"id": f"c{i}", "type": "function",
               "function": {"name": "write_file", "arguments": {"path": f"big{i:02d}.txt", "content": "x" * size}}}
              for i in range(count)]  # fmt: skip
-    return {"content": None, "tool_calls": calls, "finish_reason": "tool_calls", "usage": {"prompt_tokens": 9, "completion_tokens": 9}}
+    return {
+        "content": None,
+        "tool_calls": calls,
+        "finish_reason": "tool_calls",
+        "usage": {"prompt_tokens": 9, "completion_tokens": 9},
+    }
 
 
 def test_twenty_mebibyte_writes_stop_at_the_default_limit(tmp_path, scenario):
@@ -34,7 +39,10 @@ def test_a_scenario_sets_its_own_limit_and_rewrites_count(tmp_path, scenario):
     _summary, facts = run_replay(tmp_path, scenario, [_writes(3, 40), text_line("done")], write_limit_bytes=100)
     outputs = [c["output"] for c in facts["turn_rows"][0].record.executed_calls]
     assert outputs[:2] == ["wrote 40 bytes to big00.txt", "wrote 40 bytes to big01.txt"]
-    assert outputs[2] == "ERROR: this run has written 80 bytes; 40 more would pass its limit of 100 bytes (the scenario's write_limit_bytes)"
+    assert (
+        outputs[2]
+        == "ERROR: this run has written 80 bytes; 40 more would pass its limit of 100 bytes (the scenario's write_limit_bytes)"
+    )
     box = Sandbox(tmp_path / "box", write_limit=10)
     assert not BUILTIN_TOOLS["write_file"].call(box, {"path": "a.txt", "content": "123456"}).error
     assert BUILTIN_TOOLS["write_file"].call(box, {"path": "a.txt", "content": "123456"}).error  # the same file again counts
