@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +42,14 @@ LIST_AND_REPORT_SCRIPT: tuple[dict[str, Any], ...] = (
     },
     {"content": "I wrote report.txt: 3 files."},
 )
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A threading HTTP server that says nothing when a client goes away mid-request (a killed harness)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FakeAgentServer:
@@ -95,7 +104,7 @@ class FakeAgentServer:
                 with server._slots:
                     server._answer(self, body, server.faults(number))
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

@@ -51,3 +51,14 @@ def test_classifier_speed_adversarial_table_has_a_row_per_input(capsys, monkeypa
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 + len(module.ADVERSARIAL) + len(module.ADVERSARIAL_WEATHER)
     assert all(float(line.split()[-1]) > 0 for line in lines[1:])  # the per-KB ratio column
+
+
+def test_kill_resume_passes_on_a_tiny_matrix():
+    """12 runs, 2 SIGKILLs (as pid 1 in a new pid namespace where available), every check of the full benchmark."""
+    proc = subprocess.run([sys.executable, "benchmarks/kill_resume.py", "--runs", "12", "--kills", "2", "--latency-ms", "10",
+                           "--seed", "7"], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith("PASS: 12 runs, 2 kills"), proc.stdout
+    assert "  --dry-run: 12 runs planned, 12 already done, 0 to run." in proc.stdout
+    assert sum(" verify exit 1" in line or "verify --anchor exit 1" in line for line in lines) >= 14, proc.stdout
