@@ -100,7 +100,7 @@ def test_ledger_migrate_says_whether_it_created_upgraded_or_found_it_current(tmp
     old = tmp_path / "old.sqlite"
     old.write_bytes((REPO / "tests" / "data" / "ledger_m003.sqlite").read_bytes())
     assert main(["ledger", "migrate", "--ledger", str(old)]) == 0
-    assert capsys.readouterr().out.startswith(f"{old}: upgraded, applied m004_turn_reasoning;")
+    assert capsys.readouterr().out.startswith(f"{old}: upgraded, applied m004_turn_reasoning, m005_blobs;")
 
 
 def _edited_ledger(tmp_path, **columns):

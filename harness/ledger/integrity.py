@@ -25,6 +25,7 @@ from datetime import datetime
 
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, anchor_problem
+from harness.ledger.blobs import BLOB_COLUMNS, blobs_problem
 from harness.ledger.chain import verify_chains
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.records import VerifyResult
@@ -118,7 +119,7 @@ def sequence_problem(db: sqlite3.Connection, tables: Iterable[str]) -> str | Non
 
 
 def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], anchor: Anchor | None = None) -> VerifyResult:
-    """Every check in order: the migration record, the schema, every chain, the row counters, then the anchor.
+    """Every check in order: the migration record, the schema, every chain, the row counters, the blobs, then the anchor.
 
     Args:
         db: an open ledger connection.
@@ -138,6 +139,7 @@ def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
         if not result.ok:
             return result
         problem = sequence_problem(db, [t for t in CHAINED_TABLES if columns[t]])
+        problem = problem or blobs_problem(db, [t for t in BLOB_COLUMNS if "blob_refs" in columns.get(t, ())])
         if problem is None and anchor is not None:
             problem = anchor_problem(db, anchor)
     except sqlite3.Error as exc:

@@ -130,6 +130,21 @@ def m004_turn_reasoning(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO _added_columns SELECT 'turns', 'reasoning', COALESCE(MAX(seq), 0) FROM turns")
 
 
+@migration
+def m005_blobs(db: sqlite3.Connection) -> None:
+    """Store each large payload once: ``blobs`` (SHA-256 hex -> bytes, append-only) and ``blob_refs`` on
+    ``turns``, ``run_ends`` and ``labels`` (the keys a row references; see :mod:`harness.ledger.blobs`).
+
+    Rows written before stay as they are: ``blob_refs`` is listed in ``_added_columns``, so their
+    hashes still verify.
+    """
+    db.execute("CREATE TABLE blobs (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL)")
+    _append_only_triggers(db, "blobs")
+    for table in ("turns", "run_ends", "labels"):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN blob_refs TEXT")
+        db.execute(f"INSERT INTO _added_columns SELECT '{table}', 'blob_refs', COALESCE(MAX(seq), 0) FROM {table}")
+
+
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
 
 

@@ -10,6 +10,7 @@ records back with every JSON column decoded, so no reader parses JSON itself.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ __all__ = [
     "TurnRow",
     "VerifyResult",
     "decode_labels",
+    "identity_holders",
     "record_fields",
     "run_row",
     "turn_row",
@@ -299,6 +301,22 @@ class IdentityHolder:
     """Its ``config`` (owner facts such as ``pid``, ``host`` and the ``lock`` file it held), or ``{}`` when unreadable."""
     outcome: str | None
     """Its outcome, or None while it has no end row."""
+
+
+def identity_holders(db: sqlite3.Connection, identity: str) -> list[IdentityHolder]:
+    """Every run recorded under ``identity``, oldest first, as a claim policy sees it (``config`` ``{}`` when unreadable)."""
+    rows = db.execute(
+        "SELECT r.run_id, r.config, e.outcome FROM runs r LEFT JOIN run_ends e USING (run_id) WHERE r.identity = ? ORDER BY r.seq",
+        (identity,),
+    ).fetchall()
+    holders = []
+    for run_id, config_text, outcome in rows:
+        try:
+            config = json.loads(config_text or "{}")
+        except ValueError:
+            config = {}
+        holders.append(IdentityHolder(run_id, config if isinstance(config, dict) else {}, outcome))
+    return holders
 
 
 def record_fields(cls: type) -> list[str]:

@@ -31,11 +31,11 @@ Tables (all columns of JSON type hold canonical JSON text)::
     labels     re-classifications appended by ``harness rescore`` (newest wins in reports)
     attempts   one row per failed model-call attempt (infrastructure errors and their retries)
     attestations  one row per human review of a run: reviewer, notes, SHA-256 of the review frame
+    blobs      each large payload of turns, run_ends and labels, once, by SHA-256 (:mod:`harness.ledger.blobs`)
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import LedgerError
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
+from harness.ledger.blobs import BLOB_COLUMNS, content_length_sql, externalize, resolve_rows
 from harness.ledger.chain import GENESIS_HASH, row_hash, storable
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
@@ -63,6 +64,7 @@ from harness.ledger.records import (
     VerifyResult,
     decode,
     decode_labels,
+    identity_holders,
     json_columns,
     run_row,
     turn_row,
@@ -97,21 +99,6 @@ _NEWEST_LABELS = (
     " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
 )
 """The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
-
-
-def _holders(db: sqlite3.Connection, identity: str) -> list[IdentityHolder]:
-    rows = db.execute(
-        "SELECT r.run_id, r.config, e.outcome FROM runs r LEFT JOIN run_ends e USING (run_id) WHERE r.identity = ? ORDER BY r.seq",
-        (identity,),
-    ).fetchall()
-    holders = []
-    for run_id, config_text, outcome in rows:
-        try:
-            config = json.loads(config_text or "{}")
-        except ValueError:
-            config = {}
-        holders.append(IdentityHolder(run_id, config if isinstance(config, dict) else {}, outcome))
-    return holders
 
 
 class Ledger:
@@ -230,6 +217,9 @@ class Ledger:
                 last = db.execute(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1").fetchone()
                 types = self._types[table]
                 values = {k: storable(v, types.get(k, "")) for k, v in values.items()}
+                if table in BLOB_COLUMNS and "blob_refs" in columns:  # since m005: each large payload stored once
+                    values, blobs = externalize(table, values)
+                    db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", blobs.items())
                 values["prev_hash"] = last[0] if last else GENESIS_HASH
                 row = tuple(values.get(c) for c in columns)
                 hashed_cols = [c for c in columns if c != "prev_hash"]
@@ -264,7 +254,7 @@ class Ledger:
             policy = claim
 
             def guard(db: sqlite3.Connection) -> bool:
-                return policy(_holders(db, record.identity))
+                return policy(identity_holders(db, record.identity))
 
         return self._append("runs", json_columns(record), guard=guard)
 
@@ -289,23 +279,30 @@ class Ledger:
         self._append("attempts", json_columns(record))
 
     # -- reads ----------------------------------------------------------------------------------------
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run one read query; rows as dicts. Private: other modules use the named reads below."""
+    def _query(self, sql: str, params: Sequence[Any] = (), payloads: str = "", refs: str = "blob_refs") -> list[dict[str, Any]]:
+        """Run one read query; rows as dicts, with the large payloads of table ``payloads`` (blobs) put back."""
         try:
             with self._lock:
                 cursor = self._db.execute(sql, tuple(params))
                 names = [d[0] for d in cursor.description or ()]
-                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                if payloads:
+                    resolve_rows(self._db, payloads, rows, refs)
+                return rows
         except sqlite3.Error as exc:
             raise LedgerError(
                 f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`."
             ) from exc
 
     def _run_rows(self, where: str = "", params: Sequence[Any] = (), limit: int | None = None) -> list[RunRow]:
-        sql = f"SELECT r.*, {_RUN_END_COLUMNS} FROM runs r LEFT JOIN run_ends e USING (run_id) {where} ORDER BY r.seq"
+        refs = ", e.blob_refs AS end_blob_refs" if self._has_blobs("run_ends") else ""
+        sql = f"SELECT r.*, {_RUN_END_COLUMNS}{refs} FROM runs r LEFT JOIN run_ends e USING (run_id) {where} ORDER BY r.seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [run_row(row) for row in self._query(sql, params)]
+        return [run_row(row) for row in self._query(sql, params, payloads="run_ends", refs="end_blob_refs")]
+
+    def _has_blobs(self, table: str) -> bool:
+        return "blob_refs" in self._columns[table]  # since m005
 
     def runs(self) -> list[RunRow]:
         """Every run with its end row (None for unfinished runs), in start order."""
@@ -327,6 +324,7 @@ class Ledger:
             " COALESCE(l.classifier_version, t.classifier_version) AS labels_version"
             f" FROM turns t LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) {where} ORDER BY t.seq",
             params,
+            payloads="turns",
         )
         return [turn_row(row) for row in rows]
 
@@ -359,6 +357,7 @@ class Ledger:
             "SELECT t.* FROM turns t JOIN runs r USING (run_id) WHERE t.request_hash = ? AND r.identity = ?"
             " ORDER BY t.seq DESC LIMIT 1",
             (request_hash, identity),
+            payloads="turns",
         )
         return decode(TurnRecord, rows[0], table="turns") if rows else None
 
@@ -434,7 +433,7 @@ class Ledger:
         """
         return self._frame(
             "SELECT seq, run_id, turn, failure_modes, classifier_version AS labels_version, finish_reason, prompt_tokens,"
-            " completion_tokens, latency_ms, COALESCE(length(content), 0) AS content_chars FROM turns ORDER BY seq"
+            f" completion_tokens, latency_ms, {content_length_sql(self._has_blobs('turns'))} AS content_chars FROM turns ORDER BY seq"
         )
 
     def newest_labels_frame(self) -> pd.DataFrame:
@@ -449,7 +448,8 @@ class Ledger:
         if not seqs:
             return {}
         marks = ",".join("?" * len(seqs))
-        rows = self._query(f"SELECT seq, content FROM turns WHERE seq IN ({marks})", [int(s) for s in seqs])
+        refs = ", blob_refs" if self._has_blobs("turns") else ""
+        rows = self._query(f"SELECT seq, content{refs} FROM turns WHERE seq IN ({marks})", [int(s) for s in seqs], "turns")
         return {int(r["seq"]): r["content"] or "" for r in rows}
 
     # -- integrity ------------------------------------------------------------------------------------
