@@ -136,6 +136,8 @@ ADVERSARIAL = {
     'run of {tool => "x"': ("", '{tool => "x" '),
     "run of to=functions.a": ("", "to=functions.a "),
     "one long a.py token": ("See ", "a.py"),
+    "run of <arg_key> pairs": ("list_files", "<arg_key>path</arg_key><arg_value>"),
+    "run of Action: f(": ("Action: ", "list_files("),
 }
 WEATHER = [
     {

@@ -3,7 +3,7 @@
 Run: ``python benchmarks/label_agreement.py [--part all|tune|held-out] [--disagreements] [--ignore MODES]``.
 Prints, for the chosen part of the corpus: exact-set agreement, per-mode precision and recall
 with their support (corpus positives), and with ``--disagreements`` every reply where the
-classifier and the corpus differ. The held-out quarter (``harness.corpus.is_held_out``) is
+classifier and the corpus differ. The held-out batch (``harness.corpus.HELD_OUT_BATCH``) is
 never used to tune the classifier: look at its disagreements only to report them.
 """
 

@@ -9,13 +9,14 @@ classifier's output. :func:`agreement` classifies every reply and compares:
 * **per mode**: precision = TP / (TP + FP) and recall = TP / (TP + FN) over replies, where a
   reply is a true positive for a mode when both carry it.
 
-A quarter of the corpus, chosen by id (:func:`is_held_out`), is never used to tune the
-classifier; its figures are reported apart from the rest.
+The corpus grows in batches (``batch`` in each entry, 1 when absent). The newest batch,
+:data:`HELD_OUT_BATCH`, is held out: it is never read while changing the classifier, and its
+figures are reported apart from the rest. When a newer batch is labelled, the held-out one is
+opened (its blind figure recorded first) and the constant moves on.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,14 +26,14 @@ from typing import Any
 from harness.classifier import FAILURE_MODES, classify_document
 from harness.errors import UsageError
 
-__all__ = ["SOURCE_KINDS", "Agreement", "CorpusEntry", "ModeScore", "agreement", "is_held_out", "load_corpus"]
+__all__ = ["HELD_OUT_BATCH", "SOURCE_KINDS", "Agreement", "CorpusEntry", "ModeScore", "agreement", "load_corpus"]
 
 SOURCE_KINDS = ("issue", "recording", "constructed")
 
-
-def is_held_out(entry_id: str) -> bool:
-    """Whether a corpus entry belongs to the held-out quarter: ``sha256(id) % 4 == 0``."""
-    return int(hashlib.sha256(entry_id.encode("utf-8")).hexdigest(), 16) % 4 == 0
+#: The batch never read while changing the classifier. Batch 1 (281 replies) was held out by
+#: ``sha256(id) % 4 == 0`` until classifier 2.3.0, whose blind figure on that quarter the README
+#: keeps; batch 2 was labelled after it.
+HELD_OUT_BATCH = 2
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class CorpusEntry:
         response: ``{"content", "tool_calls", "reasoning_content", "finish_reason"}``.
         labels: the failure modes the guide requires, sorted.
         labelled_by: who labelled it.
-        held_out: in the held-out quarter (:func:`is_held_out`).
+        held_out: in the held-out batch (``batch == HELD_OUT_BATCH``).
+        batch: the labelling round the entry was added in (1, 2, ...).
         path: the file read.
     """
 
@@ -61,6 +63,7 @@ class CorpusEntry:
     labels: tuple[str, ...]
     labelled_by: str
     held_out: bool
+    batch: int
     path: Path
 
     def document(self) -> dict[str, Any]:
@@ -76,8 +79,9 @@ def load_corpus(folder: str | Path) -> list[CorpusEntry]:
 
     Raises:
         UsageError: the folder has no entries, a file is not valid JSON, or an entry breaks the
-            format (missing field, unknown label, id not matching the file name, a ``held_out``
-            flag that disagrees with :func:`is_held_out`, an issue without its URL).
+            format (missing field, unknown label, id not matching the file name, a ``batch`` that
+            is not a positive integer, a ``held_out`` flag that disagrees with the batch, an
+            issue without its URL).
     """
     files = sorted(Path(folder).glob("*.json"))
     if not files:
@@ -104,6 +108,7 @@ def _entry(path: Path) -> CorpusEntry:
         labels=tuple(sorted(data["labels"])),
         labelled_by=data["labelled_by"],
         held_out=data["held_out"],
+        batch=data.get("batch", 1),
         path=path,
     )
 
@@ -127,8 +132,11 @@ def _problem(data: Any, path: Path) -> str | None:
         return f"labels must be failure-mode names from docs/failure-modes.md, got {unknown}"
     if not isinstance(data["labelled_by"], str) or not data["labelled_by"]:
         return "labelled_by must name who labelled the reply"
-    if data["held_out"] is not is_held_out(data["id"]):
-        return f"held_out must be {is_held_out(data['id'])} (sha256(id) % 4 == 0)"
+    batch = data.get("batch", 1)
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        return "batch must be a positive integer (the labelling round)"
+    if data["held_out"] is not (batch == HELD_OUT_BATCH):
+        return f"held_out must be {batch == HELD_OUT_BATCH} (batch {HELD_OUT_BATCH} is the held-out one)"
     if not isinstance(data["response"], dict):
         return "response must be an object"
     return None

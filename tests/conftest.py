@@ -36,3 +36,11 @@ def scenario():
 def two(ledger_path):
     """A ledger with two models' runs of known outcomes and failure modes (tests/ledger_builders.py)."""
     return build_two_model_ledger(ledger_path)
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    """Short ids for long string parameters (a 1 MB pathological input made a 1 MB test id): the head and the length."""
+    if isinstance(val, (str, bytes)) and len(val) > 60:
+        head = val[:40] if isinstance(val, str) else val[:40].decode("latin-1")
+        return f"{head}...({len(val)} chars)".encode("unicode_escape").decode("ascii")
+    return None

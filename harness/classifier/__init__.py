@@ -98,10 +98,10 @@ def classify(
         return Classification([], [], [], None, {"internal_error": short(f"{type(exc).__name__}: {exc}")})
 
 
-_REASONING_MODES = frozenset({"foreign_call_syntax", "invalid_json", "pseudo_code_in_arguments", "repaired_json",
-                              "stringified_arguments", "nonstandard_keys"})  # fmt: skip
-"""What a call written only in the reasoning is labelled with besides ``call_in_reasoning``: its notation and
-payload (the envelope modes describe the content)."""
+_REASONING_MODES = frozenset({"foreign_call_syntax", "wrong_wrapper_tag", "invalid_json", "pseudo_code_in_arguments",
+                              "repaired_json", "stringified_arguments", "nonstandard_keys"})  # fmt: skip
+"""What a call written only in the reasoning is labelled with besides ``call_in_reasoning``: its notation (a
+vendor's call markers included) and payload (the other envelope modes describe the content)."""
 
 
 def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | None) -> Classification:

@@ -127,7 +127,7 @@ _LISTING = re.compile(
 )
 _OUTPUT_CLAIM = re.compile(
     r"^[ \t]*(?:\**Output\**|\**Result\**)[ \t]*:|\bthe output (?:is|will be)\b|(?:^[ \t]*|\bso[ \t]+)the output[ \t]*:"
-    r"|\bthis will (?:print|output)\b",
+    r"|\bthis will (?:print|output)\b(?![ \t]+(?:something|anything)[ \t]+like)",  # "something like:" is an illustration
     re.I | re.M,
 )
 _LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+\S", re.M)
@@ -157,6 +157,8 @@ _COUNT = re.compile(
     re.I | re.M,
 )
 """A stated total of files ("There are 3 files", "3 files in the directory"), not a part of them ("2 files are Markdown")."""
+_COUNT_CLAIM = re.compile(rf"{_COUNT.pattern}|\bnumber of files\s*(?:is|:|=|\()\s*\d+", re.I | re.M)
+"""A stated total of files, or "the number of files (10)": before any listing only a tool could know it."""
 _NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
 
 
@@ -220,6 +222,10 @@ def _file_facts(content: ContentResult, claims: str, known: str, *, code_in_prom
         shows_items = bool(content.code or _LIST_LINE.search(claims) or (m and _WORD.search(claims, m.end())))
         if m and (label != "listing" or shows_items):
             found.append(f"{label}: {short(m.group(), 80)}")
+    count = _COUNT_CLAIM.search(claims)
+    number = re.search(r"\d+|[a-z]+(?=\s+files?\b)", count.group().lower()) if count else None
+    if count and number and not re.search(rf"\b{number.group()}\s+files?\b", known):  # "write 3 files" in the prompt
+        found.append(f"count: {short(count.group().strip(), 60)}")
     if _OUTPUT_CLAIM.search(content.visible) and (content.code or _LIST_LINE.search(content.prose)):
         found.append("output: shown as what the code prints")
     listed = "\n".join(m.group() for m in re.finditer(r"^[ \t]*(?:[-*•|]|\d+[.)])[ \t]+.*$", claims, re.M))  # list or table rows
@@ -328,6 +334,11 @@ _NARRATION = re.compile(
     r"|append|modify|produce|compile|put|print|show|invoke|draft|prepare|record|store|do\b)",
     re.I,
 )
+_NARRATION_CJK = re.compile(
+    r"(?:我将|我会|我要|让我|我来|我先|我们将|我们来)[^\n。，,.!?！？]{0,4}?"
+    r"(?:使用|调用|获取|查询|读取|列出|写入|创建|搜索|查看|检查|运行|执行|打开|保存)"
+)
+"""The announcing cue in Chinese ("我将使用..." = "I will use..."), for the models that answer in it."""
 _SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
 _CODE_EFFECT = re.compile(
     r"\bopen\s*\(|os\.(?:listdir|scandir|walk|remove|makedirs)|glob\.|Path\(|\.write\(|\.read\(|json\.(?:load|dump)"
@@ -357,7 +368,7 @@ def no_call_step(
         return {"empty_response"}, {
             "empty_response": {"completion_tokens": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None}
         }
-    cue = _NARRATION.search(content.prose)
+    cue = _NARRATION.search(content.prose) or _NARRATION_CJK.search(content.prose)
     if cue:
         return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
     shell = _SHELL_ACTION.search(content.prose) or next((m for c in content.code if (m := _SHELL_ACTION.search(c))), None)

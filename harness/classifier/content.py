@@ -61,11 +61,14 @@ def _strip_reasoning(text: str) -> tuple[str, int, str]:
 
 
 _WRAPPER = r"tool_calls?|toolcalls?|tool-calls?|tools?|tool[_-]?uses?|functions?|function[_-]?calls?|functioncalls?|json|call"
-_MARKERS = r"\[TOOL_CALLS?\]|\[TOOL_REQUEST\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
+_MARKERS = (
+    r"\[TOOL_CALLS?\]|\[TOOL_REQUEST\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
+    r"|<\|action_start\|>(?:[ \t]*<\|(?:plugin|interpreter)\|>)?"  # InternLM 2/2.5
+)
 _TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})", re.I)
 _TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
 _MARKER_CLOSE = re.compile(
-    r"<\|python_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>", re.I
+    r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>", re.I
 )
 
 
@@ -172,16 +175,23 @@ def _tagged_candidates(
     """Attempts inside wrapper tags and markers: ``(found, modes, wrapper names, text outside the regions)``.
 
     A well-formed region is removed whole; of a malformed one (unclosed, or an orphan closing
-    tag) only its tags and the calls found in it, so prose around them still counts.
+    tag) only its tags and the calls found in it, so prose around them still counts. A region
+    holding a call inside a Markdown fence is ``code_fence`` too.
     """
     found: list[tuple[str, Cand]] = []
     modes: set[str] = set()
     wrappers: list[str] = []
     removed: list[tuple[int, int]] = []
+    fences: list[tuple[int, int]] | None = None
     for region in _tag_regions(visible, xml_spans(visible)):
         inner = visible[region.inner_start : region.inner_end]
         cands = payload_candidates(inner, tool_names, offered, wrapped=True, tools_known=tools_known)
         found.extend(("tagged", c) for c in cands)
+        if cands and ("```" in visible or "~~~" in visible):
+            if fences is None:  # ```xml <function_call>{...}</function_call> ```: the fence is around the wrapper
+                fences = [m.span() for m, _ in zip(_FENCE.finditer(visible), range(MAX_REGIONS), strict=False)]
+            if any(a < region.inner_start < b for a, b in fences):
+                modes.add("code_fence")
         if region.name == "tool_call" and not region.marker:
             modes.add("tool_call_tags_in_content")
             wrappers.append(region.name)
@@ -255,6 +265,8 @@ def _recover_calls(found: list[tuple[str, Cand]]) -> _Recovered:
         out.pseudo.update(cand.pseudo)
         if not cand.calls:
             shows("invalid_json", cand)
+            if cand.nonstandard:
+                shows("nonstandard_keys", cand)
             out.invalid.append(cand.excerpt)
             out.canonicals.append(f"\x00invalid{index}")
             continue
@@ -324,6 +336,8 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
         spans["raw_json_in_content"] = raw[0].excerpt
     if fenced_calls:
         spans["code_fence"] = next(c.excerpt for _step, c in fenced)
+    elif "code_fence" in tag_modes:  # a fence around a wrapper tag
+        spans["code_fence"] = next(c.excerpt for step, c in found if step == "tagged")
     return ContentResult(recovered.calls, modes, len(canonicals), canonicals, visible, prose, shell_block, details,
                          reasoning=reasoning, code=code, excerpts=[c.excerpt for _step, c in found if c.excerpt],
                          spans=spans)  # fmt: skip

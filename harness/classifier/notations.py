@@ -1,8 +1,6 @@
 """Calls written in notations other than a JSON call object.
 
 * pythonic ``name(arg=...)`` calls (also ``[name(...)]`` lists), parsed with ``ast``;
-* XML-style parameters: ``<function=name><parameter=k>v</parameter></function>`` and
-  ``<invoke name="..."><parameter name="k">v</parameter></invoke>``;
 * vendor wrappers around JSON arguments, where the name sits in the markup: Llama 3.1's
   ``<function=name>{...}</function>``, gpt-oss's harmony header ``to=functions.name ...
   <|message|>{...}`` (raw, or with its special tokens stripped), Kimi's
@@ -38,9 +36,15 @@ from harness.classifier.types import (
     jsonable,
     short,
 )
-from harness.classifier.validate import schema_properties, schema_types
+from harness.classifier.validate import schema_properties
 
-__all__ = ["key_value_candidates", "line_bounds", "pythonic_candidates", "vendor_candidates", "xml_candidates", "xml_spans"]
+__all__ = [
+    "call_expression",
+    "key_value_candidates",
+    "line_bounds",
+    "pythonic_candidates",
+    "vendor_candidates",
+]
 
 
 def line_bounds(text: str, start: int, end: int) -> bool:
@@ -220,6 +224,23 @@ def _dotted_tool(name: str, tool_names: frozenset[str]) -> str:
     return name
 
 
+def call_expression(src: str, schemas: Mapping[str, Any]) -> tuple[str, dict[str, Any], list[str]] | None:
+    """``(name, arguments, errors)`` of one call expression written alone (``json_spec_list_keys(data)``
+    as a ReAct action), or None when ``src`` is not one; a code argument is kept as its source text
+    with an error for it (as in :func:`pythonic_candidates`)."""
+    if len(src) > MAX_PYTHONIC_CHARS or not _PY_CALL.match(src):
+        return None
+    try:
+        node = ast.parse(src, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
+        return None
+    name = _source(node.func)
+    args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    return name, args, errors
+
+
 def _mentioned(text: str, start: int, end: int, line_start: int) -> bool:
     """Whether a call written in prose is only mentioned, not attempted: quoted, documented ("the
     `read_file(path)` tool returns..."), offered as a question ("I can run x(...) next. Shall I?"),
@@ -279,10 +300,27 @@ def _pythonic_args(node: ast.Call, props: list[str]) -> tuple[dict[str, Any], li
             named.append((kw.arg, kw.value))
     for key, arg in named:
         value, ok = _literal_node(arg)
-        args[key] = value if ok else _source(arg)
+        args[key] = value if ok else _partial_literal(arg, 0)
         if not ok:
             errors.append(f"argument {key!r} is code, not a literal")
     return args, errors
+
+
+def _partial_literal(node: ast.AST, depth: int) -> Any:
+    """A code argument's value: a dict or list display keeps its shape (so the schema still judges its type), with
+    each part that is code kept as its source text (``{"k": key_fact}`` is ``{"k": "key_fact"}``)."""
+    value, ok = _literal_node(node)
+    if ok:
+        return value
+    if depth < MAX_DEPTH and isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+        return {
+            str(_partial_literal(k, depth + 1)): _partial_literal(v, depth + 1)
+            for k, v in zip(node.keys, node.values, strict=True)
+            if k is not None
+        }
+    if depth < MAX_DEPTH and isinstance(node, (ast.List, ast.Tuple)):
+        return [_partial_literal(v, depth + 1) for v in node.elts]
+    return _source(node)
 
 
 def _source(node: ast.AST) -> str:
@@ -299,74 +337,7 @@ def _literal_node(node: ast.AST) -> tuple[Any, bool]:
         return None, False
 
 
-# --------------------------------------------------------------------------- XML-style parameters
-
-_XML_OPEN = re.compile(r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>", re.I)
-_XML_CLOSE = re.compile(r"</\s*(?:function|invoke)\s*>", re.I)
-_XML_STOP = re.compile(r"</\s*tool_call\s*>|<\s*tool_call\s*>", re.I)
-_XML_PARAM = re.compile(r"<parameter(?:=([^>\s]+)|\s+name\s*=\s*[\"']([^\"'>]+)[\"'])\s*>", re.I)
-_XML_PARAM_END = re.compile(r"</\s*parameter\s*>|<parameter[=\s]", re.I)
-
-
-def xml_spans(text: str) -> list[tuple[int, int, int, int, str]]:
-    """``(start, end, body_start, body_end, name)`` of XML-style calls; an unclosed one ends at the next call or wrapper tag."""
-    spans: list[tuple[int, int, int, int, str]] = []
-    pos = 0
-    while len(spans) < MAX_CANDIDATES:
-        m = _XML_OPEN.search(text, pos)
-        if m is None:
-            break
-        close = _XML_CLOSE.search(text, m.end())
-        nxt = _XML_OPEN.search(text, m.end())
-        stop = _XML_STOP.search(text, m.end())
-        limit = min(x.start() for x in (nxt, stop) if x is not None) if (nxt or stop) else len(text)
-        if close and close.start() < limit:
-            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2)))
-            pos = close.end()
-        else:
-            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2)))
-            pos = limit
-    return spans
-
-
-def xml_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
-    """XML-style calls (``foreign``); a ``<function=name>`` whose body is JSON is a wrapper around JSON arguments."""
-    cands = []
-    for start, end, body_start, body_end, name in xml_spans(text):
-        body = text[body_start:body_end]
-        if body.lstrip().startswith("{") and not _XML_PARAM.search(body):
-            cands.append(_wrapped_json(text, start, end, body_start + body.index("{"), name, excerpt_end=end))
-            continue
-        args = _xml_args(text, body_start, body_end, schema_types(schemas.get(name)))
-        cands.append(
-            Cand(start, end, "xml_parameters", [RawCall(name, args, False)], foreign=True, excerpt=short(text[start:end]))
-        )
-    return cands
-
-
-def _xml_args(text: str, body_start: int, body_end: int, types: Mapping[str, Any]) -> dict[str, Any]:
-    args: dict[str, Any] = {}
-    pos = body_start
-    for _ in range(MAX_CANDIDATES * 2):
-        pm = _XML_PARAM.search(text, pos, body_end)
-        if pm is None:
-            break
-        key = pm.group(1) or pm.group(2)
-        em = _XML_PARAM_END.search(text, pm.end(), body_end)
-        value_end = em.start() if em else body_end
-        value = text[pm.end() : value_end]
-        value = value[1:] if value.startswith("\n") else value
-        value = value[:-1] if value.endswith("\n") else value
-        if types.get(key) not in (None, "string"):
-            parsed = loads(value.strip())
-            args[key] = value if parsed is FAIL else parsed
-        else:
-            args[key] = value
-        pos = em.end() if em and em.group().startswith("</") else value_end
-    return args
-
-
-def _wrapped_json(text: str, start: int, end: int, json_start: int, name: str, *, excerpt_end: int) -> Cand:
+def wrapped_json(text: str, start: int, end: int, json_start: int, name: str, *, excerpt_end: int) -> Cand:
     """A call whose name sits in vendor markup around a JSON object of arguments (``wrapper``)."""
     value, json_end, repaired = _json_value(text, json_start)
     rest = text[json_end:end]
@@ -462,7 +433,7 @@ def vendor_candidates(text: str) -> list[Cand]:
                 _value, json_end, _ = _json_value(text, json_start)
                 tail = _HEADER_END.match(text, json_end)
                 end = tail.end() if tail else json_end
-                cand = _wrapped_json(text, m.start(), end, json_start, m.group("name"), excerpt_end=end)
+                cand = wrapped_json(text, m.start(), end, json_start, m.group("name"), excerpt_end=end)
             cands.append(cand)
             pos = max(cand.end, m.end() + 1)
     pos = 0

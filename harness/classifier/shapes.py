@@ -15,24 +15,24 @@ from typing import Any
 
 from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair, scan_balanced
 from harness.classifier.notations import (
+    call_expression,
     key_value_candidates,
     line_bounds,
     pythonic_candidates,
     vendor_candidates,
-    xml_candidates,
-    xml_spans,
 )
 from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_REPAIR_CHARS, Cand, RawCall, short
+from harness.classifier.xmlstyle import arg_key_candidates, xml_candidates, xml_spans
 
 __all__ = ["payload_candidates", "remove_spans", "xml_spans"]
 
 _ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "tool_input", "action_input")
 _NAME_KEYS = ("tool", "tool_name", "toolName", "function_name", "function", "action", "name")
 _CALL_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?:name|tool|tool_name|toolName|function|function_name|action)\\b["'\u201c\u201d]?\\s*:"""
+    """["'\u201c\u201d]?\\b(?P<key>name|tool|tool_name|toolName|function|function_name|action)\\b["'\u201c\u201d]?\\s*:"""
 )
 _ARGS_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?:arguments|parameters|params|args|input|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
+    """["'\u201c\u201d]?\\b(?P<key>arguments|parameters|params|args|input|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
 )
 
 
@@ -68,10 +68,15 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
     wrapped = obj.get("tool_calls")
     if isinstance(wrapped, list):
         return [RawCall(c.name, c.raw_args, True) for c in _call_from_obj(wrapped, tool_names, depth + 1)]
-    fn = obj.get("function")
-    if isinstance(fn, Mapping) and isinstance(fn.get("name"), str) and fn.get("name"):
-        raw = fn.get("arguments", fn.get("parameters"))
-        return [RawCall(fn["name"], raw, True)]
+    for wrapper_key in ("function", "function_call"):
+        fn = obj.get(wrapper_key)
+        if not isinstance(fn, Mapping):
+            continue
+        # {"function": {"name", "arguments"}}; {"name": x, "function_call": {"args": {...}}} names the call outside
+        name = fn.get("name") or (obj.get("name") if wrapper_key == "function_call" else None)
+        if isinstance(name, str) and name:
+            raw = next((fn[k] for k in _ARG_KEYS if k in fn), None)
+            return [RawCall(name, raw, True)]
     for key in _NAME_KEYS:
         name = obj.get(key)
         if not isinstance(name, str) or not name.strip():
@@ -82,8 +87,9 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
                     return []  # {"name": "Python: Current File", "args": [...], "program": ...}: a JSON document, not a call
                 standard = key == "name" and akey == "arguments"
                 return [RawCall(name, obj[akey], not standard)]
-        if name in tool_names:
-            return [RawCall(name, None, key != "name")]
+        if name in tool_names:  # {"name": "search", "query": "x"}: the other fields are the arguments
+            flat = {k: v for k, v in obj.items() if k not in (key, "id", "type")} if "description" not in obj else {}
+            return [RawCall(name, flat or None, key != "name" or bool(flat))]
         return []
     if len(obj) == 1:
         ((key, value),) = obj.items()
@@ -120,12 +126,19 @@ def _call_like(text: str, tool_names: frozenset[str]) -> bool:
     return bool(m and m.group(1) in tool_names)
 
 
+def _nonstandard_keys(text: str) -> bool:
+    """Whether a broken call-like object's first name and argument keys are other than ``name``/``arguments``."""
+    head = text[:MAX_REPAIR_CHARS]
+    name_key, args_key = _CALL_KEY_RE.search(head), _ARGS_KEY_RE.search(head)
+    return bool((name_key and name_key.group("key") != "name") or (args_key and args_key.group("key") != "arguments"))
+
+
 # --------------------------------------------------------------------------- content payloads
 
 _REACT_ACTION = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(?P<name>[^\n]*?)[ \t]*$", re.I | re.M)
 _REACT_INPUT = re.compile(r"[ \t]*+(?:\n[ \t]*+)?Action[ \t]++Input[ \t]*+:[ \t]*+", re.I)
 _REACT_NEXT = re.compile(r"^[ \t]*(?:Observation|Thought|Action|Final[ \t]+Answer|Answer)[ \t]*:", re.I | re.M)
-_NAME_LINE = re.compile(r"(?:^|(?<=[^\w\s]))[ \t]*(?P<name>[A-Za-z_][\w.-]*)[ \t]*\n[ \t]*\Z")
+_NAME_LINE = re.compile(r"(?:^|(?<=[^\w\s]))[ \t]*(?P<name>[A-Za-z_][\w.-]*)[ \t]*:?[ \t]*\n[ \t]*\Z")
 _CURLY = re.compile("[\u201c\u201d\u2018\u2019]")
 
 
@@ -139,16 +152,23 @@ def _unfenced(body: str) -> str:
     return inner[:-3].rstrip() if inner.endswith(fence) else inner
 
 
-def _react_candidates(text: str) -> list[Cand]:
+def _react_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
     """ReAct calls: an ``Action:`` line naming a tool, with or without an ``Action Input:`` after it.
 
     A JSON (or Python-literal, or repairable) input is the arguments; any other input is one
-    string argument ``{"input": text}``; no input means no arguments.
+    string argument ``{"input": text}``; no input means no arguments. An action written as a
+    call expression (``Action: list_keys(data)``) is that call, in a foreign notation.
     """
     cands: list[Cand] = []
     for m in _REACT_ACTION.finditer(text):
         name = m.group("name").strip().strip("`'\"")
         if not name or len(cands) >= MAX_CANDIDATES:
+            continue
+        expression = call_expression(name, schemas) if name.endswith(")") else None
+        if expression is not None:
+            called, args, errors = expression
+            cands.append(Cand(m.start(), m.end(), "react", [RawCall(called, args, True)], excerpt=short(m.group().strip()),
+                              foreign=True, react=True, errors=errors, pseudo=["function_call"] if errors else []))  # fmt: skip
             continue
         end, raw_args, repaired, broken = m.end(), None, False, False
         follow = _REACT_INPUT.match(text, m.end())
@@ -183,6 +203,8 @@ def _parse_value(span: str) -> tuple[Any, str, bool]:
 
 
 _PYTHONISH = re.compile(r"'|\b(?:True|False|None)\b")
+_CUT_KEY = re.compile(r",\s*[\"']?[\w-]*\s*\Z")
+"""An object cut after a comma, in its next key: what the repair cuts back is the call's arguments."""
 
 
 def _json_candidates(text: str, tool_names: frozenset[str], *, wrapped: bool, tools_known: bool) -> list[Cand]:
@@ -216,6 +238,9 @@ def _whole_document(text: str, tool_names: frozenset[str], *, wrapped: bool) -> 
             calls = _call_from_obj(value, tool_names)
             return Cand(lead, lead + len(stripped), "json_document", calls, excerpt=short(stripped)) if calls else None
     if wrapped:
+        end, closed, _depth = scan_balanced(stripped, 0, len(stripped))
+        if closed and loads(stripped[:end]) is not FAIL:
+            return None  # a whole object with text after it: the brace scan reads it as written, unrepaired
         value, _method, repaired = _parse_value(stripped)
         calls = _call_from_obj(value, tool_names) if value is not FAIL else []
         if calls and repaired:
@@ -235,10 +260,14 @@ def _brace_candidate(text: str, start: int, tool_names: frozenset[str], *, tools
         method, repaired = "repair", value is not FAIL
     if value is FAIL:
         if _call_like(span, tool_names):
-            return Cand(start, end, "invalid", [], pseudo=pseudo_code(span), excerpt=short(span)), end
+            return Cand(start, end, "invalid", [], pseudo=pseudo_code(span), excerpt=short(span),
+                        nonstandard=_nonstandard_keys(span)), end  # fmt: skip
         return None, (start + 1 if closed else end)
     method = method if repaired else ("json_lines" if line_bounds(text, start, end) else "brace_scan")
     calls = _call_from_obj(value, tool_names)
+    if calls and not closed and all(c.raw_args is None for c in calls) and _CUT_KEY.search(span):
+        # {"name": "get_weather", "  cut by the token limit: the repair would drop the arguments, not recover them
+        return Cand(start, end, "invalid", [], excerpt=short(span), nonstandard=_nonstandard_keys(span)), end
     foreign = False
     if not calls and isinstance(value, Mapping):
         named = _NAME_LINE.search(text, max(0, start - 120), start)
@@ -267,7 +296,8 @@ def payload_candidates(
     """
     cands = vendor_candidates(text)
     cands += [c for c in xml_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
-    cands += [c for c in _react_candidates(text) if not any(o.start <= c.start < o.end for o in cands)]
+    cands += [c for c in arg_key_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
+    cands += [c for c in _react_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [
         c
         for c in key_value_candidates(text, tool_names, tools_known=tools_known)

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "2.3.0"
+CLASSIFIER_VERSION = "2.4.0"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition (Markdown; the same text as the
 #: table in docs/failure-modes.md, whose section ``#<name>`` holds the full rule).
@@ -246,6 +246,8 @@ class Cand:
     """The call's own markup is a vendor wrapper or channel header (``wrong_wrapper_tag``)."""
     react: bool = False
     """A ReAct ``Action:``/``Action Input:`` call: its JSON input is arguments, not a call object."""
+    nonstandard: bool = False
+    """A broken call-like object (no ``calls``) whose keys are not ``name``/``arguments`` (``nonstandard_keys``)."""
 
 
 # --------------------------------------------------------------------------- small helpers

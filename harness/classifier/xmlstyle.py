@@ -1,0 +1,129 @@
+"""Calls written as markup: XML-style parameters and GLM's key/value tags.
+
+* ``<function=name><parameter=k>v</parameter></function>`` (Qwen3-Coder) and
+  ``<invoke name="..."><parameter name="k">v</parameter></invoke>``; a ``<function=name>``
+  whose body is JSON is a vendor wrapper around JSON arguments
+  (:func:`~harness.classifier.notations.wrapped_json`);
+* GLM-4.5's ``name<arg_key>k</arg_key><arg_value>v</arg_value>...`` (usually inside ``<tool_call>``).
+
+Values are typed by the tool's schema where it gives a type other than string, otherwise kept
+as their exact text. Each call is a ``foreign`` :class:`~harness.classifier.types.Cand`. Rules:
+docs/failure-modes.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from harness.classifier.jsonscan import FAIL, loads
+from harness.classifier.notations import wrapped_json
+from harness.classifier.types import MAX_CANDIDATES, Cand, RawCall, short
+from harness.classifier.validate import schema_types
+
+__all__ = ["arg_key_candidates", "xml_candidates", "xml_spans"]
+
+_XML_OPEN = re.compile(r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>", re.I)
+_XML_CLOSE = re.compile(r"</\s*(?:function|invoke)\s*>", re.I)
+_XML_STOP = re.compile(r"</\s*tool_call\s*>|<\s*tool_call\s*>", re.I)
+_XML_PARAM = re.compile(r"<parameter(?:=([^>\s]+)|\s+name\s*=\s*[\"']([^\"'>]+)[\"'])\s*>", re.I)
+_XML_PARAM_END = re.compile(r"</\s*parameter\s*>|<parameter[=\s]", re.I)
+
+
+def xml_spans(text: str) -> list[tuple[int, int, int, int, str]]:
+    """``(start, end, body_start, body_end, name)`` of XML-style calls; an unclosed one ends at the next call or wrapper tag."""
+    spans: list[tuple[int, int, int, int, str]] = []
+    pos = 0
+    while len(spans) < MAX_CANDIDATES:
+        m = _XML_OPEN.search(text, pos)
+        if m is None:
+            break
+        close = _XML_CLOSE.search(text, m.end())
+        nxt = _XML_OPEN.search(text, m.end())
+        stop = _XML_STOP.search(text, m.end())
+        limit = min(x.start() for x in (nxt, stop) if x is not None) if (nxt or stop) else len(text)
+        if close and close.start() < limit:
+            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2)))
+            pos = close.end()
+        else:
+            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2)))
+            pos = limit
+    return spans
+
+
+def xml_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
+    """XML-style calls (``foreign``); a ``<function=name>`` whose body is JSON is a wrapper around JSON arguments."""
+    cands = []
+    for start, end, body_start, body_end, name in xml_spans(text):
+        body = text[body_start:body_end]
+        if body.lstrip().startswith("{") and not _XML_PARAM.search(body):
+            cands.append(wrapped_json(text, start, end, body_start + body.index("{"), name, excerpt_end=end))
+            continue
+        args = _xml_args(text, body_start, body_end, schema_types(schemas.get(name)))
+        cands.append(
+            Cand(start, end, "xml_parameters", [RawCall(name, args, False)], foreign=True, excerpt=short(text[start:end]))
+        )
+    return cands
+
+
+def _xml_args(text: str, body_start: int, body_end: int, types: Mapping[str, Any]) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    pos = body_start
+    for _ in range(MAX_CANDIDATES * 2):
+        pm = _XML_PARAM.search(text, pos, body_end)
+        if pm is None:
+            break
+        key = pm.group(1) or pm.group(2)
+        em = _XML_PARAM_END.search(text, pm.end(), body_end)
+        value_end = em.start() if em else body_end
+        value = text[pm.end() : value_end]
+        value = value[1:] if value.startswith("\n") else value
+        value = value[:-1] if value.endswith("\n") else value
+        if types.get(key) not in (None, "string"):
+            parsed = loads(value.strip())
+            args[key] = value if parsed is FAIL else parsed
+        else:
+            args[key] = value
+        pos = em.end() if em and em.group().startswith("</") else value_end
+    return args
+
+
+_ARG_PAIR = re.compile(r"\s*<arg_key>\s*([^<\n]{1,128}?)\s*</arg_key>\s*<arg_value>")
+_ARG_NAME = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]{0,127})[ \t]*\n?[ \t]*\Z")
+_ARG_VALUE_END = "</arg_value>"
+
+
+def arg_key_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
+    """GLM-style calls: a name, then ``<arg_key>k</arg_key><arg_value>v</arg_value>`` pairs (``foreign``).
+
+    The name is the word just before the first pair; pairs without one are not a call. An
+    unclosed last value runs to the end of the text. Linear: each pair is found once.
+    """
+    cands: list[Cand] = []
+    pos = attempts = 0
+    while len(cands) < MAX_CANDIDATES and attempts < MAX_CANDIDATES * 4 and (first := text.find("<arg_key>", pos)) >= 0:
+        attempts += 1
+        raw: dict[str, str] = {}
+        end = first
+        while len(raw) < MAX_CANDIDATES * 2 and (pair := _ARG_PAIR.match(text, end)):
+            close = text.find(_ARG_VALUE_END, pair.end())
+            raw[pair.group(1)] = text[pair.end() : close if close >= 0 else len(text)].strip("\n")
+            end = close + len(_ARG_VALUE_END) if close >= 0 else len(text)
+        named = _ARG_NAME.search(text, max(pos, first - 160), first) if raw else None
+        if named:
+            name = named.group(1)
+            types = schema_types(schemas.get(name))
+            args = {k: _typed(v, types.get(k)) for k, v in raw.items()}
+            cands.append(Cand(named.start(1), end, "xml_parameters", [RawCall(name, args, False)], foreign=True,
+                              excerpt=short(text[named.start(1) : end])))  # fmt: skip
+        pos = max(end, first + len("<arg_key>"))
+    return cands
+
+
+def _typed(value: str, kind: Any) -> Any:
+    """A value typed by its schema type when that is not string (``"3"`` for an integer is 3); else the text."""
+    if kind in (None, "string"):
+        return value
+    parsed = loads(value.strip())
+    return value if parsed is FAIL else parsed
