@@ -149,7 +149,14 @@ def odd_server(bodies):
                 body = (200, "application/json", json.dumps(body).encode())
             self._send(*body)
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serve(Handler) as url:
+        yield url
+
+
+@contextmanager
+def serve(handler: type[BaseHTTPRequestHandler]):
+    """Serve ``handler`` on 127.0.0.1 (a free port) in a thread; yields the ``/v1`` base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -158,6 +165,18 @@ def odd_server(bodies):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def structured_writes(files: dict[str, str]) -> dict:
+    """A cassette reply holding one structured ``write_file`` call per ``{path: content}``, ids ``c0, c1, ...``."""
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "write_file", "arguments": {"path": path, "content": text}}}
+             for i, (path, text) in enumerate(files.items())]  # fmt: skip
+    return {
+        "content": None,
+        "tool_calls": calls,
+        "finish_reason": "tool_calls",
+        "usage": {"prompt_tokens": 9, "completion_tokens": 9},
+    }
 
 
 def run_server(tmp_path, scenario, bodies, **changes):

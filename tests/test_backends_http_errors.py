@@ -7,16 +7,15 @@ end the run as ``infra_error`` with a sentence that says what the server did.
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from harness.backends import open_backend
 from harness.backends.base import GenerateOptions
 from harness.errors import BackendResponseError
-from tests.helpers import run_server
+from tests.helpers import run_server, serve
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -44,15 +43,8 @@ def redirecting_server(status: int, location: str | None):
 
         do_GET = do_POST  # noqa: N815
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize("status", [301, 307, 308])

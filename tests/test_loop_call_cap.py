@@ -11,21 +11,13 @@ from harness.classifier.validate import MAX_STRUCTURED_CALLS
 from harness.ledger import Ledger
 from harness.loop import REFUSED_CALL
 from harness.rescore import rescore
-from tests.helpers import run_replay, text_line
+from tests.helpers import run_replay, structured_writes, text_line
 
 TOTAL = MAX_STRUCTURED_CALLS + 3
 
 
 def _many_writes(count: int) -> dict:
-    calls = [{"id": f"c{i}", "type": "function",
-              "function": {"name": "write_file", "arguments": {"path": f"f{i:03d}.txt", "content": str(i)}}}
-             for i in range(count)]  # fmt: skip
-    return {
-        "content": None,
-        "tool_calls": calls,
-        "finish_reason": "tool_calls",
-        "usage": {"prompt_tokens": 9, "completion_tokens": 9},
-    }
+    return structured_writes({f"f{i:03d}.txt": str(i) for i in range(count)})
 
 
 def test_the_classifier_records_the_cap_as_a_detail_of_multiple_calls():

@@ -8,21 +8,13 @@ import pytest
 from harness.errors import ScenarioError
 from harness.scenarios import load_scenario
 from harness.tools import BUILTIN_TOOLS, DEFAULT_WRITE_LIMIT_BYTES, MAX_WRITE_BYTES, Sandbox
-from tests.helpers import SCENARIO_FILE, run_replay, text_line
+from tests.helpers import SCENARIO_FILE, run_replay, structured_writes, text_line
 
 MIB = 1024 * 1024
 
 
 def _writes(count: int, size: int) -> dict:
-    calls = [{"id": f"c{i}", "type": "function",
-              "function": {"name": "write_file", "arguments": {"path": f"big{i:02d}.txt", "content": "x" * size}}}
-             for i in range(count)]  # fmt: skip
-    return {
-        "content": None,
-        "tool_calls": calls,
-        "finish_reason": "tool_calls",
-        "usage": {"prompt_tokens": 9, "completion_tokens": 9},
-    }
+    return structured_writes({f"big{i:02d}.txt": "x" * size for i in range(count)})
 
 
 def test_twenty_mebibyte_writes_stop_at_the_default_limit(tmp_path, scenario):
