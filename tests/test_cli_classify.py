@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,13 @@ def test_guard_classify_junk_input(tmp_path, capsys, content):
     path.write_bytes(content)
     rc, _, err = cli(capsys, "classify", path)
     assert rc == 2 and "Traceback" not in err
+
+
+def test_the_readme_classify_example_runs_as_written(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"```bash\n(harness classify - <<'JSON'\n.*?\nJSON\n)```", readme, flags=re.S)
+    script = block.replace("harness classify", f"{sys.executable} -m harness classify", 1)
+    proc = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["failure_modes"] == ["code_fence", "mixed_prose"] and result["recovered_by"] == "fenced"

@@ -126,3 +126,17 @@ def test_timeout_flag_sets_how_long_one_reply_may_take(tmp_path, capsys):
                            "--timeout", "1", "--max-attempts", "1", "--repeats", "1")  # fmt: skip
     assert rc == 1 and "infra_error" in out and "did not answer within 1 s" in out
     assert_one_sentence_error(*cli(capsys, "run", "--timeout", "0", "--dry-run")[::2])
+
+
+def test_dry_run_stops_where_the_run_would_when_the_ledger_cannot_be_created(tmp_path, capsys):
+    # newcomer finding: --dry-run said "1 to run" (exit 0) while the real run refused the ledger path
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    ledger = tmp_path / "afile" / "ledger.sqlite"
+    cassette = tmp_path / "c.jsonl"
+    cassette.write_text("", encoding="utf-8")
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{cassette}", "--ledger", ledger]
+    dry_rc, _, dry_err = cli(capsys, *argv, "--dry-run")
+    run_rc, _, run_err = cli(capsys, *argv)
+    assert dry_rc == run_rc == 1
+    assert "cannot create the folder" in dry_err and "cannot create the folder" in run_err
+    assert_one_sentence_error(dry_rc, dry_err)

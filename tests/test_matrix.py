@@ -164,9 +164,13 @@ def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig):
         out, err = proc.communicate(timeout=60)
         if sig == signal.SIGINT:
             assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+            head_at_stop = out.strip().splitlines()[-1]  # the head still ends the output, as after a whole matrix
+            assert head_at_stop.startswith("Ledger head")
         with Ledger(ledger_path, readonly=True) as ledger:
             runs = ledger.runs()
             assert ledger.verify().ok
+            if sig == signal.SIGINT:
+                assert head_at_stop.endswith(ledger.head().anchor)
         assert 4 <= len([r for r in runs if r.outcome in ("pass",)]) < 20
         if sig == signal.SIGINT:  # every run that started has an end row
             assert all(r.outcome is not None for r in runs)

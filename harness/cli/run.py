@@ -94,9 +94,13 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
     from harness.console import plan_label, plural
-    from harness.ledger import Ledger
+    from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
+    problem = cannot_create(path)
+    if problem:  # the real run would stop here too
+        print(f"harness: {problem}", file=sys.stderr)
+        return 1
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
         planned = plan_matrix(plans, ledger)
@@ -135,6 +139,10 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
                 f"harness: quit; {plural(quit.abandoned, 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True
             )
             os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
+        except KeyboardInterrupt:  # first Ctrl-C: the runs in flight are recorded as interrupted; the head still ends the output
+            progress.close()
+            print(head_line(ledger.head().anchor), flush=True)
+            raise
         finally:
             progress.close()
         head = ledger.head()

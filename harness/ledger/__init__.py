@@ -8,6 +8,7 @@ package is the only code that knows the tables; see :mod:`harness.ledger.store` 
 from harness.canonical import canonical_json
 from harness.ledger.anchor import Anchor, LedgerHead, parse_anchor
 from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.opening import cannot_create
 from harness.ledger.records import (
     Attempt,
     Attestation,
@@ -42,6 +43,7 @@ __all__ = [
     "TurnRecord",
     "TurnRow",
     "VerifyResult",
+    "cannot_create",
     "canonical_json",
     "parse_anchor",
     "record_fields",

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from harness.errors import LedgerError
 
-__all__ = ["connect_readonly", "connect_writable", "not_writable"]
+__all__ = ["cannot_create", "connect_readonly", "connect_writable", "not_writable"]
 
 
 def _uri(path: Path, query: str) -> str:
@@ -97,6 +97,28 @@ def connect_writable(path: Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         db.close()
         raise LedgerError(not_writable(path) or str(_unreadable(path, exc))) from exc
+
+
+def cannot_create(path: Path) -> str | None:
+    """Why a ledger could not be created at ``path`` now (one sentence), without creating anything; None if it could.
+
+    The same problems :func:`connect_writable` would raise: the path is a folder or a device, a
+    file stands where a folder is needed, or the nearest existing folder is not writable.
+    """
+    if path.exists():
+        return None if path.is_file() else str(_not_a_file(path))
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"cannot create the folder {path.parent} for the ledger: {folder} is a file; pass --ledger with another path."
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return (
+            not_writable(folder / "x")
+            if folder == path.parent
+            else f"the folder {folder} is not writable, so {path.parent} cannot be created for the ledger; pass --ledger with a path in a writable folder."
+        )
+    return None
 
 
 def not_writable(path: Path) -> str | None:
