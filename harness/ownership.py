@@ -53,8 +53,11 @@ ClaimTaker = Callable[[str], Claim | None]
 
 
 def lock_folder(ledger_path: str | Path) -> Path:
-    """``<ledger>.locks``: the folder of the ledger's lock files (``results/ledger.sqlite.locks`` by default)."""
-    path = Path(ledger_path)
+    """``<ledger>.locks``: the folder of the ledger's lock files (``results/ledger.sqlite.locks`` by default).
+
+    Beside the real file: a ledger reached through a symlink shares its locks with every other name of it.
+    """
+    path = Path(os.path.realpath(ledger_path))
     return path.with_name(path.name + ".locks")
 
 

@@ -112,6 +112,9 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         try:
             lock = take_lock(path, identity)
         except OSError as exc:
+            file = lock_folder(path) / f"{identity}.lock"
+            if file.is_symlink() or (file.exists() and not file.is_file()):
+                raise LedgerError(f"{file} is not a lock file (a folder or a symlink); delete it and run again.") from exc
             raise LedgerError(
                 f"cannot lock run {identity[:12]} in {lock_folder(path)} ({exc.strerror or exc}); "
                 "check that the ledger's folder is writable."
@@ -119,7 +122,7 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         if lock is None:
             return None
         policy = identity_free if resume else _accept_any
-        return Claim(policy, {"lock": lock.path.relative_to(path.parent).as_posix()}, lock.release)
+        return Claim(policy, {"lock": lock.path.relative_to(lock_folder(path).parent).as_posix()}, lock.release)
 
     return take
 

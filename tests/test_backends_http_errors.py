@@ -7,6 +7,9 @@ end the run as ``infra_error`` with a sentence that says what the server did.
 
 from __future__ import annotations
 
+import gzip
+import json
+import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 
@@ -14,7 +17,7 @@ import pytest
 
 from harness.backends import open_backend
 from harness.backends.base import GenerateOptions
-from harness.errors import BackendResponseError
+from harness.errors import BackendResponseError, BackendTimeout
 from tests.helpers import run_server, serve
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -79,3 +82,55 @@ def test_an_error_status_with_a_deeply_nested_body_keeps_its_status(tmp_path, sc
     summary, _ = run_server(tmp_path, scenario, [deep])
     assert summary.outcome == "infra_error"
     assert "answered HTTP 500" in summary.error and "harness bug" not in summary.error
+
+
+@contextmanager
+def trickling_server(gzip_body: bytes | None = None):
+    """POSTs answer 200 and then one byte every 0.2 s forever (or, with ``gzip_body``, that body gzip-encoded at once)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if gzip_body is not None:
+                data = gzip.compress(gzip_body)
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            try:
+                for _ in range(600):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass  # the client gave up
+
+    with serve(Handler) as url:
+        yield url
+
+
+def test_a_server_trickling_bytes_cannot_hold_a_reply_past_the_timeout():
+    # red-team finding: httpx's timeout is per read, so one byte every 0.5 s kept a run with --timeout 3 going forever
+    with trickling_server() as url:
+        with open_backend(f"openai:m@{url}", timeout_s=1.5) as backend, pytest.raises(BackendTimeout) as info:
+            backend.generate(MESSAGES, None, GenerateOptions())
+    assert "did not answer within 1.5 s" in str(info.value)
+
+
+def test_a_compressed_body_is_read_once_decoded():
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}}  # fmt: skip
+    with trickling_server(json.dumps(body).encode()) as url:
+        with open_backend(f"openai:m@{url}", timeout_s=10) as backend:
+            reply = backend.generate(MESSAGES, None, GenerateOptions())
+    assert reply.content == "hi"

@@ -251,3 +251,62 @@ def test_a_reshaped_migrations_table_is_one_sentence(copy, capsys):
     for argv in (["export"], ["ledger", "head"], ["ledger", "migrate"]):  # reads that do not need it may go on
         rc, _, err = cli(capsys, *argv, "--ledger", copy)
         assert "Traceback" not in err and (rc == 0 or err.count("\n") == 1), err
+
+
+def _swap_run_indexes(path: Path) -> None:
+    """Swap the root pages of two indexes of ``runs`` under an unchanged schema text (``writable_schema``)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=DELETE")
+        pages = dict(db.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'"))
+        first, second = sorted(pages)[:2]
+        db.execute("PRAGMA writable_schema=ON")
+        db.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = ?", (pages[second], first))
+        db.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = ?", (pages[first], second))
+        db.execute("PRAGMA writable_schema=OFF")
+    finally:
+        db.close()
+
+
+def test_an_index_swapped_under_an_unchanged_schema_fails_verify(copy, built, capsys):
+    # red-team finding: verify (and --anchor) passed, then --dry-run saw no finished run and `run` redid them all
+    _swap_run_indexes(copy)
+    for extra in ((), ("--anchor", built[1])):
+        rc, text = _verify(capsys, copy, *extra)
+        assert rc == 1 and "integrity check fails" in text
+
+
+def test_a_text_cell_swapped_for_the_same_bytes_fails_verify(copy, capsys):
+    # red-team finding: the BLOB x'6869' hashed like the text "b'hi'" (canonical_json(default=str)), so verify passed
+    db = sqlite3.connect(copy)
+    seq, content = db.execute("SELECT seq, content FROM turns WHERE content IS NOT NULL ORDER BY seq LIMIT 1").fetchone()
+    db.close()
+    tamper(copy, f"UPDATE turns SET content = CAST(content AS BLOB) WHERE seq = {seq}")
+    rc, text = _verify(capsys, copy)
+    assert rc == 1 and f"turns row seq={seq} holds a binary value" in text, (content, text)
+
+
+def test_reading_a_binary_cell_is_one_sentence_not_a_traceback(copy, capsys):
+    db = sqlite3.connect(copy)
+    seq, run_id = db.execute("SELECT seq, run_id FROM turns WHERE content IS NOT NULL ORDER BY seq LIMIT 1").fetchone()
+    db.close()
+    tamper(copy, f"UPDATE turns SET content = CAST(content AS BLOB) WHERE seq = {seq}")
+    rc, _, err = cli(capsys, "review", run_id, "--ledger", copy)
+    assert_one_sentence_error(rc, err)
+    assert "binary content" in err
+
+
+def test_a_ledger_whose_creation_was_cut_short_says_how_to_finish_it(tmp_path, capsys):
+    # red-team finding: killed between creating _migrations and m001, every read said "restore it from a copy"
+    path = tmp_path / "ledger.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    db.commit()
+    db.close()
+    for command in (("ledger", "verify"), ("ledger", "head"), ("export",)):
+        rc, _, err = cli(capsys, *command, "--ledger", path)
+        assert_one_sentence_error(rc, err)
+        assert "creation was cut short" in err and "harness ledger migrate" in err
+    assert cli(capsys, "ledger", "migrate", "--ledger", path)[0] == 0
+    assert _verify(capsys, path)[0] == 0

@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from tests.helpers import REPO, assert_one_sentence_error, cli, finished_ledger
+from tests.helpers import IDEAL, REPO, assert_one_sentence_error, cli, finished_ledger, run_replay
 
 
 def _export(ledger, out, **kwargs):
@@ -175,3 +175,13 @@ def test_a_new_export_file_gets_the_usual_permissions(tmp_path, scenario, capsys
         os.umask(old)
     assert rc == 0, err
     assert stat.S_IMODE((tmp_path / "new.jsonl").stat().st_mode) == 0o644  # not mkstemp's 0600
+
+
+def test_export_to_a_symlink_loop_is_one_sentence(tmp_path, scenario, capsys):
+    # red-team finding: Path.resolve() raised RuntimeError ("Symlink loop") before anything was checked
+    run_replay(tmp_path, scenario, IDEAL)
+    (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+    rc, _out, err = cli(capsys, "export", "--ledger", tmp_path / "ledger.sqlite", "--out", tmp_path / "loopA")
+    assert_one_sentence_error(rc, err)
+    assert "symbolic links" in err and (tmp_path / "loopA").is_symlink()

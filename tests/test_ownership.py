@@ -203,6 +203,40 @@ def test_two_processes_racing_on_one_ledger_run_each_identity_once(tmp_path):
     assert {r.outcome for r in runs} == {"pass"}
 
 
+# red-team finding: one ledger reached through a symlink got two lock folders, so both processes ran every identity
+def test_two_processes_on_a_ledger_and_a_symlink_to_it_run_each_identity_once(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    real, link = tmp_path / "a" / "ledger.sqlite", tmp_path / "b" / "link.sqlite"
+    Ledger(real).close()
+    link.symlink_to(real)
+    assert lock_folder(link) == lock_folder(real)
+    with FakeAgentServer(delay_s=0.05, slots=8) as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "6", "--jobs", "3"]
+        procs = [_harness("run", *args, "--ledger", str(path)) for path in (real, link)]
+        for proc in procs:
+            rc, _out, err = _finish(proc)
+            assert rc == 0, err
+    with Ledger(real, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok
+    assert len(runs) == 6 and len({r.start.identity for r in runs}) == 6
+
+
+# red-team finding: under two hard-linked names SQLite kept two journals and one process's runs were lost
+def test_a_hard_linked_ledger_is_refused_before_anything_is_written(tmp_path, capsys):
+    from tests.helpers import assert_one_sentence_error, cli
+
+    real = tmp_path / "ledger.sqlite"
+    Ledger(real).close()
+    os.link(real, tmp_path / "other.sqlite")
+    rc, _out, err = cli(capsys, "run", SCENARIO_FILE, "--model", "replay:/dev/null", "--ledger", tmp_path / "other.sqlite")
+    assert_one_sentence_error(rc, err)
+    assert "hard links" in err
+    rc, out, _err = cli(capsys, "ledger", "verify", "--ledger", real)  # reading stays possible
+    assert rc == 0, out
+
+
 # finding: --dry-run with a server down said "4 to run" for runs it had just said cannot be planned, and exited 0
 def test_dry_run_with_a_server_down_counts_what_cannot_be_planned_and_fails_like_the_run(tmp_path):
     args = [str(SCENARIO_FILE), "--model", f"openai:m@http://127.0.0.1:{closed_port()}/v1", *ARGS, "--repeats", "4",
@@ -400,3 +434,37 @@ def test_two_ctrl_cs_that_arrive_together_still_quit_at_once(tmp_path):
     with Ledger(ledger_path, readonly=True) as ledger:
         assert [r.outcome for r in ledger.runs()] == ["interrupted"]
         assert ledger.verify().ok
+
+
+# red-team finding: a lock file replaced by a folder said "check that the ledger's folder is writable"
+def test_a_lock_file_that_is_a_folder_or_symlink_is_named_as_such(tmp_path, capsys):
+    from tests.helpers import IDEAL, cli, write_cassette
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    cassette = tmp_path / "c.jsonl"
+    write_cassette(cassette, IDEAL)
+    argv = [
+        "run",
+        SCENARIO_FILE,
+        "--model",
+        f"replay:{cassette}",
+        *ARGS,
+        "--repeats",
+        "1",
+        "--ledger",
+        ledger_path,
+        "--no-resume",
+    ]
+    assert cli(capsys, *argv)[0] == 0
+    [lock] = lock_folder(ledger_path).iterdir()
+    lock.unlink()
+    lock.mkdir()
+    rc, _out, err = cli(capsys, *argv)
+    assert rc == 1 and "Traceback" not in err
+    assert f"harness: {lock} is not a lock file" in err
+    lock.rmdir()
+    lock.symlink_to(tmp_path / "elsewhere")
+    rc, _out, err = cli(capsys, *argv)
+    assert f"{lock} is not a lock file" in err and not (tmp_path / "elsewhere").exists()
+    lock.unlink()
+    assert cli(capsys, *argv)[0] == 0

@@ -37,6 +37,9 @@ __all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "parse_retry_after"]
 
 #: default seconds to wait for one chat reply (small CPU models can be slow)
 DEFAULT_TIMEOUT_S = 300.0
+_BODY_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
+MAX_BODY_BYTES = 256 * 1024 * 1024
+"""The most a reply body may hold; a server sending more is refused (a reply is kilobytes)."""
 #: seconds to wait for best-effort metadata requests (``/props``, ``/api/version``)
 _METADATA_TIMEOUT_S = 5.0
 #: characters of an unexpected body quoted in error messages
@@ -208,17 +211,26 @@ class OpenAICompatBackend(Backend):
         return BackendIdentity(backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version)
 
     def _request(self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None) -> httpx.Response:
-        """Send one request, translating every ``httpx`` error into a :class:`BackendError`."""
-        timeout = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
-        try:
-            if json_body is None:
-                return self._client.request(method, url, headers=self._headers, timeout=timeout)
+        """Send one request and read its whole body within ``timeout_s`` in total (a server trickling bytes cannot
+        hold a run past it), translating every ``httpx`` error into a :class:`BackendError`.
+
+        Raises:
+            BackendTimeout: no complete body within the timeout.
+            BackendResponseError: a body over :data:`MAX_BODY_BYTES`, or one that cannot be read.
+            BackendUnavailable: the server cannot be reached or broke the connection.
+        """
+        seconds = timeout_s if timeout_s is not None else self.timeout_s
+        deadline = time.monotonic() + seconds
+        content = None
+        headers = self._headers
+        if json_body is not None:
             # ASCII JSON: text UTF-8 cannot hold (a lone surrogate echoed from a model or a file) is sent as \u escapes
-            body = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
+            content = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
             headers = {**self._headers, "Content-Type": "application/json"}
-            return self._client.request(method, url, content=body, headers=headers, timeout=timeout)
+        try:
+            with self._client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
+                return self._read_whole(response, deadline)
         except httpx.TimeoutException as exc:
-            seconds = timeout_s if timeout_s is not None else self.timeout_s
             raise BackendTimeout(
                 f"The server at {self.base_url} did not answer within {seconds:g} s; "
                 f"raise the timeout or use a smaller model or prompt."
@@ -236,6 +248,24 @@ class OpenAICompatBackend(Backend):
                 f"({type(exc).__name__}: {exc}); check the URL and the server's log.",
                 status_code=None,
             ) from exc
+
+    def _read_whole(self, response: httpx.Response, deadline: float) -> httpx.Response:
+        """The streamed ``response`` read to its end by ``deadline`` and at most :data:`MAX_BODY_BYTES`, as a plain response."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise BackendResponseError(
+                    f"The server at {self.base_url} sent more than {MAX_BODY_BYTES // 2**20} MiB for one reply; "
+                    "check the URL and the server's log.",
+                    status_code=response.status_code,
+                )
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout("the whole body did not arrive in time", request=response.request)
+            chunks.append(chunk)
+        decoded = [(k, v) for k, v in response.headers.raw if k.lower() not in _BODY_FRAMING]  # the chunks are decoded already
+        return httpx.Response(response.status_code, headers=decoded, content=b"".join(chunks), request=response.request)
 
     def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 
 from harness.cli._common import Subparsers, ledger_option, ledger_path
-from harness.errors import UsageError
+from harness.errors import LedgerError, UsageError
 
 __all__ = ["add_export", "add_ledger", "add_rescore"]
 
@@ -36,7 +37,6 @@ def add_ledger(sub: Subparsers) -> None:
 
 
 def _cmd_ledger_verify(args: argparse.Namespace) -> int:
-    from harness.errors import LedgerError
     from harness.ledger import Ledger, parse_anchor
 
     path = ledger_path(args)
@@ -72,14 +72,17 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
 
     path = ledger_path(args)
     existed = path.exists()
-    pending: list[str] = []
+    pending: list[str] | None = []
     if existed:
-        with Ledger(path, readonly=True) as old:
-            pending = old.pending_migrations()
+        try:
+            with Ledger(path, readonly=True) as old:
+                pending = old.pending_migrations()
+        except LedgerError:
+            pending = None  # e.g. a ledger whose creation was cut short: opening it to write says what it is
     with Ledger(path) as ledger:
         applied = ", ".join(ledger.applied_migrations())
-    if not existed:
-        print(f"{path}: created, schema {applied}.")
+    if not existed or pending is None:
+        print(f"{path}: {'created' if not existed else 'finished'}, schema {applied}.")
     elif pending:
         print(f"{path}: upgraded, applied {', '.join(pending)}; schema {applied}.")
     else:
@@ -135,8 +138,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     path = ledger_path(args)
     if args.out is not None:
-        target = args.out.resolve()
-        if target in {Path(f"{path.resolve()}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
+        target = Path(os.path.realpath(args.out))  # never raises, even on a symlink loop (written below, refused there)
+        if target in {Path(f"{os.path.realpath(path)}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
             raise UsageError(f"--out {args.out} is the ledger itself; choose another file.")
         if target.is_dir():
             raise UsageError(f"--out {args.out} is a folder; give a file path.")

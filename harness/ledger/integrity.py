@@ -10,6 +10,8 @@ cover the rest of the file:
   objects stay.
 * :func:`migrations_problem`: ``_migrations`` lists registered migrations only, in their order,
   with no gap, each with a UTC timestamp, never going back in time.
+* :func:`storage_problem`: SQLite's ``integrity_check`` (an index swapped under an unchanged
+  schema) and no BLOB cell in a chained table (it would hash like the text it reads as);
 * :func:`sequence_problem`: SQLite's own ``sqlite_sequence`` still counts as many rows as each
   chained table holds, so deleting the last rows without also editing that counter is caught.
 
@@ -30,7 +32,7 @@ from harness.ledger.chain import verify_chains
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.records import VerifyResult
 
-__all__ = ["migrations_problem", "schema_problem", "sequence_problem", "verify_ledger"]
+__all__ = ["migrations_problem", "schema_problem", "sequence_problem", "storage_problem", "verify_ledger"]
 
 _KINDS = {"table": "table", "index": "index", "trigger": "trigger", "view": "view"}
 
@@ -118,6 +120,30 @@ def sequence_problem(db: sqlite3.Connection, tables: Iterable[str]) -> str | Non
     return None
 
 
+def storage_problem(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]]) -> str | None:
+    """SQLite's own structure check, and no binary value where the chains hash text.
+
+    ``PRAGMA integrity_check`` catches an index that no longer matches its table (root pages
+    swapped with ``writable_schema``: the schema text is unchanged, but lookups by identity then
+    miss finished runs). A BLOB cell in a chained table would hash like the text ``"b'...'"`` it
+    reads as, so no chained column may hold one (large payloads live in ``blobs``).
+
+    Returns:
+        One sentence naming the first problem, or None.
+    """
+    report = [row[0] for row in db.execute("PRAGMA integrity_check(3)").fetchall()]
+    if report != ["ok"]:
+        return f"SQLite's integrity check fails ({'; '.join(str(r) for r in report)}): an index or page was altered"
+    for table, cols in columns.items():
+        if not cols:
+            continue
+        where = " OR ".join(f"typeof({c}) = 'blob'" for c in cols)
+        row = db.execute(f"SELECT seq FROM {table} WHERE {where} LIMIT 1").fetchone()
+        if row is not None:
+            return f"{table} row seq={row[0]} holds a binary value where the ledger writes text (it was altered)"
+    return None
+
+
 def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], anchor: Anchor | None = None) -> VerifyResult:
     """Every check in order: the migration record, the schema, every chain, the row counters, the blobs, then the anchor.
 
@@ -132,7 +158,7 @@ def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
     try:
         problem = migrations_problem(db)
         applied = len(migrations.applied(db))
-        problem = problem or schema_problem(db, applied)
+        problem = problem or schema_problem(db, applied) or storage_problem(db, columns)
         if problem:
             return VerifyResult(False, 0, problem)
         result = verify_chains(db, columns, fully_migrated=applied == len(migrations.MIGRATIONS))

@@ -202,13 +202,13 @@ def apply(db: sqlite3.Connection, transaction: Callable[[], AbstractContextManag
     Returns:
         Names of the migrations applied now (empty when up to date).
     """
-    db.execute(_MIGRATIONS_TABLE)
     done = set(applied(db))
     now: list[str] = []
     for name, fn in MIGRATIONS:
         if name in done:
             continue
         with transaction():
+            db.execute(_MIGRATIONS_TABLE)  # inside the first migration's transaction: a kill leaves nothing half-made
             if db.execute("SELECT 1 FROM _migrations WHERE name=?", (name,)).fetchone():
                 continue  # another process applied it meanwhile
             fn(db)

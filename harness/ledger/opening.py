@@ -79,6 +79,12 @@ def connect_writable(path: Path) -> sqlite3.Connection:
     """
     if path.exists() and not path.is_file():
         raise _not_a_file(path)
+    if path.exists() and (links := path.stat().st_nlink) > 1:  # SQLite keeps one -wal per name: writes under one name are lost
+        raise LedgerError(
+            f"the ledger {path} has {links} hard links; writing it under two names loses rows (SQLite keeps a journal per "
+            "name), so copy it instead of linking it, or always pass the same --ledger path."
+        )
+    path = Path(os.path.realpath(path))  # one file, one journal and one lock folder, whatever symlink names it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

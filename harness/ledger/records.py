@@ -382,6 +382,9 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
     values: dict[str, Any] = {}
     for f in fields(cls):  # type: ignore[arg-type]
         value = row.get(f.name)
+        if isinstance(value, bytes):  # the ledger writes no binary cell here: the file was edited
+            where = f"run {row.get('run_id')}" + (f", turn {row['turn']}" if "turn" in row else "")
+            raise LedgerError(f"the {table} row of {where} has a binary {f.name}; run `harness ledger verify`.")
         if f.name in _JSON_FIELDS and isinstance(value, str):
             try:
                 value = json.loads(value)

@@ -151,6 +151,11 @@ class Ledger:
             raise LedgerError(f"{self.path} is empty, not a harness ledger; run `harness run` first.")
         present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         missing = sorted({"runs", "turns", "run_ends", "labels"} - present)
+        if missing and not migrations.applied(self._db):
+            raise LedgerError(
+                f"{self.path} is a ledger whose creation was cut short (no migration finished); "
+                "`harness ledger migrate` or `harness run` finishes it."
+            )
         if missing:
             raise LedgerError(
                 f"{self.path} is not a complete harness ledger (table {missing[0]} is missing); restore it from a copy."
