@@ -6,6 +6,7 @@ reading the whole "file" into memory. A cassette must be a regular file and each
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,3 +55,12 @@ def test_a_cassette_within_the_bounds_replays_and_its_digest_is_of_its_bytes(tmp
     with open_backend(f"replay:{path}") as backend:
         assert len(backend.replies) == 2 and backend.replies[1]["content"] == "two \u2028 three"
         assert backend.identity().model_digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_cassette_with_a_byte_order_mark_replays_like_one_without(tmp_path):
+    # red-team finding: "line 1 is not a JSON object" for a cassette saved by an editor with a BOM
+    line = json.dumps({"content": "done", "tool_calls": None, "finish_reason": "stop"}) + "\n"
+    plain, marked = tmp_path / "plain.jsonl", tmp_path / "marked.jsonl"
+    plain.write_text(line, encoding="utf-8")
+    marked.write_bytes("\ufeff".encode() + line.encode())
+    assert replay.load_cassette(marked) == replay.load_cassette(plain)

@@ -142,7 +142,7 @@ def _load(path: Path) -> tuple[list[dict[str, Any]], str]:
                 )
             digest.update(data)
             try:
-                line = data.decode("utf-8")
+                line = data.decode("utf-8-sig" if number == 1 else "utf-8")  # an editor's byte-order mark is not a reply
             except UnicodeDecodeError as exc:
                 raise UsageError(f"Cannot read cassette {path} ({exc}); check the replay: path.") from exc
             if line.strip():
