@@ -175,7 +175,10 @@ class _Fields:
     def integer(self, key: str, default: int, *, minimum: int = 1, maximum: int = MAX_INT) -> int:
         value = self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            expected = f"an integer >= {minimum}" if maximum == MAX_INT else f"an integer from {minimum} to {maximum}"
+            too_big = isinstance(value, int) and not isinstance(value, bool) and value > maximum
+            expected = (
+                f"an integer >= {minimum}" if maximum == MAX_INT and not too_big else f"an integer from {minimum} to {maximum}"
+            )
             raise self.fail(key, expected, value)
         return value
 

@@ -40,10 +40,17 @@ def test_a_scenario_sets_its_own_limit_and_rewrites_count(tmp_path, scenario):
     assert BUILTIN_TOOLS["write_file"].call(box, {"path": "a.txt", "content": "123456"}).error  # the same file again counts
 
 
-@pytest.mark.parametrize("value", ["0", "-1", '"big"', "true"])
+@pytest.mark.parametrize("value", ["0", "-1", '"big"', "true", "9223372036854775807"])
 def test_a_bad_write_limit_is_one_sentence(tmp_path, value):
     text = SCENARIO_FILE.read_text(encoding="utf-8")
     path = tmp_path / "s.toml"
     path.write_text(f"write_limit_bytes = {value}\n" + text, encoding="utf-8")
     with pytest.raises(ScenarioError, match="write_limit_bytes"):
+        load_scenario(path)
+
+
+def test_a_write_limit_past_the_largest_names_the_bound(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("write_limit_bytes = 9223372036854775807\n" + SCENARIO_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(ScenarioError, match="an integer from 1 to 2147483647"):
         load_scenario(path)
