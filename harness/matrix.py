@@ -105,7 +105,23 @@ class Matrix:
             changes[f.name] = (
                 value if f.name == "repeats" else tuple(float(v) for v in value) if f.name == "temperatures" else tuple(value)
             )
-        return replace(self, **changes)
+        merged = replace(self, **changes)
+        merged.check_seeds()
+        return merged
+
+    def check_seeds(self) -> None:
+        """Refuse base seeds whose repetitions overlap: two cells sending one seed are one sample counted twice.
+
+        Raises:
+            UsageError: e.g. base seeds 0 and 1 with 2 repeats both send seed 1.
+        """
+        ordered = sorted(self.seeds)
+        for low, high in zip(ordered, ordered[1:], strict=False):
+            if high - low < self.repeats:
+                raise UsageError(
+                    f"the base seeds {low} and {high} with {self.repeats} repeats both send seed {high} (repetition r "
+                    f"sends seed + r); space the seeds at least the repeats apart, e.g. {low} and {low + self.repeats}."
+                )
 
     @property
     def size(self) -> int:

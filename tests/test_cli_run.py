@@ -140,3 +140,23 @@ def test_dry_run_stops_where_the_run_would_when_the_ledger_cannot_be_created(tmp
     assert dry_rc == run_rc == 1
     assert "cannot create the folder" in dry_err and "cannot create the folder" in run_err
     assert_one_sentence_error(dry_rc, dry_err)
+
+
+@pytest.mark.parametrize(("seeds", "repeats"), [(["0", "1"], "2"), (["5", "5"], "1"), (["0", "3", "10"], "4")])
+def test_base_seeds_whose_repetitions_overlap_are_refused(tmp_path, capsys, seeds, repeats):
+    # two cells sending one seed are one sample counted twice; the matrix is refused before anything runs
+    argv = [
+        "run",
+        SCENARIO_FILE,
+        "--model",
+        f"replay:{tmp_path / 'c.jsonl'}",
+        "--repeats",
+        repeats,
+        "--ledger",
+        tmp_path / "l.sqlite",
+    ]
+    for seed in seeds:
+        argv += ["--seed", seed]
+    rc, _, err = cli(capsys, *argv, "--dry-run")
+    assert_one_sentence_error(rc, err)
+    assert "both send seed" in err and not (tmp_path / "l.sqlite").exists()
