@@ -92,7 +92,6 @@ REAL_CASES = [
     "families-vllm13530-llama31-405b-python-tag-loop-length",  # {"name": "get_weather", " cut: the arguments are lost
     "embedded-read_and_summarize-t07-s0-prompt-turn1",  # write_file(file_path, {...}): code keeps its shape for the schema
     "embedded-extract_fields-t07-s11-prompt-turn1",  # "This will output something like:" illustrates
-    "embedded-list_and_report-t07-s10-native-turn1",  # "the number of files (10)" before any listing
 ]
 
 
