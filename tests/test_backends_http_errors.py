@@ -23,18 +23,25 @@ from tests.helpers import run_server, serve
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
+class _QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1, no request log; :meth:`read_request` drains the POST body."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def read_request(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+
 @contextmanager
 def redirecting_server(status: int, location: str | None):
     """A 127.0.0.1 server answering every POST with ``status`` and, when given, a ``Location`` header."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
+    class Handler(_QuietHandler):
         def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.read_request()
             self.send_response(status)
             if location is not None:
                 self.send_header("Location", location)
@@ -88,14 +95,9 @@ def test_an_error_status_with_a_deeply_nested_body_keeps_its_status(tmp_path, sc
 def trickling_server(gzip_body: bytes | None = None):
     """POSTs answer 200 and then one byte every 0.2 s forever (or, with ``gzip_body``, that body gzip-encoded at once)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
+    class Handler(_QuietHandler):
         def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.read_request()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             if gzip_body is not None:

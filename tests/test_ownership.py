@@ -188,19 +188,23 @@ def test_two_processes_on_one_ledger_never_both_run_an_identity_while_its_call_i
 
 def test_two_processes_racing_on_one_ledger_run_each_identity_once(tmp_path):
     ledger_path = tmp_path / "ledger.sqlite"
-    with FakeAgentServer(delay_s=0.05, slots=8) as server:
-        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "6", "--jobs", "3",
-                "--ledger", str(ledger_path)]  # fmt: skip
-        Ledger(ledger_path).close()
-        procs = [_harness("run", *args) for _ in range(2)]
-        for proc in procs:
-            rc, out, err = _finish(proc)
-            assert rc == 0, err
-    with Ledger(ledger_path, readonly=True) as ledger:
-        runs = ledger.runs()
-        assert ledger.verify().ok
+    Ledger(ledger_path).close()
+    runs = _two_processes(ledger_path, ledger_path)
     assert len(runs) == 6 and len({r.start.identity for r in runs}) == 6
     assert {r.outcome for r in runs} == {"pass"}
+
+
+def _two_processes(first: Path, second: Path) -> list:
+    """Run a 6-run matrix in two `harness run` processes at once, on ``first`` and ``second``; the verified runs of ``first``."""
+    with FakeAgentServer(delay_s=0.05, slots=8) as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "6", "--jobs", "3"]
+        procs = [_harness("run", *args, "--ledger", str(path)) for path in (first, second)]
+        for proc in procs:
+            rc, _out, err = _finish(proc)
+            assert rc == 0, err
+    with Ledger(first, readonly=True) as ledger:
+        assert ledger.verify().ok
+        return ledger.runs()
 
 
 # red-team finding: one ledger reached through a symlink got two lock folders, so both processes ran every identity
@@ -211,15 +215,7 @@ def test_two_processes_on_a_ledger_and_a_symlink_to_it_run_each_identity_once(tm
     Ledger(real).close()
     link.symlink_to(real)
     assert lock_folder(link) == lock_folder(real)
-    with FakeAgentServer(delay_s=0.05, slots=8) as server:
-        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "6", "--jobs", "3"]
-        procs = [_harness("run", *args, "--ledger", str(path)) for path in (real, link)]
-        for proc in procs:
-            rc, _out, err = _finish(proc)
-            assert rc == 0, err
-    with Ledger(real, readonly=True) as ledger:
-        runs = ledger.runs()
-        assert ledger.verify().ok
+    runs = _two_processes(real, link)
     assert len(runs) == 6 and len({r.start.identity for r in runs}) == 6
 
 

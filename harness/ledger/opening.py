@@ -77,8 +77,9 @@ def connect_writable(path: Path) -> sqlite3.Connection:
         LedgerError: the folder or file is not writable, the file is not an SQLite file, or
             the folder cannot be created.
     """
-    if path.exists() and not path.is_file():
-        raise _not_a_file(path)
+    problem = cannot_create(path)  # the same checks --dry-run makes, so both say the same
+    if problem:
+        raise LedgerError(problem)
     if path.exists() and (links := path.stat().st_nlink) > 1:  # SQLite keeps one -wal per name: writes under one name are lost
         raise LedgerError(
             f"the ledger {path} has {links} hard links; writing it under two names loses rows (SQLite keeps a journal per "
@@ -118,11 +119,12 @@ def cannot_create(path: Path) -> str | None:
         folder = folder.parent
     if not folder.is_dir():
         return f"cannot create the folder {path.parent} for the ledger: {folder} is a file; pass --ledger with another path."
+    if folder == path.parent:
+        return not_writable(path)
     if not os.access(folder, os.W_OK | os.X_OK):
         return (
-            not_writable(folder / "x")
-            if folder == path.parent
-            else f"the folder {folder} is not writable, so {path.parent} cannot be created for the ledger; pass --ledger with a path in a writable folder."
+            f"the folder {folder} is not writable, so {path.parent} cannot be created for the ledger; "
+            "pass --ledger with a path in a writable folder."
         )
     return None
 
