@@ -443,4 +443,31 @@ def vendor_candidates(text: str) -> list[Cand]:
             Cand(m.start(), end, "tagged", [RawCall(m.group(1), None, True)], excerpt=short(text[m.start() : end]), foreign=True)
         )
         pos = max(end, m.end())  # the next arrow call starts after this one: each character is scanned once
+    cands += _gemma_candidates(text, MAX_CANDIDATES - len(cands))
     return sorted(cands, key=lambda c: c.start)
+
+
+_GEMMA_CALL = re.compile(r"(?<![\w.:-])call:(?P<name>[A-Za-z_][\w.-]*)[ \t]*(?=\{)")
+_GEMMA_QUOTE = '<|"|>'
+"""Gemma 4's string delimiter inside its call syntax (``{location:<|"|>Paris<|"|>}``)."""
+
+
+def _gemma_candidates(text: str, room: int) -> list[Cand]:
+    """Gemma 4's own call syntax ``call:name{key:value}`` (inside ``<|tool_call>`` ... ``<tool_call|>``, or left bare
+    when a server stripped the markers): a call in a vendor's syntax (``foreign``); its bare keys are a repair."""
+    cands: list[Cand] = []
+    pos = 0
+    while "call:" in text and len(cands) < room and (m := _GEMMA_CALL.search(text, pos)):
+        end, closed, _depth = scan_balanced(text, m.end(), min(len(text), m.end() + MAX_REPAIR_CHARS))
+        body = text[m.end() : end].replace(_GEMMA_QUOTE, '"')
+        value = loads(body) if closed else FAIL
+        repaired = value is FAIL
+        value = repair(body) if repaired else value
+        excerpt = short(text[m.start() : end])
+        if isinstance(value, Mapping):
+            cands.append(Cand(m.start(), end, "tagged", [RawCall(m.group("name"), value, False)], repaired=repaired,
+                              excerpt=excerpt, foreign=True))  # fmt: skip
+        else:
+            cands.append(Cand(m.start(), end, "invalid", [], excerpt=excerpt, foreign=True))
+        pos = max(end, m.end() + 1)
+    return cands
