@@ -36,10 +36,11 @@ from harness.classifier.types import (
     jsonable,
     short,
 )
-from harness.classifier.validate import schema_properties
+from harness.classifier.validate import NO_PROPERTY, schema_properties
 
 __all__ = [
     "call_expression",
+    "code_pseudo",
     "key_value_candidates",
     "line_bounds",
     "pythonic_candidates",
@@ -204,7 +205,7 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
             ok = repaired = isinstance(value, dict)
         if ok and isinstance(value, dict):
             args, errors = value, []  # read_file({"path": "a.txt"}): the dict is the arguments
-    return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=["function_call"] if errors else [],
+    return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=code_pseudo(errors),
                 excerpt=short(src), foreign=True, errors=errors, repaired=repaired)  # fmt: skip
 
 
@@ -298,12 +299,18 @@ def _pythonic_args(node: ast.Call, props: list[str]) -> tuple[dict[str, Any], li
             errors.append("**kwargs expansion is code, not a literal")
         else:
             named.append((kw.arg, kw.value))
+    errors += [f"{key} {NO_PROPERTY}" for key, _arg in named[: len(node.args)] if not props]
     for key, arg in named:
         value, ok = _literal_node(arg)
         args[key] = value if ok else _partial_literal(arg, 0)
         if not ok:
             errors.append(f"argument {key!r} is code, not a literal")
     return args, errors
+
+
+def code_pseudo(errors: list[str]) -> list[str]:
+    """``["function_call"]`` when an argument of a call expression is code (an error of :func:`_pythonic_args` says so)."""
+    return ["function_call"] if any(e.endswith("not a literal") for e in errors) else []
 
 
 def _partial_literal(node: ast.AST, depth: int) -> Any:

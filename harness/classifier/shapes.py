@@ -16,6 +16,7 @@ from typing import Any
 from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair, scan_balanced
 from harness.classifier.notations import (
     call_expression,
+    code_pseudo,
     key_value_candidates,
     line_bounds,
     pythonic_candidates,
@@ -132,7 +133,9 @@ _DEFINITION_LIKE = re.compile(
 arguments may hold a "description" too)."""
 
 
-_JSONRPC_REQUEST = re.compile(r"""["']jsonrpc["']\s*:[^{}]{0,40}["']method["']\s*:|["']method["']\s*:[^{}]{0,200}["']jsonrpc["']\s*:""")
+_JSONRPC_REQUEST = re.compile(
+    r"""["']jsonrpc["']\s*:[^{}]{0,40}["']method["']\s*:|["']method["']\s*:[^{}]{0,200}["']jsonrpc["']\s*:"""
+)
 
 
 def _is_data(obj: Mapping[str, Any], name_key: str, args_key: str) -> bool:
@@ -199,7 +202,7 @@ def _react_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
         if expression is not None:
             called, args, errors = expression
             cands.append(Cand(m.start(), m.end(), "react", [RawCall(called, args, True)], excerpt=short(m.group().strip()),
-                              foreign=True, react=True, errors=errors, pseudo=["function_call"] if errors else []))  # fmt: skip
+                              foreign=True, react=True, errors=errors, pseudo=code_pseudo(errors)))  # fmt: skip
             continue
         end, raw_args, repaired, broken = m.end(), None, False, False
         follow = _REACT_INPUT.match(text, m.end())

@@ -31,6 +31,7 @@ __all__ = [
     "Cand",
     "RawCall",
     "ToolCall",
+    "UNPARSED_ARGUMENTS",
     "get",
     "jsonable",
     "short",
@@ -108,6 +109,9 @@ MAX_HISTORY_TEXT = 2_000_000
 
 _MAX_DETAIL_CHARS = 300
 
+UNPARSED_ARGUMENTS = "arguments are not valid JSON"
+"""The error of a call whose argument string no repair parsed (its arguments are then ``{}``)."""
+
 
 # --------------------------------------------------------------------------- public types
 
@@ -135,7 +139,12 @@ class ToolCall:
     errors: list[str] = field(default_factory=list)
 
     def canonical(self) -> str:
-        """Return canonical JSON of name and arguments (sorted keys) for repeat detection."""
+        """Return canonical JSON of name and arguments (sorted keys) for repeat detection.
+
+        Arguments that no repair parsed (:data:`UNPARSED_ARGUMENTS` among the errors) have no canonical form: the
+        key is then this call's own, equal to no other call's."""
+        if UNPARSED_ARGUMENTS in self.errors:
+            return f"\x00unparsed:{id(self)}"
         return _canonical(self.name, self.arguments)
 
     def to_dict(self) -> dict[str, Any]:
