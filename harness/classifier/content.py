@@ -365,9 +365,10 @@ _REACT_KEYWORD = re.compile(
     r"^[ \t]*(?:Observation[ \t]*:.*|(?:Thought|Final[ \t]+Answer|Answer|Output|Result)[ \t]*:)", re.I | re.M
 )
 _MARKUP = re.compile(r"<\|[^|\n]{0,40}\|>|<｜[^｜\n]{0,40}｜>|</?[A-Za-z_][\w:-]{0,40}(?:\s[^<>\n]{0,80})?/?>|\[/?[A-Z_]{3,20}\]")
-_NOT_PROSE_LINE = re.compile(
-    r"^[ \t]*(?:[{}\[\]]|\"[^\"]*\"\s*:|#|def |import |from |return |\w+\s*=[^=]|[\w ]{1,30}:[ \t]*$).*$", re.M
-)
+_LABEL = r"(?!(?i:I|we|let|you|here|now|this|then|so)\b)\w+(?:[ \t]+\w+){0,2}[ \t]*:[ \t]*$"
+"""A lone label or a framework's heading (``Output:``, ``Calling tools:``): up to three words, not a sentence
+("I will call the tool now:", "Let me check:")."""
+_NOT_PROSE_LINE = re.compile(rf"^[ \t]*(?:[{{}}\[\]]|\"[^\"]*\"\s*:|#|def |import |from |return |\w+\s*=[^=]|{_LABEL}).*$", re.M)
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 

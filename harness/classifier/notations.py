@@ -243,12 +243,14 @@ def call_expression(src: str, schemas: Mapping[str, Any]) -> tuple[str, dict[str
 
 
 def _mentioned(text: str, start: int, end: int, line_start: int) -> bool:
-    """Whether a call written in prose is only mentioned, not attempted: quoted, documented ("the
+    """Whether a call written in prose is only mentioned, not attempted: quoted or in an inline code span, documented ("the
     `read_file(path)` tool returns..."), offered as a question ("I can run x(...) next. Shall I?"),
     or negated, addressed to the reader or given as an example in its own clause."""
     before, after = text[start - 1 : start], text[end : end + 1]
     if before in "\"'" and before and after == before:
         return True  # quoted: "write_file(...)"
+    if before == after == "`" and not line_bounds(text, start - 1, end + 1):
+        return True  # an inline code span in a sentence ("use the command `list_files(path='.')`") is prose
     if _DOCUMENTED_AFTER.match(text, end) or _OFFER_AFTER.match(text, end):
         return True
     window = max(line_start, start - 300)
