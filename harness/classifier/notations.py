@@ -25,7 +25,7 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-from harness.classifier.jsonscan import FAIL, literal, loads, repair, scan_balanced, string_end
+from harness.classifier.jsonscan import FAIL, close_cut_call, literal, loads, repair, scan_balanced, string_end
 from harness.classifier.types import (
     MAX_CANDIDATES,
     MAX_DEPTH,
@@ -175,9 +175,11 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     if not offered and "." in name:
         return None
     end = _paren_end(text, m.end() - 1, min(len(text), start + MAX_PYTHONIC_CHARS))
-    if end < 0:
+    cut = end < 0 and offered and len(text) - start <= MAX_PYTHONIC_CHARS and (wrapped or _opens_line(text, line_start, start))
+    src = close_cut_call(text[start:]) if cut else (text[start:end] if end >= 0 else None)
+    if src is None:
         return None
-    src = text[start:end]
+    end = len(text) if cut else end
     if not offered and not _whole_payload(text, src):
         return None  # an unknown name counts only when the call is the whole payload
     try:
@@ -197,7 +199,7 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
         return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
     args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
-    repaired = False
+    repaired = cut
     if not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
         value, ok = _literal_node(node.args[0])
         if not ok:  # list_files({path: '.'}): a JavaScript object, whose bare keys the narrow repair quotes
@@ -243,14 +245,12 @@ def call_expression(src: str, schemas: Mapping[str, Any]) -> tuple[str, dict[str
 
 
 def _mentioned(text: str, start: int, end: int, line_start: int) -> bool:
-    """Whether a call written in prose is only mentioned, not attempted: quoted or in an inline code span, documented ("the
+    """Whether a call written in prose is only mentioned, not attempted: quoted, documented ("the
     `read_file(path)` tool returns..."), offered as a question ("I can run x(...) next. Shall I?"),
     or negated, addressed to the reader or given as an example in its own clause."""
     before, after = text[start - 1 : start], text[end : end + 1]
     if before in "\"'" and before and after == before:
         return True  # quoted: "write_file(...)"
-    if before == after == "`" and not line_bounds(text, start - 1, end + 1):
-        return True  # an inline code span in a sentence ("use the command `list_files(path='.')`") is prose
     if _DOCUMENTED_AFTER.match(text, end) or _OFFER_AFTER.match(text, end):
         return True
     window = max(line_start, start - 300)
@@ -278,6 +278,12 @@ def _inert_spans(code: str) -> list[tuple[int, int]]:
     except (tokenize.TokenError, IndentationError, SyntaxError, IndexError):
         pass  # not Python: the spans found so far
     return spans
+
+
+def _opens_line(text: str, line_start: int, start: int) -> bool:
+    """Whether a call cut by the end of the text (``list_tickets([{"id", "1…``, closed by the repair) starts its line
+    as a statement would, not in a sentence ("I will call write_file(path=..., and then ...")."""
+    return re.fullmatch(r"[ \t]*(?:[\w.\[\], ]+=[ \t]*|return[ \t]+|await[ \t]+|\[)?", text[line_start:start]) is not None
 
 
 def _statement(text: str, start: int, end: int, line_start: int) -> bool:
