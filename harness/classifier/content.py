@@ -122,7 +122,7 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
             break
         if mo.group(3):  # <functioncall {...}>: one tag holding the call
             regions.append(_inline_tag(text, mo))
-            pos = prev_end = regions[-1].tags[-1][1]
+            pos = prev_end = max(regions[-1].inner_end, regions[-1].tags[-1][1])
             continue
         nxt = search(_TAG_OPEN, mo.end())
         limit = nxt.start() if nxt else len(text)
