@@ -187,6 +187,7 @@ def test_9_a_call_with_no_name_is_unknown_even_when_the_tools_are_not_known():
         r = run(None, tools=tools, tool_calls=structured(None, '{"Garden Man": {"Age": 35}}'))
         assert shape(r) == ["unknown_tool"]
         assert r.details["unknown_tool"] == {"": None}
+        assert r.details["evidence"]["unknown_tool"]["span"] == "(no name)"
     assert shape(run(None, tools=None, tool_calls=structured("anything", "{}"))) == []  # a name: not judged
 
 
