@@ -2,7 +2,7 @@
 
 One test per ruling, on inputs written like real model output (the guide's own examples where it
 gives one) and, where the tune part of the corpus shows the shape, on that entry's reply (named in
-the test). Behaviour modes (fabrication, narration, restraint) are another change's concern: the
+the test); the last test pins a guide example the classifier missed (a broken object's keys). Behaviour modes (fabrication, narration, restraint) are another change's concern: the
 assertions here name the envelope, payload and validation modes and the recovered calls.
 """
 
@@ -234,3 +234,14 @@ def test_12_an_absolute_path_the_user_asked_for_is_still_an_escape():
         r = classify(reply, tools=TOOLS, history=history)
         assert "sandbox_escape_attempt" in r.failure_modes
         assert r.details["sandbox_escape_attempt"] == [{"tool": "write_file", "argument": "path", "path": path}]
+
+
+def test_a_broken_call_object_is_judged_by_the_keys_it_shows():
+    # agents-sk7376-llama3groq-curly-quotes: typographic quotes, and an "id" key before the name (the guide's example)
+    data = entry("agents-sk7376-llama3groq-curly-quotes")
+    r = classify(data["response"], tools=data["tools"], history=data["messages"])
+    assert shape(r) == ["tool_call_tags_in_content", "invalid_json", "nonstandard_keys"]
+    r = run(
+        "<tool_call> {\u201cname\u201d: \u201clist_files\u201d, \u201carguments\u201d: {\u201cpath\u201d: \u201c.\u201d}} </tool_call>"
+    )
+    assert shape(r) == ["tool_call_tags_in_content", "invalid_json"]

@@ -160,10 +160,17 @@ def _call_like(text: str, tool_names: frozenset[str]) -> bool:
     return bool(m and m.group(1) in tool_names)
 
 
+_FIRST_KEY = re.compile("""\\s*\\[?\\s*\\{\\s*["'\u201c\u201d]?([\\w-]+)["'\u201c\u201d]?\\s*:""")
+
+
 def _nonstandard_keys(text: str) -> bool:
-    """Whether a broken call-like object's first name and argument keys are other than ``name``/``arguments``."""
+    """Whether a broken call-like object shows keys other than ``name``/``arguments``: its first name or argument key,
+    or a first key of another kind (``{“id”: 0, “name”: ...}``; ``type`` aside, as in a parsed call)."""
     head = text[:MAX_REPAIR_CHARS]
     name_key, args_key = _CALL_KEY_RE.search(head), _ARGS_KEY_RE.search(head)
+    first = _FIRST_KEY.match(head)
+    if first and first.group(1) not in ("type", *_NAME_KEYS, *_ARG_KEYS):
+        return True
     return bool((name_key and name_key.group("key") != "name") or (args_key and args_key.group("key") != "arguments"))
 
 
