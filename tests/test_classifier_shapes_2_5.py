@@ -2,8 +2,9 @@
 
 One test per ruling, on inputs written like real model output (the guide's own examples where it
 gives one) and, where the tune part of the corpus shows the shape, on that entry's reply (named in
-the test); the last test pins a guide example the classifier missed (a broken object's keys). Behaviour modes (fabrication, narration, restraint) are another change's concern: the
-assertions here name the envelope, payload and validation modes and the recovered calls.
+the test); the last test pins a guide example the classifier missed (a broken object's keys).
+Behaviour modes (fabrication, narration, restraint) are another change's concern: the assertions
+here name the envelope, payload and validation modes and the recovered calls.
 """
 
 from __future__ import annotations
