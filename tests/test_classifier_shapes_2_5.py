@@ -88,6 +88,8 @@ def test_1_a_protocols_request_object_is_a_call_with_nonstandard_keys():
     assert calls(r) == [("turn_off", {"target_device": "light.kitchen"})]
     r = run('{"service": "turn_off", "target_device": "light.kitchen"}')  # tools known: a call of a tool not offered
     assert shape(r) == ["raw_json_in_content", "nonstandard_keys", "unknown_tool"]
+    mcp = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list_files", "arguments": {"path": "."}}}
+    assert calls(run(json.dumps(mcp))) == [("list_files", {"path": "."})]  # MCP names the tool in its params
     # not requests: a JSON-RPC response, and data with a "service" field
     assert calls(run('{"jsonrpc": "2.0", "result": 4, "id": 1}', tools=None)) == []
     assert calls(run('{"service": "Netflix", "price": 15.49}', tools=None)) == []
@@ -202,6 +204,8 @@ def test_10_a_positional_argument_to_a_tool_with_no_properties_is_unexpected():
         assert shape(r) == ["foreign_call_syntax", "schema_violation"], parameters
         assert [v["message"] for v in r.details["schema_violation"]] == ["arg0 is a positional argument with no property to fill"]
     assert shape(run("list_tickets()")) == ["foreign_call_syntax"]
+    r = run('Action: search("cats")', tools=None)  # a tool not known to declare nothing: the argument is kept
+    assert (calls(r), r.calls("lenient")[0].valid) == ([("search", {"arg0": "cats"})], True)
 
 
 def test_11_arguments_no_repair_parses_are_never_a_repeated_call():

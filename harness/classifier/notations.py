@@ -198,7 +198,7 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
         return None  # "I did not call write_file(...)", "you can call read_file(...)", "`read_file(path)` returns..."
     if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
         return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
-    args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    args, errors = _pythonic_args(node, schema_properties(schemas[name]) if name in schemas else None)
     repaired = cut
     if not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
         value, ok = _literal_node(node.args[0])
@@ -240,7 +240,7 @@ def call_expression(src: str, schemas: Mapping[str, Any]) -> tuple[str, dict[str
     if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
         return None
     name = _source(node.func)
-    args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    args, errors = _pythonic_args(node, schema_properties(schemas[name]) if name in schemas else None)
     return name, args, errors
 
 
@@ -294,20 +294,23 @@ def _statement(text: str, start: int, end: int, line_start: int) -> bool:
     return (not before or re.fullmatch(r"[\w.\[\], ]+=|return|await|\[", before) is not None) and after in ("", ";", ")", "]")
 
 
-def _pythonic_args(node: ast.Call, props: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """The arguments of a parsed call (positional ones named after ``props``) and one error per code argument.
+def _pythonic_args(node: ast.Call, props: list[str] | None) -> tuple[dict[str, Any], list[str]]:
+    """The arguments of a parsed call (positional ones named after ``props``, the tool's properties, or None when it
+    is not offered) and one error per code argument and per positional argument to an offered tool that declares no
+    property.
 
     A code argument is kept as its source text: it was given, so it is not a missing argument.
     """
     args: dict[str, Any] = {}
     errors: list[str] = []
-    named = [(props[i] if i < len(props) else f"arg{i}", arg) for i, arg in enumerate(node.args)]
+    names = props or []
+    named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(node.args)]
     for kw in node.keywords:
         if kw.arg is None:
             errors.append("**kwargs expansion is code, not a literal")
         else:
             named.append((kw.arg, kw.value))
-    errors += [f"{key} {NO_PROPERTY}" for key, _arg in named[: len(node.args)] if not props]
+    errors += [f"{key} {NO_PROPERTY}" for key, _arg in named[: len(node.args)] if props == []]  # offered, no property
     for key, arg in named:
         value, ok = _literal_node(arg)
         args[key] = value if ok else _partial_literal(arg, 0)
