@@ -107,7 +107,8 @@ _SERVICE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 def _protocol_call(obj: Mapping[str, Any], tool_names: frozenset[str]) -> RawCall | None:
     """A protocol's own request object, tools known or not (``nonstandard_keys``): JSON-RPC's ``{"jsonrpc", "method",
-    "params"}`` (MCP's ``tools/call`` names the tool in its params), Home Assistant's ``{"service": "turn_off", "target_device": ...}`` (the other fields are the arguments).
+    "params"}`` (MCP's ``tools/call`` names the tool in its params), Home Assistant's ``{"service": "turn_off",
+    "target_device": ...}`` (the other fields are the arguments).
 
     A ``service`` must look like a service name (``turn_off``, ``light.turn_off``), and an object naming an offered
     tool under a name key is that call instead (``{"action": "search", "service": "google_search"}``)."""
