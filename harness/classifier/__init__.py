@@ -6,9 +6,10 @@ failure modes, the two passes, the recovery steps, the accepted call shapes, the
 heuristics' rules are documented in docs/failure-modes.md.
 
 Modules, each depending only on those before it: ``types`` (constants, result types, shared
-helpers), ``jsonscan`` (JSON scanning and repair), ``validate`` (offered tools, structured
-calls, schema validation), ``shapes`` (call shapes and candidates in text), ``content``
-(reasoning, tags, fences, recovered calls), ``heuristics`` (behaviour checks).
+helpers), ``jsonscan`` (JSON scanning and repair), ``schemakw`` (budgeted JSON Schema keywords),
+``validate`` (offered tools, structured calls, schema validation), ``shapes`` (call shapes and
+candidates in text), ``content`` (reasoning, tags, fences, recovered calls), ``heuristics``
+(behaviour checks).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
         elif mode == "truncated_by_length":
             span = "finish_reason: length"
         elif mode == "unknown_tool" and isinstance(details.get(mode), dict):
-            span = ", ".join(details[mode])
+            span = ", ".join(name or "(no name)" for name in details[mode])
         elif mode in details and mode not in ("wrappers",):
             span = details[mode] if isinstance(details[mode], str) else json.dumps(details[mode], ensure_ascii=False, default=str)
         elif mode == "mixed_prose":

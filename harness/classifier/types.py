@@ -7,6 +7,7 @@ from the rest of the package.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ __all__ = [
     "Cand",
     "RawCall",
     "ToolCall",
+    "UNPARSED_ARGUMENTS",
     "get",
     "jsonable",
     "short",
@@ -108,6 +110,11 @@ MAX_HISTORY_TEXT = 2_000_000
 
 _MAX_DETAIL_CHARS = 300
 
+UNPARSED_ARGUMENTS = "arguments are not valid JSON"
+"""The error of a call whose argument string no repair parsed (its arguments are then ``{}``)."""
+_UNPARSED_KEYS = itertools.count()
+"""Numbers for the repeat keys of unparsed arguments: a key only ever compared, never stored or shown."""
+
 
 # --------------------------------------------------------------------------- public types
 
@@ -135,7 +142,13 @@ class ToolCall:
     errors: list[str] = field(default_factory=list)
 
     def canonical(self) -> str:
-        """Return canonical JSON of name and arguments (sorted keys) for repeat detection."""
+        """Return canonical JSON of name and arguments (sorted keys) for repeat detection.
+
+        Arguments that no repair parsed (:data:`UNPARSED_ARGUMENTS` among the errors) have no canonical form: the
+        key is then a fresh one on every call, equal to no other key (an object id could be reused by a later call
+        while a memoized history still holds it)."""
+        if UNPARSED_ARGUMENTS in self.errors:
+            return f"\x00unparsed:{next(_UNPARSED_KEYS)}"
         return _canonical(self.name, self.arguments)
 
     def to_dict(self) -> dict[str, Any]:
