@@ -9,6 +9,7 @@ One run::
                          already spent exceed token_limit (checked before the call, never after)
         reply = backend.generate(messages, tools if native mode)
         classification = classify(reply, tools, history)       # labels + structured/recovered calls
+        a reply the server's parser refused (reply.rejection): record the turn, stop (nothing to send back)
         calls = classification.calls(parser)                   # strict: structured only
         append the assistant message; execute every call; answer each one (errors as "ERROR: ...")
         append the turn to the ledger (one transaction)
