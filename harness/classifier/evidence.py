@@ -41,6 +41,7 @@ RULES: dict[str, str] = {
     "unneeded_call": "a call while the scenario requires none",
     "call_in_reasoning": "a call written only in the reasoning",
     "chat_markup_leak": "chat-template markup in the content",
+    "server_rejected_call": "the server's tool-call parser refused the reply",
 }
 """One line per mode: what its rule checks (the guide's section has the full rule)."""
 

@@ -75,6 +75,8 @@ FAILURE_MODES: dict[str, str] = {
     "unneeded_call": "A call when the scenario declares that no tool is needed: the restraint failure.",
     "call_in_reasoning": "A call written only in the reasoning: in the `reasoning_content`/`thinking` field the server returned beside the content, or inside a `<think>` block, with no call outside it.",
     "chat_markup_leak": "Chat-template markup echoed as text: `<|im_start|>`, `<|im_end|>`, `<|eot_id|>`, `<|start_header_id|>`, `<|end|>`, `<start_of_turn>`, `<end_of_turn>`, `[INST]`, `<|endoftext|>`, `</s>`: what a base model or a wrong chat template produces.",
+    # judged only when the server's refusal is given (``server_rejection``)
+    "server_rejected_call": "The server's own tool-call parser refused the reply (an HTTP error naming the call it could not parse), so no assistant message came back.",
 }
 
 #: The labelling guide, relative to the repository root: the full rule of mode ``m`` is its section ``#m``.
