@@ -36,12 +36,15 @@ class GenerateOptions:
         seed: sampling seed (integer), sent to servers that accept one.
         max_tokens: cap on completion tokens per reply.
         num_ctx: context length in tokens (Ollama ``options.num_ctx``; embedded ``n_ctx``).
+        stream: ask for a streamed reply (server-sent events, Ollama's NDJSON) and assemble it
+            (:mod:`harness.backends.streaming`); the replay backend ignores it.
     """
 
     temperature: float = 0.0
     seed: int = 0
     max_tokens: int = DEFAULT_MAX_TOKENS
     num_ctx: int = DEFAULT_NUM_CTX
+    stream: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Return the options as a plain JSON-ready dict."""
@@ -92,6 +95,13 @@ class Reply:
             failure, not the server's: see :func:`rejection_record`): ``{"server", "status", "error"}``
             (``llama.cpp``, ``ollama`` or ``vllm``; the HTTP status; the server's error message).
             ``raw`` is then the error body and ``content`` the model's text when the body quotes it.
+        stream_chunks: a streamed reply's raw chunks, ``[{"t": ms since the request, "data": text}]``, from which
+            the reply was assembled (:func:`harness.backends.streaming.assemble`); ``None`` when not streamed.
+        stream_problems: what could not be assembled from the chunks (the classifier's ``stream_problems``).
+        ttft_ms: time to first token, ms: measured on a stream; from the server's own timings otherwise
+            (llama.cpp's ``timings.prompt_ms``, Ollama's durations); ``None`` when unknown.
+        decode_tps: decode rate, completion tokens per second, measured or from the server's timings; ``None``
+            when unknown.
     """
 
     content: str | None
@@ -105,6 +115,10 @@ class Reply:
     reasoning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     rejection: dict[str, Any] | None = None
+    stream_chunks: list[dict[str, Any]] | None = None
+    stream_problems: list[str] = field(default_factory=list)
+    ttft_ms: float | None = None
+    decode_tps: float | None = None
 
     def __post_init__(self) -> None:
         # Servers send anything; the harness's fields are typed (the raw body keeps the original).

@@ -65,7 +65,7 @@ class OllamaBackend(OpenAICompatBackend):
         super().__init__(model, base_url, api_key=api_key, timeout_s=timeout_s, client=client)
 
     def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
-        """Send one ``/api/chat`` request (``stream: false``) and return the reply.
+        """Send one ``/api/chat`` request and return the reply (NDJSON chunks assembled when ``options.stream``).
 
         Args:
             messages: the conversation, OpenAI chat shape (translated here).
@@ -117,7 +117,7 @@ class OllamaBackend(OpenAICompatBackend):
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": to_ollama_messages(messages),
-            "stream": False,
+            "stream": options.stream,
             "options": {
                 "temperature": options.temperature,
                 "seed": options.seed,
@@ -128,6 +128,11 @@ class OllamaBackend(OpenAICompatBackend):
         if tools:
             payload["tools"] = tools
         return payload
+
+    _sse = False
+
+    def _stream_fields(self) -> dict[str, Any]:
+        return {"stream": True}  # the final line carries the counts and durations
 
     def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
         message = body.get("message")

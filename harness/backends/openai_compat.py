@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
+from harness.backends.streaming import Streamed, assemble, read_stream, server_timings
 from harness.errors import (
     BackendResponseError,
     BackendTimeout,
@@ -94,7 +95,7 @@ class OpenAICompatBackend(Backend):
     # -- the Backend protocol -------------------------------------------------------------
 
     def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
-        """Send one chat request (``stream: false``) and return the assistant reply.
+        """Send one chat request and return the assistant reply (streamed and assembled when ``options.stream``).
 
         Args:
             messages: the conversation, OpenAI chat shape.
@@ -103,7 +104,9 @@ class OpenAICompatBackend(Backend):
 
         Returns:
             The reply; ``latency_ms`` is the wall-clock time of the HTTP request in ms,
-            ``raw`` the whole parsed JSON body.
+            ``raw`` the whole parsed JSON body (for a stream: its last chunk, with the raw chunks in
+            ``stream_chunks``); ``ttft_ms`` / ``decode_tps`` measured on a stream, else from the
+            server's ``timings`` when it sends them.
 
         Raises:
             BackendUnavailable: the server cannot be reached or dropped the connection.
@@ -115,14 +118,22 @@ class OpenAICompatBackend(Backend):
         """
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
-        response = self._request("POST", self._chat_url(), json_body=payload)
+        if options.stream:
+            payload.update(self._stream_fields())
+            response = self._request("POST", self._chat_url(), json_body=payload, stream_from=start)
+        else:
+            response = self._request("POST", self._chat_url(), json_body=payload)
         latency_ms = (time.perf_counter() - start) * 1000.0
         rejected = self._rejected_reply(response, latency_ms)
         if rejected is not None:
             return rejected
         self._raise_for_status(response)
+        if isinstance(response, Streamed):
+            return self._stream_reply(response.chunks, latency_ms)
         body = self._json_body(response)
-        return self._parse_reply(body, latency_ms)
+        reply = self._parse_reply(body, latency_ms)
+        reply.ttft_ms, reply.decode_tps = server_timings(body)
+        return reply
 
     def identity(self) -> BackendIdentity:
         """Return the model name, base URL and, when the server tells, its version.
@@ -162,7 +173,7 @@ class OpenAICompatBackend(Backend):
             "temperature": options.temperature,
             "seed": options.seed,
             "max_tokens": options.max_tokens,
-            "stream": False,
+            "stream": options.stream,
         }
         if tools:
             payload["tools"] = tools
@@ -199,6 +210,35 @@ class OpenAICompatBackend(Backend):
             identity=self._reply_identity(),
             reasoning=message.get("reasoning_content") or message.get("reasoning"),
         )
+
+    #: the stream's wire format: server-sent events (False: Ollama's NDJSON)
+    _sse = True
+
+    def _stream_fields(self) -> dict[str, Any]:
+        """What a streamed request adds to the payload: the final chunk is asked to carry ``usage``."""
+        return {"stream": True, "stream_options": {"include_usage": True}}
+
+    def _stream_reply(self, chunks: list[dict[str, Any]], latency_ms: float) -> Reply:
+        """The reply assembled from a stream's raw chunks (:func:`~harness.backends.streaming.assemble`).
+
+        Raises:
+            BackendResponseError: the stream carried an error object that is not a refusal of the model's call.
+        """
+        got = assemble(chunks, sse=self._sse)
+        rejection = None
+        if got.error is not None:
+            found = self._rejection(500, got.error)
+            if found is None:
+                raise BackendResponseError(
+                    f"The server at {self.base_url} reported an error inside the stream ({got.error[:_SNIPPET_CHARS]}); "
+                    "check the server's log.",
+                    status_code=None,
+                )
+            rejection = rejection_record(found[0], 200, got.error)
+        fingerprint = got.final.get("system_fingerprint")
+        if isinstance(fingerprint, str) and fingerprint and self._server_version is None:
+            self._server_version = fingerprint
+        return got.reply(chunks, latency_ms, self._reply_identity(), rejection)
 
     def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
         """Which server's tool-call parser refused the model's reply, and the model's text the error quotes.
@@ -268,9 +308,14 @@ class OpenAICompatBackend(Backend):
             return self._identity
         return BackendIdentity(backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version)
 
-    def _request(self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None) -> httpx.Response:
+    def _request(
+        self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None, stream_from: float | None = None
+    ) -> httpx.Response:
         """Send one request and read its whole body within ``timeout_s`` in total (a server trickling bytes cannot
         hold a run past it), translating every ``httpx`` error into a :class:`BackendError`.
+
+        With ``stream_from`` (the ``time.perf_counter()`` the request was sent at), a success status is read as a
+        stream: the result is a :class:`~harness.backends.streaming.Streamed` holding the raw chunks with their arrival times.
 
         Raises:
             BackendTimeout: no complete body within the timeout.
@@ -287,6 +332,8 @@ class OpenAICompatBackend(Backend):
             headers = {**self._headers, "Content-Type": "application/json"}
         try:
             with self._client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
+                if stream_from is not None and response.status_code < 300:
+                    return read_stream(response, deadline, stream_from, sse=self._sse, limit=MAX_BODY_BYTES)
                 return self._read_whole(response, deadline)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
