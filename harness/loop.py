@@ -37,6 +37,7 @@ from typing import Any, cast
 from harness import __version__
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.replay import CassetteRecorder
+from harness.backends.streaming import rederive
 from harness.breaker import CircuitBreaker
 from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
@@ -115,6 +116,7 @@ class RunPlan:
         tool_mode: ``native`` or ``prompt``.
         parser: ``strict`` or ``lenient``.
         repetition: repetition index, from 0.
+        stream: request streamed replies (``--stream on``).
     """
 
     scenario: Scenario
@@ -124,6 +126,7 @@ class RunPlan:
     tool_mode: ToolMode = "native"
     parser: ParserPolicy = "lenient"
     repetition: int = 0
+    stream: bool = False
 
     def options(self) -> GenerateOptions:
         """The generation options sent on every request of this run."""
@@ -132,6 +135,7 @@ class RunPlan:
             seed=self.seed + self.repetition,
             max_tokens=self.scenario.max_tokens,
             num_ctx=self.scenario.num_ctx,
+            stream=self.stream,
         )
 
     def identity(self, model_digest: str | None = None) -> str:
@@ -139,8 +143,12 @@ class RunPlan:
 
         Covers the scenario file's content, tool schemas, rendered system prompt, model spec
         and digest (when known), effective options, tool mode, parser policy, repetition and
-        :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it.
+        :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it. An axis added later
+        (``stream``) enters the payload only when it is not its default, so a run recorded before the axis existed
+        keeps its identity and is not redone.
         """
+        options = self.options().as_dict()
+        del options["stream"]
         payload = {
             "v": IDENTITY_VERSION,
             "scenario": self.scenario.content_hash,
@@ -148,11 +156,13 @@ class RunPlan:
             "system": self.scenario.system_message(self.tool_mode),
             "model": self.model,
             "digest": model_digest,
-            "options": self.options().as_dict(),
+            "options": options,
             "tool_mode": self.tool_mode,
             "parser": self.parser,
             "repetition": self.repetition,
         }
+        if self.stream:
+            payload["stream"] = True
         return sha256_of(payload)
 
 
@@ -351,7 +361,7 @@ class _Run:
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
                         "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config,
-                        **(self.claim.facts if self.claim else {})},
+                        **(self.claim.facts if self.claim else {})}, stream=plan.stream,
             ),
             claim=self.claim.policy if self.claim else None,
         )  # fmt: skip
@@ -385,6 +395,7 @@ class _Run:
             history=self.messages,
             requires_tool=plan.scenario.requires_tool,
             server_rejection=refusal_text(reply.rejection),
+            stream_problems=reply.stream_problems,
         )
         # a refused reply left no assistant message to send back: the run ends at it, nothing is run
         executed = [] if reply.rejection is not None else self._act(reply, verdict)
@@ -398,7 +409,8 @@ class _Run:
                 prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
                 latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
                 details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
-                reasoning=reply.reasoning, server_rejection=reply.rejection,
+                reasoning=reply.reasoning, server_rejection=reply.rejection, stream_chunks=reply.stream_chunks,
+                ttft_ms=reply.ttft_ms, decode_tps=reply.decode_tps,
             )
         )  # fmt: skip
         if self.stop.is_set():
@@ -439,6 +451,10 @@ class _Run:
             reasoning=row.reasoning,
             extra={"cache_hit": True},
             rejection=row.server_rejection,
+            stream_chunks=row.stream_chunks,
+            stream_problems=rederive(row.stream_chunks, self.backend.identity().backend).problems if row.stream_chunks else [],
+            ttft_ms=row.ttft_ms,
+            decode_tps=row.decode_tps,
         )
 
     def _end(self, outcome: str, breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]]) -> None:

@@ -43,7 +43,7 @@ import httpx
 from harness.backends.base import BackendIdentity, Reply
 from harness.errors import BackendResponseError
 
-__all__ = ["Assembly", "Streamed", "assemble", "chunk_lines", "read_stream", "server_timings"]
+__all__ = ["Assembly", "Streamed", "assemble", "chunk_lines", "read_stream", "rederive", "response_of", "server_timings"]
 
 _MAX_PROBLEM_CHARS = 160
 
@@ -193,6 +193,21 @@ def assemble(chunks: list[dict[str, Any]], *, sse: bool) -> Assembly:
         if had_token and isinstance(t, (int, float)) and not isinstance(t, bool):
             state.token_times.append(float(t))
     return state.finish(sse=sse)
+
+
+def rederive(chunks: list[dict[str, Any]], backend: str) -> Assembly:
+    """Re-assemble stored chunks of a reply served by a backend of kind ``backend`` (``ollama`` streams NDJSON,
+    ``openai`` and ``embedded`` server-sent events); see :func:`assemble`."""
+    return assemble(chunks, sse=backend != "ollama")
+
+
+def response_of(got: Assembly) -> dict[str, Any]:
+    """An assembly as the classifier's ``response`` input (the :meth:`Reply.response_dict` shape, without refusal)."""
+    return {
+        "content": got.content, "tool_calls": got.tool_calls, "finish_reason": got.finish_reason,
+        "usage": {"prompt_tokens": got.prompt_tokens, "completion_tokens": got.completion_tokens},
+        "reasoning_content": got.reasoning,
+    }  # fmt: skip
 
 
 class _State:
