@@ -24,10 +24,10 @@ MAX_SEED = 2**31 - 1
 """Seeds are sent as ``seed + repetition``; both stay well inside every server's integer range."""
 MAX_REPEATS = 10_000
 
-AXES = ("models", "temperatures", "repeats", "seeds", "tool_modes", "parsers")
+AXES = ("models", "temperatures", "repeats", "seeds", "tool_modes", "parsers", "streams")
 """The matrix axes, as named in a scenario's ``[matrix]`` table."""
 _FLAGS = {"models": "--model", "temperatures": "--temperature", "repeats": "--repeats", "seeds": "--seed",
-          "tool_modes": "--tool-mode", "parsers": "--parser"}  # fmt: skip
+          "tool_modes": "--tool-mode", "parsers": "--parser", "streams": "--stream"}  # fmt: skip
 
 
 def _integer(value: Any, low: int, high: int) -> bool:
@@ -45,6 +45,7 @@ _RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "seeds": (f"an integer from 0 to {MAX_SEED}", lambda v: _integer(v, 0, MAX_SEED)),
     "tool_modes": (f"one of {', '.join(TOOL_MODES)}", lambda v: v in TOOL_MODES),
     "parsers": (f"one of {', '.join(PARSER_POLICIES)}", lambda v: v in PARSER_POLICIES),
+    "streams": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 
@@ -81,6 +82,7 @@ class Matrix:
             are independent samples that are still reproducible.
         tool_modes: ``native`` and/or ``prompt``.
         parsers: ``strict`` and/or ``lenient``.
+        streams: ``False`` (one complete reply per request) and/or ``True`` (streamed chunks, assembled).
     """
 
     models: tuple[str, ...] = (DEFAULT_MODEL,)
@@ -89,6 +91,7 @@ class Matrix:
     seeds: tuple[int, ...] = (0,)
     tool_modes: tuple[ToolMode, ...] = ("native",)
     parsers: tuple[ParserPolicy, ...] = ("lenient",)
+    streams: tuple[bool, ...] = (False,)
 
     def merge(self, overrides: MatrixOverrides) -> Matrix:
         """This matrix with every axis the overrides set replaced.
@@ -127,7 +130,13 @@ class Matrix:
     def size(self) -> int:
         """Planned runs of one scenario: the product of every axis' length and the repeats."""
         return (
-            len(self.models) * len(self.temperatures) * self.repeats * len(self.seeds) * len(self.tool_modes) * len(self.parsers)
+            len(self.models)
+            * len(self.temperatures)
+            * self.repeats
+            * len(self.seeds)
+            * len(self.tool_modes)
+            * len(self.parsers)
+            * len(self.streams)
         )
 
 
@@ -145,6 +154,7 @@ class MatrixOverrides:
         seeds: base seeds.
         tool_modes: ``native`` / ``prompt``.
         parsers: ``strict`` / ``lenient``.
+        streams: ``False`` / ``True`` (``--stream off`` / ``on``).
     """
 
     models: Sequence[str] | None = None
@@ -153,6 +163,7 @@ class MatrixOverrides:
     seeds: Sequence[int] | None = None
     tool_modes: Sequence[ToolMode] | None = None
     parsers: Sequence[ParserPolicy] | None = None
+    streams: Sequence[bool] | None = None
 
     def check(self) -> None:
         """Check every value given, with the same rules as a scenario's ``[matrix]`` table.

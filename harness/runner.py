@@ -1,5 +1,5 @@
 """Matrix expansion and execution: scenarios x models x temperatures x seeds x tool modes x
-parsers x repetitions, each cell run through :func:`harness.loop.run_once`.
+parsers x streaming x repetitions, each cell run through :func:`harness.loop.run_once`.
 
 A scenario file declares its default axes in ``[matrix]``; :class:`~harness.matrix.MatrixOverrides`
 (the CLI flags) replace any axis for every scenario. Runs are grouped by model so that each
@@ -45,7 +45,7 @@ BackendFactory = Callable[..., Backend]
 def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = MatrixOverrides()) -> list[RunPlan]:
     """Expand scenarios and overrides into planned runs, in a stable order.
 
-    Order: scenario, model, tool mode, parser, temperature, seed, repetition.
+    Order: scenario, model, tool mode, parser, stream, temperature, seed, repetition.
 
     Raises:
         UsageError: an override is out of range, a model spec is malformed, or the matrix has
@@ -55,22 +55,24 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
     total = sum(m.size for _, m in matrices)
     if total > MAX_PLANNED_RUNS:
         raise UsageError(f"the matrix has {total:,} runs; the limit is {MAX_PLANNED_RUNS:,}. Use fewer axis values or repeats.")
-    plans = []
+    plans: list[RunPlan] = []
     for scenario, m in matrices:
         for model in m.models:
             parse_model_spec(model)
         for model in m.models:
             for tool_mode in m.tool_modes:
                 for parser in m.parsers:
-                    for temperature in m.temperatures:
-                        for seed in m.seeds:
-                            for repetition in range(m.repeats):
-                                plans.append(
-                                    RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, repetition)
+                    for stream in m.streams:
+                        for temperature in m.temperatures:
+                            for seed in m.seeds:
+                                plans.extend(
+                                    RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, rep, stream)
+                                    for rep in range(m.repeats)
                                 )
     unique: dict[tuple[Any, ...], RunPlan] = {}
     for p in plans:  # the same file given twice (or two identical files) plans each run once
-        unique.setdefault((p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition), p)
+        key = (p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition, p.stream)
+        unique.setdefault(key, p)
     return list(unique.values())
 
 

@@ -422,12 +422,14 @@ class Ledger:
         """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
 
         Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
-        parser, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``.
+        parser, stream, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``
+        (``stream``: 1 when replies were streamed, 0 otherwise, also for runs recorded before ``m008_streaming``).
         """
+        stream = "COALESCE(r.stream, 0)" if "stream" in self._columns["runs"] else "0"
         return self._frame(
             "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
-            " r.tool_mode, r.parser, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns, e.prompt_tokens,"
-            " e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+            f" r.tool_mode, r.parser, {stream} AS stream, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns,"
+            " e.prompt_tokens, e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
         )
 
     def turns_frame(self) -> pd.DataFrame:
