@@ -330,6 +330,10 @@ class OpenAICompatBackend(Backend):
             # ASCII JSON: text UTF-8 cannot hold (a lone surrogate echoed from a model or a file) is sent as \u escapes
             content = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
             headers = {**self._headers, "Content-Type": "application/json"}
+        if stream_from is not None:
+            # llama.cpp's server (cpp-httplib) may close a kept-alive connection after a streamed reply without saying
+            # so, and the next request on it fails ("Server disconnected"): a stream gets a connection of its own
+            headers = {**headers, "Connection": "close"}
         try:
             with self._client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
                 if stream_from is not None and response.status_code < 300:
