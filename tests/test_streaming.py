@@ -350,6 +350,10 @@ def test_stream_is_an_axis_of_the_cli_and_of_a_scenario_matrix(tmp_path, capsys)
     assert rc == 0, err
     summary = (tmp_path / "r" / "summary.csv").read_text().splitlines()
     assert summary[0].startswith("stream,runs,") and summary[1].startswith("off,1,") and summary[2].startswith("on,1,")
+    rc, out, _ = cli(capsys, "export", "--ledger", ledger, "--format", "csv")
+    rows = out.splitlines()
+    assert rc == 0 and rows[0].endswith(",outcome,stream,ttft_ms,decode_tps") and len(rows) == 7
+    assert sorted(r.split(",")[-3] for r in rows[1:]) == ["False"] * 3 + ["True"] * 3  # a replay has no timings
 
 
 @pytest.mark.parametrize(("value", "ok"), [("[false, true]", True), ("[true]", True), ('["on"]', False), ("[]", False)])
