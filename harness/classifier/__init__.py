@@ -127,7 +127,7 @@ def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | Non
         repeat_step(calls, past),
         fabrication_step(result, calls, past, tools),
         no_call_step(result, attempts, response, tools, requires_tool),
-        requirement_step(requires_tool, attempts, past),
+        requirement_step(requires_tool, attempts, past, tools),
         truncation_step(response),
         markup_step(result),
         escape_step(calls),
