@@ -230,7 +230,8 @@ def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
 
 
 _MEANS = re.compile(
-    r"\b(?:code|script|command|function|snippet|program|solution|guide|steps?|how to|how you|implementation|example|syntax)\b", re.I
+    r"\b(?:code|script|command|function|snippet|program|solution|guide|steps?|how to|how you|implementation|example|syntax)\b",
+    re.I,
 )
 _FUTURE = re.compile(r"\bwill (?:have|contain|look|hold|include)\b", re.I)
 _CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads)\b", re.I)
@@ -251,16 +252,34 @@ def _presented_blocks(content: ContentResult, seq: list[Unit], domains: set[str]
     for k, unit in enumerate(seq):
         before, after = frame_before(seq, k), frame_after(seq, k)
         block = unit.fence or before.endswith(":") or 2 * len(_LIST_LINE.findall(unit.text)) >= max(len(unit.lines), 1)
-        if not block or not _specific(unit.text) or hedged(before) or hedged(after):
+        label_only = len(unit.lines) == 1 and unit.lines[0].rstrip().endswith(":")  # a stray label, not a value
+        if not block or label_only or not _specific(unit.text) or hedged(before) or hedged(after):
             continue
-        after_code = k > 1 and seq[k - 2].fence and acts(seq[k - 2].text)  # code, its output label, then the output
+        after_code = k > 1 and _shown_code(seq, k - 2)  # code, its output label, then the output
         kind = _kind(before, after, unit, domains, after_code=after_code)
         if kind:
             return [f"{kind}: {short(f'{before} {after}'.strip(), 60)} -> {short(unit.text.strip(), 40)}"]
+    return _inline_output(seq)
+
+
+def _shown_code(seq: list[Unit], k: int) -> bool:
+    """Whether unit ``k`` is code the reply shows as its own (not framed as an example or a possibility)."""
+    return seq[k].fence and (is_code(seq[k].text) or acts(seq[k].text)) and not hedged(frame_before(seq, k))
+
+
+_INLINE_LABEL = re.compile(r"([^:\n]*\b(?:output|outputs|result|prints?|returns?)\b[^:\n]*):[ \t]*(\S[^\n]*)", re.I)
+
+
+def _inline_output(seq: list[Unit]) -> list[str]:
+    """A value on the label's own line right after the reply's code ("This will output: `{'a': 1}`")."""
+    for k, unit in enumerate(seq[1:], 1):
+        m = None if unit.fence or not _shown_code(seq, k - 1) else _INLINE_LABEL.match(unit.lines[0].strip())
+        if m and not hedged(m.group(1)) and _valued(m.group(2), ""):
+            return [f"output: {short(m.group(), 60)}"]
     return []
 
 
-def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code: bool) -> str | None:  # noqa: PLR0913
+def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code: bool) -> str | None:
     """What the frame (the line before, a sentence after pointing back) presents a block as, if a
     tool-only fact: ``file content``, ``listing``, ``output``."""
     frame = f"{before} {after}"

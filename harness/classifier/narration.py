@@ -62,8 +62,12 @@ _REMEDY = re.compile(r"\b(?:fix|solve|correct|resolve|handle|avoid)\b", re.I)
 _DEFINITION_ONLY = re.compile(r"[ \t]*(?:def|class|function|async def)\b[^\n]*")
 _NO_ACTION_LINE = re.compile(r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) )")
 """A comment or a package install: a block of only these shows no tool action."""
-_RESULT_OPEN = re.compile(r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I)
-_RESULT_CLOSE = re.compile(r"</\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\s*>", re.I)
+_RESULT_OPEN = re.compile(
+    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
+)
+_RESULT_CLOSE = re.compile(
+    r"</\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\s*>", re.I
+)
 
 
 def no_call_step(
@@ -87,7 +91,9 @@ def no_call_step(
     fake = _fake_results(content.visible)
     shell = next((m for u in seq if not _inside(u, fake) and (m := _SHELL_ACTION.search(u.text))), None)
     if shell:
-        return {"narration_without_call"}, {"narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}}
+        return {"narration_without_call"}, {
+            "narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}
+        }
     if not (isinstance(tools, list) and requires_tool is not False):
         return set(), {}  # code is judged against known tools; code answering a task that needs none is the answer
     handed = _handed_over(seq, fake, tools)
@@ -118,7 +124,9 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
     domains = tool_domains(tools)
     names = [n.lower() for n in offered_tools(tools)]
     for k, unit in enumerate(seq):
-        if not (unit.fence or is_code(unit.text)) or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines):
+        if not (unit.fence or is_code(unit.text)) or all(
+            _NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines
+        ):
             continue  # prose, or comments, installs and bare signatures only: no action shown
         before = frame_before(seq, k)
         if _OTHER.search(before) and not _REMEDY.search(before):

@@ -23,7 +23,19 @@ from typing import Any
 
 from harness.classifier.types import MAX_SCAN_CHARS, get
 
-__all__ = ["DOMAIN_WORDS", "Unit", "acts", "drop_code_lines", "frame_after", "frame_before", "hedged", "is_code", "tool_domains", "units", "unhedged"]
+__all__ = [
+    "DOMAIN_WORDS",
+    "Unit",
+    "acts",
+    "drop_code_lines",
+    "frame_after",
+    "frame_before",
+    "hedged",
+    "is_code",
+    "tool_domains",
+    "units",
+    "unhedged",
+]
 
 HEDGE = re.compile(
     r"\b(?:might|may|could|possibl[ey]|possibility|perhaps|probably|I think|I believe|I guess|not sure|unknown|hypothetical\w*"
