@@ -13,7 +13,7 @@ from harness.classifier.readings import unhedged
 from harness.classifier.types import MAX_REPAIR_CHARS, ToolCall
 from harness.classifier.values import bare_numbers, norm, numbers, sky, temperature_given, temperatures
 
-__all__ = ["CONDITION", "TEMPERATURE", "contradictions"]
+__all__ = ["CONDITION", "COUNT", "TEMPERATURE", "contradictions"]
 
 TEMPERATURE = re.compile(r"(?<![\d.])-?\d++(?:\.\d++)?+(?:\s*+(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)|[CF]\b)", re.I)
 CONDITION = re.compile(
@@ -27,7 +27,7 @@ _VALUE = re.compile(
     re.I,
 )
 _COUNT_WORD = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
-_COUNT = re.compile(
+COUNT = re.compile(
     rf"(?:^|[.!?:]\s+|\b(?:there(?:'s| is| are| were| was)|shows?|lists?|listed|contains?|holds?|has|have|had|found|total:?"
     rf"|in total,?|all)\s+)(?:only\s+|exactly\s+|just\s+)?{_COUNT_WORD}\s+files?\b"
     rf"(?!\s+(?:are|is|were|was|have|has)\s+(?!present|there|listed|found|in\b))"
@@ -100,7 +100,7 @@ _MAX_VALUES = 500
 
 def _count_mismatch(texts: list[str], past: History) -> list[str]:
     """A stated number of files that differs from the length of the last listing a tool returned."""
-    counts = [m for text in texts if "file" in text.lower() for m in _COUNT.finditer(text)]
+    counts = [m for text in texts if "file" in text.lower() for m in COUNT.finditer(text)]
     if not counts:
         return []
     listing = None

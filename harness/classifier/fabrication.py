@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.contradiction import CONDITION, TEMPERATURE, contradictions
+from harness.classifier.contradiction import CONDITION, COUNT, TEMPERATURE, contradictions
 from harness.classifier.heuristics import FILE_TOKEN, History, tools_text
 from harness.classifier.readings import (
     DOMAIN_WORDS,
@@ -193,19 +193,19 @@ _IN_FILE = re.compile(
 )
 _BUG = re.compile(r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b", re.I)
 _TICKET = re.compile(r"\b[A-Z]{1,5}-\d{2,6}\b|\btickets?\s*(?:ids?|numbers?|no\.?)?\s*[#(:]?\s*\d+\b", re.I)
-_COUNT_CLAIM = re.compile(
-    r"(?:\b(?:there(?:'s| is| are| were| was)|total:?|in total,?)\s+(?:only\s+|exactly\s+|just\s+)?"
-    r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+files?\b"
-    r"|\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+files?\s+(?:in total|in (?:the|this|that) "
-    r"(?:current |working )?(?:directory|folder)|were (?:found|listed)|are (?:there|present|listed))\b|\bnumber of files\s*(?:is|:|=|\()\s*(\d+))",
+_COUNT_CLAIM = re.compile(rf"{COUNT.pattern}|\bnumber of files\s*(?:is|:|=|\()\s*(\d+)", re.I | re.M)
+"""A stated total of files, or "the number of files (10)": before any listing only a tool could know it."""
+_SAYS = re.compile(
+    r"\b[\w-]+\.[a-z]{1,5}\b(?:\s+file)?\s+(?:says|states|shows|mentions|reports|lists|contains|includes|reads|notes)\b[^.\n]*(?:\d|\"[^\"\n]+\")",
     re.I,
 )
+"""A file's contents stated in a sentence, with a value ("lighthouse.txt says it was built in 1887")."""
 
 
 def _file_sentences(content: ContentResult, claims: str, known: str, *, code_in_prompt: bool) -> list[str]:
     """A listing announced with its items, a tool's effect, a line or function of a file, a bug, a file count."""
     found = []
-    patterns = [("listing", _LISTING), ("effect", _EFFECT), ("file content", _IN_FILE)]
+    patterns = [("listing", _LISTING), ("effect", _EFFECT), ("file content", _IN_FILE), ("file content", _SAYS)]
     for label, pattern in patterns + ([] if code_in_prompt else [("file content", _BUG)]):
         m = pattern.search(claims)
         shows_items = bool(content.code or _LIST_LINE.search(claims) or (m and re.search(r"[^\W\d_]{2,}", claims[m.end() :])))
@@ -220,10 +220,13 @@ def _file_sentences(content: ContentResult, claims: str, known: str, *, code_in_
     return found + [f"file name: {name}" for name in names[:4]]
 
 
+_NAME_LINE = re.compile(r"[ \t]*[\w.-]+\.[A-Za-z]\w{0,4}[ \t]*")
+
+
 def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
     """A bare list given as the whole answer to "List the files": it is presented as the listing."""
     lines = [line for unit in seq for line in unit.lines]
-    listed = sum(bool(_LIST_LINE.match(line)) for line in lines)
+    listed = sum(bool(_LIST_LINE.match(line) or _NAME_LINE.fullmatch(line)) for line in lines)
     if listed >= 2 and 5 * listed >= 4 * len(lines) and re.search(r"\blist\b[^.\n]{0,40}\bfiles?\b", prompt, re.I):
         return [f"listing: the whole answer is a list ({short(lines[0].strip(), 40)})"]
     return []
