@@ -196,7 +196,7 @@ _TICKET = re.compile(r"\b[A-Z]{1,5}-\d{2,6}\b|\btickets?\s*(?:ids?|numbers?|no\.
 _COUNT_CLAIM = re.compile(rf"{COUNT.pattern}|\bnumber of files\s*(?:is|:|=|\()\s*(\d+)", re.I | re.M)
 """A stated total of files, or "the number of files (10)": before any listing only a tool could know it."""
 _SAYS = re.compile(
-    r"\b[\w-]+\.[a-z]{1,5}\b(?:\s+file)?\s+(?:says|states|shows|mentions|reports|lists|contains|includes|reads|notes)\b[^.\n]*(?:\d|\"[^\"\n]+\")",
+    r"(?<![\w-])[\w-]++\.[a-z]{1,5}\b(?:\s+file)?\s+(?:says|states|shows|mentions|reports|lists|contains|includes|reads|notes)\b[^.\n]*(?:\d|\"[^\"\n]+\")",
     re.I,
 )
 """A file's contents stated in a sentence, with a value ("lighthouse.txt says it was built in 1887")."""
@@ -276,7 +276,7 @@ _INLINE_LABEL = re.compile(r"([^:\n]*\b(?:output|outputs|result|prints?|returns?
 def _inline_output(seq: list[Unit]) -> list[str]:
     """A value on the label's own line right after the reply's code ("This will output: `{'a': 1}`")."""
     for k, unit in enumerate(seq[1:], 1):
-        m = None if unit.fence or not _shown_code(seq, k - 1) else _INLINE_LABEL.match(unit.lines[0].strip())
+        m = None if unit.fence or not _shown_code(seq, k - 1) else _INLINE_LABEL.match(unit.lines[0].strip()[:500])
         if m and not hedged(m.group(1)) and _valued(m.group(2), ""):
             return [f"output: {short(m.group(), 60)}"]
     return []

@@ -196,14 +196,21 @@ def frame_after(seq: list[Unit], k: int) -> str:
 
 _CODE_EFFECT = re.compile(
     r"\bopen\s*\(|os\.(?:listdir|scandir|walk|remove|makedirs)|glob\.|Path\(|\.write\(|\.read\(|json\.(?:load|dump)"
-    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|(?<!\w)\w++\s*=\s*\[\s*\{"
-    r"|(?<![\w.])(?<!def )(?<!function )[a-z_]*(?:files?|dir|folder|weather|tickets?)[a-z_]*\s*\(",
-    re.I,
+    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|(?<!\w)\w++\s*=\s*\[\s*\{",
 )
-"""Code doing a tool's action: file I/O, a request, a literal table of records, or a call of a function
-named for what the tools work on (``files()``, ``get_weather(...)``; not its ``def`` line)."""
+_CALLED = re.compile(r"(?<![\w.])(\w++)\s*+\(")
+_TOOL_NOUN = re.compile(r"files?|dir|folder|weather|tickets?", re.I)
+_DEFINED = re.compile(r"(?:def|function|class)\s+$")
 
 
 def acts(code: str) -> bool:
-    """Whether code (or a command block) does what a tool does: see :data:`_CODE_EFFECT`."""
-    return bool(_CODE_EFFECT.search(code[:MAX_SCAN_CHARS]))
+    """Whether code (or a command block) does what a tool does: file I/O, a request, a literal table of
+    records, or a call of a function named for what the tools work on (``files()``, ``get_weather(...)``;
+    not its ``def`` line)."""
+    code = code[:MAX_SCAN_CHARS]
+    if _CODE_EFFECT.search(code):
+        return True
+    for m, _ in zip(_CALLED.finditer(code), range(2000), strict=False):
+        if _TOOL_NOUN.search(m.group(1)) and not _DEFINED.search(code[max(0, m.start() - 12) : m.start()]):
+            return True
+    return False
