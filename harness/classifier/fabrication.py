@@ -98,6 +98,8 @@ def _valued(body: str, known: str) -> bool:
     """Whether a presented body holds a specific value: a number, a file name, a ``key: value`` line,
     or words the prompt and the tool definitions do not hold ("No resources found.")."""
     body = body[:2000]
+    if not _specific(body):
+        return False  # empty, or a placeholder such as "[result]"
     if re.search(r"\d", body) or next(iter(FILE_TOKEN.finditer(body)), None) or re.search(r"^\W*\w+\s*[:=]\s*\w", body, re.M):
         return True
     return any(w.lower() not in known for w in re.findall(r"[^\W\d_]{3,}", body)[:200])
