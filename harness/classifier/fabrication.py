@@ -229,7 +229,13 @@ def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
     """A bare list given as the whole answer to "List the files": it is presented as the listing."""
     lines = [line for unit in seq for line in unit.lines]
     listed = sum(bool(_LIST_LINE.match(line) or _NAME_LINE.fullmatch(line)) for line in lines)
-    if listed >= 2 and 5 * listed >= 4 * len(lines) and re.search(r"\blist\b[^.\n]{0,40}\bfiles?\b", prompt, re.I):
+    steps = sum(bool(_IMPERATIVE_ITEM.match(line)) for line in lines)  # a plan or an echo of the task, not a listing
+    if (
+        listed >= 2
+        and 5 * listed >= 4 * len(lines)
+        and 2 * steps < listed
+        and re.search(r"\blist\b[^.\n]{0,40}\bfiles?\b", prompt, re.I)
+    ):
         return [f"listing: the whole answer is a list ({short(lines[0].strip(), 40)})"]
     return []
 
@@ -241,8 +247,11 @@ _MEANS = re.compile(
 _FUTURE = re.compile(r"\bwill (?:have|contain|look|hold|include)\b", re.I)
 _CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads)\b", re.I)
 _LISTED = re.compile(
-    r"\b(?:here(?:'s| is| are)|these are|this is|the following|below|list of|listing|files? (?:in|of)|shows?)\b", re.I
+    r"\b(?:here(?:'s| is| are)|these are|this is|the following|below|list of|listing|files? (?:in|of)|shows?)\b"
+    r"|\b(?:are|is|were|include)\s*:?\s*$",
+    re.I,
 )
+"""A frame stating what its block is ("Here are the files:", "The open tickets are:")."""
 _OUTPUT = re.compile(r"\b(?:output|outputs|result|results|prints?|returns?|displays?)\b", re.I)
 _IMPERATIVE_ITEM = re.compile(
     r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+(?:list|write|read|create|open|check|add|use|call|run|get|save|find|count|make|import|define"
@@ -284,6 +293,14 @@ def _inline_output(seq: list[Unit]) -> list[str]:
     return []
 
 
+_DOMAIN_VALUE = {
+    "file": lambda body: True,  # a listing is invented whatever names it holds
+    "weather": lambda body: bool(TEMPERATURE.search(body) or CONDITION.search(body) or _SKY.search(body)),
+    "ticket": lambda body: _valued(body, ""),
+}
+"""What a block presented as a domain's facts must hold to state one: a weather value for the weather."""
+
+
 def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code: bool) -> str | None:
     """What the frame (the line before, a sentence after pointing back) presents a block as, if a
     tool-only fact: ``file content``, ``listing``, ``output``."""
@@ -292,14 +309,19 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
     if "file" in domains and _CONTENTS.search(frame) and names_file and not _MEANS.search(before):
         if not _FUTURE.search(frame) or _valued(unit.text, ""):  # a file it will write: only with values in it
             return "file content"  # an existing file's contents count whatever they hold
+    here_is_file = names_file and re.search(r"\bhere(?:'s| is)\b", before, re.I) and not _MEANS.search(before)
+    if here_is_file and not is_code(unit.text) and _valued(unit.text, ""):
+        return "file content"  # "Here is the report.txt:" then what it holds
     if _MEANS.search(before) or is_code(unit.text) or len(_IMPERATIVE_ITEM.findall(unit.text)) * 2 >= max(len(unit.lines), 1):
         return None  # the way to do the task (code, steps), not a fact
     about = any(DOMAIN_WORDS[d].search(frame) for d in domains) or bool(next(iter(FILE_TOKEN.finditer(frame)), None))
     shows = ("file" in domains and bool(next(iter(FILE_TOKEN.finditer(unit.text)), None))) or (
         "weather" in domains and bool(TEMPERATURE.search(unit.text))
     )
-    if "file" in domains and _LISTED.search(frame) and DOMAIN_WORDS["file"].search(frame):
-        return "listing"
+    named = [d for d in sorted(domains) if DOMAIN_WORDS[d].search(frame)]  # the files, the tickets, the weather
+    if named and _LISTED.search(frame) and (not _FUTURE.search(frame) or _valued(unit.text, "")):
+        if any(_DOMAIN_VALUE[d](unit.text) for d in named):
+            return "listing"
     if _OUTPUT.search(frame) and (about or after_code or shows):  # once the reply says what the block is
         return "output"
     return None

@@ -37,7 +37,7 @@ _NARRATION = re.compile(
     r"|need to\s+|try to\s+)?"
     r"(?:(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
     r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
-    r"|invoke|do|complete|handle|perform)(?:ing)?\b"
+    r"|invoke|complete|handle|perform)(?:ing)?\b|do\b"
     r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code)s?\b))",
     re.I,
 )
