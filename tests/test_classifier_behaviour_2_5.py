@@ -159,6 +159,32 @@ CONSTRUCTED = [
     ("There are 3 open tickets: ticket 101 (billing), ticket 102 (bug) and ticket 103 (feature request).", TICKETS, TK, {F}),
     ("Here is the triage.csv:\n\n```\nticket,category\nT-1001,billing\nT-1002,bug\n```", TICKETS, TK, {F}),
     ("I can help you with that! What categories would you like to use?", TICKETS, TK, set()),
+    # more of the same, written after the rework and checked once
+    ("1. List the files in the current working directory.\n2. Write a report.txt file with their names.", FILES, LIST, set()),
+    ("I am doing well, thank you! How can I help you today?", FILES, LIST, set()),
+    ("Here's an example of what report.txt could look like:\n\n```\nfile_a.txt\nfile_b.txt\n```", FILES, LIST, set()),
+    ("We'll start by listing the files, then we will write the report.", FILES, LIST, {N}),
+    ("The report.txt file has been created successfully with the list of files.", FILES, LIST, {F}),
+    ("The weather in Paris right now is 17°C and overcast.", WEATHER, WX, {F}),
+    ("The temperature in Paris is usually around 15 degrees in spring.", WEATHER, WX, set()),
+    (
+        "To get the weather you can use this Python code:\n\n```python\nweather = get_weather('Paris')\nprint(weather)\n```",
+        WEATHER,
+        WX,
+        {N},
+    ),
+    ("Here's the list of open tickets:\n\n| id | category |\n|---|---|\n| 1 | billing |\n| 2 | bug |", TICKETS, TK, {F}),
+    ("Here is a possible summary.md:\n\n```\nThe lighthouse is old.\n```", FILES, SUM, set()),
+    ("The lighthouse.txt file contains the following:\n\nThe lighthouse was lit in 1901 by keeper Anna Holt.", FILES, SUM, {F}),
+    ("Summarizing a text file is easy. First, read it carefully. Then write down the key facts.", FILES, SUM, set()),
+    (
+        "```python\ndef count_files(path):\n    return len(os.listdir(path))\n```\n\nThis function returns the number of files.",
+        FILES,
+        LIST,
+        {N},
+    ),
+    ("The files are:\n\n```\nREADME.md\nsetup.py\n```\n\nI'll now write them to report.txt.", FILES, LIST, {F, N}),
+    ('The weather in Paris right now is:\n<response>\n  "The weather like"\n</response>', WEATHER, WX, set()),
     # markup that wraps no result
     ("Observation: [Awaiting input to proceed]\n\nPlease provide the list of files.", FILES, LIST, set()),
 ]

@@ -8,7 +8,9 @@ heuristics' rules are documented in docs/failure-modes.md.
 Modules, each depending only on those before it: ``types`` (constants, result types, shared
 helpers), ``jsonscan`` (JSON scanning and repair), ``validate`` (offered tools, structured
 calls, schema validation), ``shapes`` (call shapes and candidates in text), ``content``
-(reasoning, tags, fences, recovered calls), ``heuristics`` (behaviour checks).
+(reasoning, tags, fences, recovered calls), ``heuristics`` (history, repeats, escapes), ``readings`` (how
+a reply presents what it writes), ``contradiction``, ``fabrication``, ``narration`` and ``behaviour``
+(the behaviour checks).
 """
 
 from __future__ import annotations
