@@ -67,7 +67,7 @@ _MARKUP = re.compile(
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython(?:<\|end_header_id\|>)?|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )
-_PLACEHOLDER = re.compile(r"\W*(?:\[[^\]\n]*\]|\{[^}\n]*\}|\.\.\.|…|<[^>\n]*>)?\W*")
+_PLACEHOLDER = re.compile(r"\W*(?:\[[A-Za-z][A-Za-z ,_-]*\]|\{\w*\}|\.\.\.|…|<[A-Za-z_ -]*>)?\W*")
 """A body that wraps no result: empty, ``[Awaiting input to proceed]``, ``{result}``, ``...``."""
 _OUTPUT_LABEL = re.compile(
     r"^\W*(?:output|result|results|response|returns?)\W*$|\b(?:this|it|the (?:code|command|call|script|tool))"
