@@ -275,3 +275,20 @@ TUNE = [
 def test_tune_replies(entry_id):
     predicted, labelled = entry(entry_id)
     assert predicted == labelled
+
+
+def _after_weather(reply, result='{"temperature_c": 17, "humidity": 65, "condition": "cloudy", "status": "open"}'):
+    call = {"id": "1", "type": "function", "function": {"name": "get_current_weather", "arguments": '{"city": "Paris"}'}}
+    history = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "1", "content": result},
+    ]
+    return behaviour(reply, WEATHER, WX, history=history)
+
+
+def test_a_value_given_for_a_key_the_tool_returned_must_match_it():
+    assert _after_weather("It is 17°C and cloudy; humidity is about 65 percent.") == set()
+    assert _after_weather("It is 17°C and cloudy; humidity is about 80 percent.") == {F}
+    assert _after_weather("The status is closed.") == {F}
+    assert _after_weather("The status is open and the condition is partly cloudy.") == set()
+    assert _after_weather("The humidity of the air is fine.") == set()

@@ -91,7 +91,59 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
     if conditions and stated - conditions:
         found.append(f"condition: {sorted(stated - conditions)[0]} (the tool said {', '.join(sorted(conditions))})")
     found += _count_mismatch(texts, past)
+    found += _keyed_mismatch(texts, past)
     return found
+
+
+def _scalars(value: object, key: str = "", depth: int = 0) -> list[tuple[str, object]]:
+    """The ``(key, value)`` pairs of a tool's JSON result whose value is a number or a one-word string."""
+    if depth > 4:
+        return []
+    if isinstance(value, dict):
+        return [p for k, v in list(value.items())[:100] for p in _scalars(v, str(k), depth + 1)]
+    if isinstance(value, list):
+        return [p for v in value[:100] for p in _scalars(v, key, depth + 1)]
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        or isinstance(value, str)
+        and re.fullmatch(r"[\w.-]{1,30}", value)
+    )
+    return [(key, value)] if key and ok else []
+
+
+_FILLER = r"(?:(?:about|around|approximately|roughly|nearly|almost|currently|now|only|just|a|an|the|very|quite|mostly|partly|light|heavy)\s+)*"
+
+
+def _keyed_mismatch(texts: list[str], past: History) -> list[str]:
+    """A value the reply gives for a key a tool returned ("humidity is 80" when it returned 65): numbers
+    that differ (beyond rounding), one-word strings that differ. Only keys with one value in all the results."""
+    pairs: dict[str, set[str]] = {}
+    for result in past.tool_results[-8:]:
+        try:
+            value = json.loads(re.sub(r"</?tool_response>", "", result).strip())
+        except ValueError:
+            continue
+        for key, v in _scalars(value):
+            pairs.setdefault(key.lower().replace("_", " "), set()).add(str(v).lower())
+    text = "\n".join(texts)[:MAX_REPAIR_CHARS]
+    for key, values in list(pairs.items())[:100]:
+        if len(values) != 1 or len(key) < 3:
+            continue
+        given = next(iter(values))
+        m = re.search(rf"\b{re.escape(key)}\b(?:\s+(?:is|was|of|at)|\s*[:=])\s+{_FILLER}[\"']?([\w.-]+)", text, re.I)
+        near = text[m.start(1) : m.start(1) + 40].lower() if m else ""
+        if m and given not in near and _differs(m.group(1).lower().rstrip("."), given):
+            return [f"value: {key} {m.group(1)} (the tool said {given})"]
+    return []
+
+
+def _differs(stated: str, given: str) -> bool:
+    try:
+        a, b = float(stated), float(given)
+    except ValueError:
+        return not re.fullmatch(r"[\d.-]+", stated) and not re.fullmatch(r"[\d.-]+", given) and stated != given
+    return abs(a - b) >= 1 and round(b) != a
 
 
 _MAX_VALUES = 500
