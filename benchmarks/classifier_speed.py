@@ -138,6 +138,10 @@ ADVERSARIAL = {
     "one long a.py token": ("See ", "a.py"),
     "run of <arg_key> pairs": ("list_files", "<arg_key>path</arg_key><arg_value>"),
     "run of Action: f(": ("Action: ", "list_files("),
+    "run of <functioncall {": ("", "<functioncall {"),
+    "run of call:f{ (Gemma 4)": ("<|tool_call>", "call:f{a:"),
+    'run of list_files([{"a",': ("", 'list_files([{"a", '),
+    'run of "jsonrpc" {': ("", '{"jsonrpc": "2.0", "method": "a", "params": '),
 }
 WEATHER = [
     {

@@ -76,7 +76,7 @@ def build(path: Path, n_turns: int) -> None:
                      failure_modes=canonical_json(modes), recovered_by=None, classifier_version="1", finish_reason="stop",
                      prompt_tokens=500 + 50 * n, completion_tokens=rng.randint(5, 200), latency_ms=rng.uniform(50, 3000),
                      started_at="2026-01-01T00:00:00.000+00:00", ended_at="2026-01-01T00:00:01.000+00:00", details="{}",
-                     reasoning=None, blob_refs=None)  # fmt: skip
+                     reasoning=None, blob_refs=None, server_rejection=None)  # fmt: skip
             turns.append(tuple(t[c] for c in cols["turns"]))
         outcome = rng.choices(["pass", "task_failed", "turn_limit", "infra_error"], [0.6 - 0.12 * weak, 0.25, 0.1, 0.05])[0]
         e = dict(run_id=run_id, outcome=outcome, turns=TURNS_PER_RUN, prompt_tokens=6000, completion_tokens=800, breach=None,

@@ -9,6 +9,7 @@ One run::
                          already spent exceed token_limit (checked before the call, never after)
         reply = backend.generate(messages, tools if native mode)
         classification = classify(reply, tools, history)       # labels + structured/recovered calls
+        a reply the server's parser refused (reply.rejection): record the turn, stop (nothing to send back)
         calls = classification.calls(parser)                   # strict: structured only
         append the assistant message; execute every call; answer each one (errors as "ERROR: ...")
         append the turn to the ledger (one transaction)
@@ -46,7 +47,7 @@ from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_no
 from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
 from harness.scenarios import Scenario
-from harness.tool_protocol import assistant_message, request_hash, result_message
+from harness.tool_protocol import assistant_message, refusal_text, request_hash, result_message
 from harness.tools import Sandbox, ToolResult
 from harness.vocab import Outcome, ParserPolicy, ToolMode
 
@@ -362,8 +363,7 @@ class _Run:
         return outcome, error
 
     def _turn(self) -> str | None:
-        """One model call and its tool calls; returns ``"ended"`` when the reply holds no call."""
-        assert self.sandbox is not None
+        """One model call and its tool calls; returns ``"ended"`` when the reply holds no call or the server refused it."""
         if self.stop.is_set():
             raise _Interrupted
         self.breaker.before_call(turns_done=self.turns, tokens_used=self.prompt_tokens + self.completion_tokens)
@@ -380,8 +380,35 @@ class _Run:
         self.completion_tokens += reply.completion_tokens or 0
         self.final_answer = reply.content
         verdict: Classification = classify(
-            reply.response_dict(), tools=self.tool_schemas, history=self.messages, requires_tool=plan.scenario.requires_tool
+            reply.response_dict(),
+            tools=self.tool_schemas,
+            history=self.messages,
+            requires_tool=plan.scenario.requires_tool,
+            server_rejection=refusal_text(reply.rejection),
         )
+        # a refused reply left no assistant message to send back: the run ends at it, nothing is run
+        executed = [] if reply.rejection is not None else self._act(reply, verdict)
+        self.labels_seen.extend(m for m in verdict.failure_modes if m not in self.labels_seen)
+        self.ledger.record_turn(
+            TurnRecord(
+                run_id=self.run_id, turn=self.turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
+                tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
+                executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
+                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
+                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
+                details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
+                reasoning=reply.reasoning, server_rejection=reply.rejection,
+            )
+        )  # fmt: skip
+        if self.stop.is_set():
+            raise _Interrupted  # the reply that was in flight is recorded; the run is not complete
+        return None if executed else "ended"
+
+    def _act(self, reply: Reply, verdict: Classification) -> list[dict[str, Any]]:
+        """Append the assistant message, run every call the parser policy acts on and answer each; returns them as stored."""
+        assert self.sandbox is not None
+        plan = self.plan
         refused = structured_overflow(reply.tool_calls)  # past the classifier's cap: answered as refused, never run
         calls = verdict.calls(plan.parser) + refused
         ids = [call.id or f"call_{self.turns}_{i}" for i, call in enumerate(calls)]
@@ -394,22 +421,7 @@ class _Run:
             self.messages.append(result_message(result.output, name=result.name, call_id=call_id, tool_mode=plan.tool_mode))
             executed.append({"id": call_id, "name": call.name, "arguments": call.arguments, "source": call.source,
                              "output": result.output, "error": result.error, "escape_attempt": result.escape_attempt})  # fmt: skip
-        self.labels_seen.extend(m for m in verdict.failure_modes if m not in self.labels_seen)
-        self.ledger.record_turn(
-            TurnRecord(
-                run_id=self.run_id, turn=self.turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
-                tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
-                executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
-                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
-                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
-                details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
-                reasoning=reply.reasoning,
-            )
-        )  # fmt: skip
-        if self.stop.is_set():
-            raise _Interrupted  # the reply that was in flight is recorded; the run is not complete
-        return None if calls else "ended"
+        return executed
 
     def _cached_reply(self, turn_request_hash: str) -> Reply | None:
         row = self.ledger.cached_turn(self.identity, turn_request_hash)
@@ -426,6 +438,7 @@ class _Run:
             identity=self.backend.identity(),
             reasoning=row.reasoning,
             extra={"cache_hit": True},
+            rejection=row.server_rejection,
         )
 
     def _end(self, outcome: str, breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.classifier import CLASSIFIER_VERSION, classify
 from harness.ledger import Labels, Ledger, RunRow, TurnRow
-from harness.tool_protocol import rebuild_history, request_hash
+from harness.tool_protocol import rebuild_history, refusal_text, request_hash
 
 __all__ = ["RescoreResult", "rescore"]
 
@@ -74,7 +74,8 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
                 "usage": {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens},
                 "reasoning_content": record.reasoning,
             }
-            verdict = classify(response, tools=tools, history=history, requires_tool=requires_tool)
+            verdict = classify(response, tools=tools, history=history, requires_tool=requires_tool,
+                               server_rejection=refusal_text(record.server_rejection))  # fmt: skip
             ledger.record_labels(
                 Labels(
                     run_id=run.run_id, turn=record.turn, classifier_version=verdict.classifier_version,

@@ -31,6 +31,7 @@ __all__ = [
     "assistant_message",
     "is_tool_result",
     "rebuild_history",
+    "refusal_text",
     "render_tools_prompt",
     "request_hash",
     "result_message",
@@ -187,3 +188,11 @@ def rebuild_history(
         for c in executed:
             messages.append(result_message(c["output"], name=c["name"], call_id=c["id"], tool_mode=tool_mode))
     return out
+
+
+def refusal_text(rejection: Any) -> str | None:
+    """The classifier's ``server_rejection`` input from a reply's (or a stored turn's) ``rejection`` record, or None."""
+    if rejection is None:
+        return None
+    error = rejection.get("error") if isinstance(rejection, dict) else None
+    return error if isinstance(error, str) and error else "the server refused the reply"

@@ -60,7 +60,14 @@ def filled(ledger_path):
     return ledger_path
 
 
-ALL_MIGRATIONS = ["m001_initial", "m002_attestations", "m003_attempts", "m004_turn_reasoning", "m005_blobs"]
+ALL_MIGRATIONS = [
+    "m001_initial",
+    "m002_attestations",
+    "m003_attempts",
+    "m004_turn_reasoning",
+    "m005_blobs",
+    "m006_turn_server_rejection",
+]
 OLD_LEDGER = Path(__file__).resolve().parent / "data" / "ledger_m003.sqlite"
 """A ledger written by the harness before m004 (one run, two turns), kept as a real old file."""
 
@@ -264,7 +271,7 @@ def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
     path = tmp_path / "old.sqlite"
     shutil.copyfile(OLD_LEDGER, path)
     with Ledger(path, readonly=True) as ledger:
-        assert ledger.pending_migrations() == ["m004_turn_reasoning", "m005_blobs"]
+        assert ledger.pending_migrations() == ["m004_turn_reasoning", "m005_blobs", "m006_turn_server_rejection"]
         assert ledger.verify().ok
         assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None]
     assert main(["ledger", "verify", "--ledger", str(path)]) == 0
@@ -305,7 +312,7 @@ def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path
     rc, _out, err = cli(capsys, "ledger", "migrate", "--ledger", path)
     assert rc != 0 and err.startswith("harness: cannot bring the ledger at") and err.count("\n") == 1
     with Ledger(path, readonly=True) as ledger:
-        assert ledger.pending_migrations() == ["m004_turn_reasoning", "m005_blobs"]
+        assert ledger.pending_migrations() == ["m004_turn_reasoning", "m005_blobs", "m006_turn_server_rejection"]
 
 
 # red-team finding: an edited column history made `ledger verify` a traceback

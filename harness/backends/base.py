@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Backend", "BackendIdentity", "GenerateOptions", "Reply"]
+__all__ = ["Backend", "BackendIdentity", "GenerateOptions", "Reply", "rejection_record"]
 
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_NUM_CTX = 4096
@@ -88,6 +88,10 @@ class Reply:
         reasoning: the reasoning text the server returned beside the content
             (``reasoning_content`` or ``reasoning`` in OpenAI-compatible bodies, Ollama's
             ``thinking``), or ``None``; non-strings are kept as their JSON text.
+        rejection: set when the server's own tool-call parser refused the model's reply (a model
+            failure, not the server's: see :func:`rejection_record`): ``{"server", "status", "error"}``
+            (``llama.cpp``, ``ollama`` or ``vllm``; the HTTP status; the server's error message).
+            ``raw`` is then the error body and ``content`` the model's text when the body quotes it.
     """
 
     content: str | None
@@ -100,6 +104,7 @@ class Reply:
     identity: BackendIdentity
     reasoning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    rejection: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Servers send anything; the harness's fields are typed (the raw body keeps the original).
@@ -115,7 +120,8 @@ class Reply:
 
         Returns:
             ``{"content", "tool_calls", "finish_reason", "usage": {"prompt_tokens",
-            "completion_tokens"}}``, plus ``"reasoning_content"`` when the server returned reasoning.
+            "completion_tokens"}}``, plus ``"reasoning_content"`` when the server returned reasoning and
+            ``"server_rejection"`` (:attr:`rejection`) when the server refused the reply.
         """
         out: dict[str, Any] = {
             "content": self.content,
@@ -125,11 +131,24 @@ class Reply:
         }
         if self.reasoning is not None:
             out["reasoning_content"] = self.reasoning
+        if self.rejection is not None:
+            out["server_rejection"] = self.rejection
         return out
 
 
 MAX_TOKEN_COUNT = 2**40
 """Token counts outside ``[0, MAX_TOKEN_COUNT]`` are not believable and are recorded as unknown."""
+
+
+def rejection_record(server: str, status: int, error: str) -> dict[str, Any]:
+    """The :attr:`Reply.rejection` record of a reply the server's tool-call parser refused.
+
+    Args:
+        server: which parser refused it: ``llama.cpp``, ``ollama`` or ``vllm``.
+        status: the HTTP status of the refusal.
+        error: the server's error message, verbatim.
+    """
+    return {"server": server, "status": status, "error": error}
 
 
 def _count_or_none(value: Any) -> int | None:

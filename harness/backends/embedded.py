@@ -70,6 +70,8 @@ class EmbeddedBackend(Backend):
         parallel: number of concurrent requests (llama.cpp slots).
         num_ctx: context length per slot, in tokens.
         timeout_s: seconds to wait for one reply.
+        chat_template: a Jinja chat template to use instead of the one in the GGUF file (e.g. one
+            that renders tools, for a model whose own template does not).
 
     Raises:
         UsageError: the model is neither a ``.gguf`` file nor a known name.
@@ -85,6 +87,7 @@ class EmbeddedBackend(Backend):
         parallel: int = 1,
         num_ctx: int = DEFAULT_NUM_CTX,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        chat_template: str | None = None,
     ) -> None:
         if parallel < 1 or num_ctx < 1:
             raise UsageError(f"parallel ({parallel}) and num_ctx ({num_ctx}) must both be at least 1.")
@@ -92,6 +95,7 @@ class EmbeddedBackend(Backend):
         self.parallel = parallel
         self.num_ctx = num_ctx
         self.timeout_s = timeout_s
+        self.chat_template = chat_template
         self.spec = f"embedded:{name_or_path}"
         self.model_file, self._sha256 = resolve_model(name_or_path)
         self._server: Any = None
@@ -178,6 +182,8 @@ class EmbeddedBackend(Backend):
         params.n_ctx = self.num_ctx * self.parallel
         params.n_parallel = self.parallel
         params.use_jinja = True
+        if self.chat_template is not None:
+            params.chat_template = self.chat_template
         params.verbosity = -1
         try:
             server = xllamacpp.Server(params)

@@ -9,12 +9,16 @@ Design: :class:`OllamaBackend` subclasses :class:`OpenAICompatBackend` and overr
 wire format and the error wording; connection handling and error translation are shared.
 Messages arrive in the OpenAI shape and are translated at this edge (:func:`to_ollama_messages`):
 assistant tool-call ``arguments`` become JSON objects, and tool results carry ``tool_name``.
-Replies keep ``message.tool_calls`` exactly as Ollama returned them.
+Replies keep ``message.tool_calls`` exactly as Ollama returned them. When Ollama's own tool-call
+parser refuses the model's output (HTTP 500 ``error parsing tool call: raw='...', err=...``), the
+refusal is returned as a reply with ``rejection`` set and the quoted raw text as its content
+(:meth:`OllamaBackend._rejection`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -27,6 +31,8 @@ __all__ = ["DEFAULT_OLLAMA_URL", "OllamaBackend", "to_ollama_messages"]
 
 #: where Ollama listens when ``OLLAMA_HOST`` is not set
 DEFAULT_OLLAMA_URL = "http://localhost:11434"
+_PARSE_ERROR = "error parsing tool call"
+_RAW_QUOTED = re.compile(r"error parsing tool call: raw='(.*)', err=", re.DOTALL)
 
 
 class OllamaBackend(OpenAICompatBackend):
@@ -142,6 +148,18 @@ class OllamaBackend(OpenAICompatBackend):
             identity=self._reply_identity(),
             reasoning=message.get("thinking"),
         )
+
+    def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
+        """Ollama's tool-call parser refused the model's output: HTTP 500 ``error parsing tool call: raw='<text>',
+        err=<Go JSON error>`` (older versions give only ``error parsing tool call: <Go JSON error>``).
+
+        Returns:
+            ``("ollama", text)`` with the quoted raw model text (``None`` when the body quotes none), else ``None``.
+        """
+        if status != 500 or not detail.startswith(_PARSE_ERROR):
+            return None
+        quoted = _RAW_QUOTED.match(detail)
+        return "ollama", quoted.group(1) if quoted else None
 
     def _unreachable_message(self) -> str:
         return f"Ollama is not running at {self.base_url}; start it with `ollama serve` or set OLLAMA_HOST."

@@ -11,6 +11,12 @@ Design:
   :class:`~harness.errors.ModelNotFound`.
 * Replies are reported exactly as the server gave them: ``tool_calls`` is not repaired or
   normalised, and ``raw`` holds the whole parsed body.
+* A server whose own tool-call parser refuses the model's reply answers with an error status,
+  but the failure is the model's: :meth:`OpenAICompatBackend._rejection` recognises those bodies
+  (llama.cpp's ``Failed to parse tool call arguments as JSON``, vLLM's pydantic ``Invalid JSON``
+  on a forced call) and :meth:`~OpenAICompatBackend.generate` returns them as a :class:`Reply`
+  with ``rejection`` set, never as an error, so they are neither retried nor counted as
+  ``infra_error`` (docs/failure-modes.md#server_rejected_call).
 * :class:`~harness.backends.ollama.OllamaBackend` subclasses this class and overrides only
   the wire format (URL, request payload, reply parsing) and its error wording.
 """
@@ -25,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
+from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
 from harness.errors import (
     BackendResponseError,
     BackendTimeout,
@@ -103,13 +109,17 @@ class OpenAICompatBackend(Backend):
             BackendUnavailable: the server cannot be reached or dropped the connection.
             BackendTimeout: no complete answer within ``timeout_s``.
             ModelNotFound: HTTP 404 whose body says the model does not exist.
-            BackendResponseError: any other HTTP status >= 400, or a body that is not the
+            BackendResponseError: any other HTTP status >= 400 (but a refusal of the model's tool
+                call, returned as a reply with ``rejection`` set), or a body that is not the
                 expected JSON.
         """
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
         response = self._request("POST", self._chat_url(), json_body=payload)
         latency_ms = (time.perf_counter() - start) * 1000.0
+        rejected = self._rejected_reply(response, latency_ms)
+        if rejected is not None:
+            return rejected
         self._raise_for_status(response)
         body = self._json_body(response)
         return self._parse_reply(body, latency_ms)
@@ -188,6 +198,54 @@ class OpenAICompatBackend(Backend):
             raw=body,
             identity=self._reply_identity(),
             reasoning=message.get("reasoning_content") or message.get("reasoning"),
+        )
+
+    def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
+        """Which server's tool-call parser refused the model's reply, and the model's text the error quotes.
+
+        llama.cpp's server answers HTTP 500 ``Failed to parse tool call arguments as JSON: <nlohmann parse
+        error>`` (``common/chat.cpp``); vLLM answers HTTP 400 with pydantic's ``validation error for
+        list[function-wrap[...]] Invalid JSON: ...`` when it parses a forced call's text. Neither body quotes the
+        whole reply (llama.cpp's ``last read`` and pydantic's ``input_value`` are clipped fragments), so the
+        text is ``None``. A vLLM 400 that is a bare ``json`` message (``Expecting ',' delimiter``) is vLLM
+        re-reading a client's history, never a reply: it is not recognised here.
+
+        Args:
+            status: the HTTP status.
+            detail: the error message (:func:`_error_detail`).
+
+        Returns:
+            ``(server, text)`` for a recognised refusal, else ``None``.
+        """
+        if status == 500 and detail.startswith("Failed to parse tool call arguments as JSON"):
+            return "llama.cpp", None
+        if status in (400, 500) and "validation error for list[function-wrap[" in detail and "Invalid JSON" in detail:
+            return "vllm", None
+        return None
+
+    def _rejected_reply(self, response: httpx.Response, latency_ms: float) -> Reply | None:
+        """The reply a refusal of the model's tool call stands for (see :meth:`_rejection`), or ``None``."""
+        if response.status_code < 400:
+            return None
+        detail = _error_detail(response)
+        found = self._rejection(response.status_code, detail)
+        if found is None:
+            return None
+        server, text = found
+        try:
+            body = response.json()
+        except (ValueError, RecursionError):
+            body = None
+        return Reply(
+            content=text,
+            tool_calls=None,
+            finish_reason=None,  # none of the refusals says whether max_tokens was hit
+            prompt_tokens=None,
+            completion_tokens=None,
+            latency_ms=latency_ms,
+            raw=body if isinstance(body, dict) else {"error": response.text},
+            identity=self._reply_identity(),
+            rejection=rejection_record(server, response.status_code, detail),
         )
 
     def _unreachable_message(self) -> str:

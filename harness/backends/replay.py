@@ -6,7 +6,8 @@ A cassette is JSONL, one reply per line, in the shape of :meth:`Reply.response_d
      "tool_calls": [{"function": {"name": str, "arguments": object | str}}] | null,
      "finish_reason": str,
      "usage": {"prompt_tokens": int, "completion_tokens": int},
-     "reasoning_content": str}                     # optional: reasoning returned beside the content
+     "reasoning_content": str,                     # optional: reasoning returned beside the content
+     "server_rejection": {"server", "status", "error"}}  # optional: the server's parser refused the reply
 
 Extra keys are allowed and ignored; a missing ``usage`` gives ``None`` token counts. Blank
 lines are skipped. The whole file is loaded and validated when the backend is opened, so a
@@ -99,6 +100,7 @@ class ReplayBackend(Backend):
             raw=line,
             identity=self.identity(),
             reasoning=line.get("reasoning_content"),
+            rejection=line.get("server_rejection"),
         )
 
     def identity(self) -> BackendIdentity:
@@ -254,6 +256,9 @@ def _shape_problem(obj: dict[str, Any]) -> str | None:
         return "'finish_reason' must be a string or null"
     if obj.get("reasoning_content") is not None and not isinstance(obj["reasoning_content"], str):
         return "'reasoning_content' must be a string or null"
+    rejected = obj.get("server_rejection")
+    if rejected is not None and not (isinstance(rejected, dict) and isinstance(rejected.get("error"), str)):
+        return "'server_rejection' must be an object with an 'error' string, or null"
     usage = obj.get("usage")
     if usage is not None:
         if not isinstance(usage, dict):

@@ -6,11 +6,11 @@ failure modes, the two passes, the recovery steps, the accepted call shapes, the
 heuristics' rules are documented in docs/failure-modes.md.
 
 Modules, each depending only on those before it: ``types`` (constants, result types, shared
-helpers), ``jsonscan`` (JSON scanning and repair), ``validate`` (offered tools, structured
-calls, schema validation), ``shapes`` (call shapes and candidates in text), ``content``
-(reasoning, tags, fences, recovered calls), ``heuristics`` (history, repeats, escapes), ``readings`` (how
-a reply presents what it writes), ``contradiction``, ``fabrication``, ``narration`` and ``behaviour``
-(the behaviour checks).
+helpers), ``jsonscan`` (JSON scanning and repair), ``schemakw`` (budgeted JSON Schema keywords),
+``validate`` (offered tools, structured calls, schema validation), ``shapes`` (call shapes and
+candidates in text), ``content`` (reasoning, tags, fences, recovered calls), ``heuristics``
+(history, repeats, escapes), ``readings`` (how a reply presents what it writes),
+``contradiction``, ``fabrication``, ``narration`` and ``behaviour`` (the behaviour checks).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def classify(
     tools: Sequence[Mapping] | None = None,
     history: Sequence[Mapping] = (),
     requires_tool: bool | None = None,
+    server_rejection: str | None = None,
 ) -> Classification:
     """Classify one assistant reply.
 
@@ -88,6 +89,9 @@ def classify(
             ``tool_calls``, tool).
         requires_tool: the scenario's flag: True judges ``skipped_required_tool``, False
             judges ``unneeded_call``, None judges neither.
+        server_rejection: the error message with which the server's own tool-call parser refused
+            the reply (then ``response`` holds only the model's text the error quoted, if any), or
+            None: labels ``server_rejected_call``, and the refused call counts as a call attempt.
 
     Returns:
         The :class:`Classification`; ``details["evidence"]`` gives, for every label, the rule
@@ -95,7 +99,8 @@ def classify(
         surface, the result carries ``details["internal_error"]`` and no failure mode.
     """
     try:
-        return _classify(response, tools, history, requires_tool if isinstance(requires_tool, bool) else None)
+        rejected = server_rejection if isinstance(server_rejection, str) and server_rejection else None
+        return _classify(response, tools, history, requires_tool if isinstance(requires_tool, bool) else None, rejected)
     except Exception as exc:  # noqa: BLE001 - the loop must never die on a label
         return Classification([], [], [], None, {"internal_error": short(f"{type(exc).__name__}: {exc}")})
 
@@ -106,7 +111,7 @@ _REASONING_MODES = frozenset({"foreign_call_syntax", "wrong_wrapper_tag", "inval
 vendor's call markers included) and payload (the other envelope modes describe the content)."""
 
 
-def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | None) -> Classification:
+def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | None, rejected: str | None) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
     known = isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
@@ -116,7 +121,7 @@ def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | Non
     reasoning = _reasoning_calls(response, result, structured, offered, known)
     recovered = result.calls + (reasoning.calls if reasoning else [])
     calls = structured + recovered
-    attempts = len(structured) + result.attempts + (reasoning.attempts if reasoning else 0)
+    attempts = len(structured) + result.attempts + (reasoning.attempts if reasoning else 0) + (rejected is not None)
     steps = [
         envelope_step(structured_modes, result, clipped),
         multiple_calls_step(structured, result),
@@ -133,6 +138,7 @@ def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | Non
         truncation_step(response),
         markup_step(result),
         escape_step(calls),
+        ({"server_rejected_call"}, {"server_rejected_call": short(rejected)}) if rejected else (set(), {}),
     ]
     modes: set[str] = set()
     details: dict[str, Any] = {}
@@ -185,9 +191,9 @@ def classify_document(doc: Any) -> dict[str, Any]:
     """Classify a standalone document, as ``harness classify`` does.
 
     Args:
-        doc: ``{"tools": [...], "messages": [...], "response": {...}, "requires_tool": bool}``;
-            unknown keys are ignored, missing or mistyped ones count as empty (``requires_tool``
-            absent: not judged).
+        doc: ``{"tools": [...], "messages": [...], "response": {...}, "requires_tool": bool,
+            "server_rejection": str}``; unknown keys are ignored, missing or mistyped ones count as
+            empty (``requires_tool`` absent: not judged; ``server_rejection`` absent: not refused).
 
     Returns:
         ``{"failure_modes": [...], "calls": [{"name", "arguments"}], "recovered_by": str |
@@ -198,11 +204,13 @@ def classify_document(doc: Any) -> dict[str, Any]:
     messages = get(doc, "messages")
     response = get(doc, "response")
     requires_tool = get(doc, "requires_tool")
+    rejection = get(doc, "server_rejection")
     result = classify(
         response if isinstance(response, Mapping) else {},
         tools=tools if isinstance(tools, list) else None,
         history=messages if isinstance(messages, list) else (),
         requires_tool=requires_tool if isinstance(requires_tool, bool) else None,
+        server_rejection=rejection if isinstance(rejection, str) else None,
     )
     return {
         "failure_modes": result.failure_modes,

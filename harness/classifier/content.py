@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.classifier.jsonscan import scan_balanced
 from harness.classifier.shapes import payload_candidates, remove_spans, xml_spans
 from harness.classifier.types import MAX_CANDIDATES, MAX_REGIONS, MAX_SCAN_CHARS, Cand, ToolCall, get, text_of
 from harness.classifier.validate import args_from_raw
@@ -64,11 +65,14 @@ _WRAPPER = r"tool_calls?|toolcalls?|tool-calls?|tools?|tool[_-]?uses?|functions?
 _MARKERS = (
     r"\[TOOL_CALLS?\]|\[TOOL_REQUEST\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
     r"|<\|action_start\|>(?:[ \t]*<\|(?:plugin|interpreter)\|>)?"  # InternLM 2/2.5
+    r"|<\|tool_call>"  # Gemma 4: <|tool_call>call:name{...}<tool_call|>
 )
-_TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})", re.I)
+_TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])", re.I)
 _TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
 _MARKER_CLOSE = re.compile(
-    r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>", re.I
+    r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>"
+    r"|<tool_call\|>",
+    re.I,
 )
 
 
@@ -116,6 +120,10 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
             continue
         if mo is None:
             break
+        if mo.group(3):  # <functioncall {...}>: one tag holding the call
+            regions.append(_inline_tag(text, mo))
+            pos = prev_end = max(regions[-1].inner_end, regions[-1].tags[-1][1])
+            continue
         nxt = search(_TAG_OPEN, mo.end())
         limit = nxt.start() if nxt else len(text)
         if mo.group(2):  # marker: runs to its close, the next opener or the end
@@ -137,6 +145,16 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
             regions.append(_Region(mo.end(), limit, [mo.span()], name, False, False, False))
             pos = prev_end = limit
     return regions
+
+
+def _inline_tag(text: str, mo: re.Match[str]) -> _Region:
+    """The region of a single tag holding a call (``<functioncall {"name": ..., "arguments": {...}}>``): its JSON, then
+    the tag's ``>`` (and a closing tag right after it, if any); unclosed, the region runs to the JSON's end."""
+    end, _closed, _depth = scan_balanced(text, mo.end(), len(text))
+    name = mo.group(3).lower()
+    close = re.compile(rf"\s*/?>(?:\s*<\s*/\s*{re.escape(name)}\s*>)?", re.I).match(text, end)
+    tags = [mo.span(), close.span()] if close else [mo.span()]
+    return _Region(mo.end(), end, tags, name, False, False, True)  # a call tag with no body: never well formed
 
 
 _FENCE = re.compile(r"(`{3,}|~{3,})([A-Za-z0-9_+#.-]*)(.*?)(?:\1(?![A-Za-z0-9_+#.-])|\Z)", re.S)  # ```python never closes
@@ -347,9 +365,10 @@ _REACT_KEYWORD = re.compile(
     r"^[ \t]*(?:Observation[ \t]*:.*|(?:Thought|Final[ \t]+Answer|Answer|Output|Result)[ \t]*:)", re.I | re.M
 )
 _MARKUP = re.compile(r"<\|[^|\n]{0,40}\|>|<｜[^｜\n]{0,40}｜>|</?[A-Za-z_][\w:-]{0,40}(?:\s[^<>\n]{0,80})?/?>|\[/?[A-Z_]{3,20}\]")
-_NOT_PROSE_LINE = re.compile(
-    r"^[ \t]*(?:[{}\[\]]|\"[^\"]*\"\s*:|#|def |import |from |return |\w+\s*=[^=]|[\w ]{1,30}:[ \t]*$).*$", re.M
-)
+_LABEL = r"(?!(?i:I|we|let|you|here|now|this|then|so)\b)\w+(?:[ \t]+\w+){0,2}[ \t]*:[ \t]*$"
+"""A lone label or a framework's heading (``Output:``, ``Calling tools:``): up to three words, not a sentence
+("I will call the tool now:", "Let me check:")."""
+_NOT_PROSE_LINE = re.compile(rf"^[ \t]*(?:[{{}}\[\]]|\"[^\"]*\"\s*:|#|def |import |from |return |\w+\s*=[^=]|{_LABEL}).*$", re.M)
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 

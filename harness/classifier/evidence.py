@@ -41,6 +41,7 @@ RULES: dict[str, str] = {
     "unneeded_call": "a call while the scenario requires none",
     "call_in_reasoning": "a call written only in the reasoning",
     "chat_markup_leak": "chat-template markup in the content",
+    "server_rejected_call": "the server's tool-call parser refused the reply",
 }
 """One line per mode: what its rule checks (the guide's section has the full rule)."""
 
@@ -70,7 +71,7 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
         elif mode == "truncated_by_length":
             span = "finish_reason: length"
         elif mode == "unknown_tool" and isinstance(details.get(mode), dict):
-            span = ", ".join(details[mode])
+            span = ", ".join(name or "(no name)" for name in details[mode])
         elif mode in details and mode not in ("wrappers",):
             span = details[mode] if isinstance(details[mode], str) else json.dumps(details[mode], ensure_ascii=False, default=str)
         elif mode == "mixed_prose":

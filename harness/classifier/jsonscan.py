@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.classifier.types import MAX_REPAIR_CHARS, jsonable
 
-__all__ = ["FAIL", "literal", "loads", "pseudo_code", "repair", "scan_balanced", "string_end"]
+__all__ = ["FAIL", "close_cut_call", "literal", "loads", "pseudo_code", "repair", "scan_balanced", "string_end"]
 
 #: Returned by :func:`loads`, :func:`literal` and :func:`repair` when the text does not parse.
 FAIL = object()
@@ -226,6 +226,56 @@ def repair(text: str) -> Any:  # long: one tokenizer loop whose state (out, stac
         # the stack at the comma was the first `depth` openers of the current stack
         value = _close(out[:cut], stack[:depth])
     return value
+
+
+_CALL_TOKEN = re.compile(r"[\"'()\[\]{},]")
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+def close_cut_call(src: str) -> str | None:
+    """A call expression cut at the end of the text (``list_tickets([{"id", "123", "title", "Printer``), closed the
+    way :func:`repair` closes JSON: its open string, then its brackets, a trailing comma dropped, and when that does
+    not parse, the cut tail cut back to the last comma. None when nothing was left open or it still does not parse
+    as Python. Linear in ``src``."""
+    stack: list[str] = []
+    commas: list[tuple[int, int]] = []  # (position, depth)
+    open_string = ""
+    i = 0
+    while (m := _CALL_TOKEN.search(src, i)) is not None:
+        ch, pos = m.group(), m.start()
+        if ch in "\"'":
+            end = string_end(src, pos, ch, allow_newline=False)
+            if end < 0:
+                open_string = ch  # the string runs to the cut
+                break
+            i = end + 1
+            continue
+        if ch in _CLOSERS:
+            stack.append(_CLOSERS[ch])
+        elif ch == ",":
+            commas.append((pos, len(stack)))
+        elif not stack or stack.pop() != ch:
+            return None  # a closer that closes nothing open: not one cut call
+        i = pos + 1
+    if not stack:
+        return None
+    closed = _closed_python(src + open_string, stack)
+    if closed is None and commas:
+        at, depth = commas[-1]
+        closed = _closed_python(src[:at], stack[:depth])
+    return closed
+
+
+def _closed_python(body: str, stack: list[str]) -> str | None:
+    body = body.rstrip()
+    body = body[:-1].rstrip() if body.endswith(",") else body
+    body = body + " None" if body.endswith(":") else body
+    closed = body + "".join(reversed(stack))
+    try:
+        ast.parse(closed, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    return closed
 
 
 _CODE_PLACEHOLDER = "\x00"

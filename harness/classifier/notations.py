@@ -25,7 +25,7 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-from harness.classifier.jsonscan import FAIL, literal, loads, repair, scan_balanced, string_end
+from harness.classifier.jsonscan import FAIL, close_cut_call, literal, loads, repair, scan_balanced, string_end
 from harness.classifier.types import (
     MAX_CANDIDATES,
     MAX_DEPTH,
@@ -36,10 +36,11 @@ from harness.classifier.types import (
     jsonable,
     short,
 )
-from harness.classifier.validate import schema_properties
+from harness.classifier.validate import NO_PROPERTY, schema_properties
 
 __all__ = [
     "call_expression",
+    "code_pseudo",
     "key_value_candidates",
     "line_bounds",
     "pythonic_candidates",
@@ -174,9 +175,11 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     if not offered and "." in name:
         return None
     end = _paren_end(text, m.end() - 1, min(len(text), start + MAX_PYTHONIC_CHARS))
-    if end < 0:
+    cut = end < 0 and offered and len(text) - start <= MAX_PYTHONIC_CHARS and (wrapped or _opens_line(text, line_start, start))
+    src = close_cut_call(text[start:]) if cut else (text[start:end] if end >= 0 else None)
+    if src is None:
         return None
-    src = text[start:end]
+    end = len(text) if cut else end
     if not offered and not _whole_payload(text, src):
         return None  # an unknown name counts only when the call is the whole payload
     try:
@@ -195,8 +198,8 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
         return None  # "I did not call write_file(...)", "you can call read_file(...)", "`read_file(path)` returns..."
     if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
         return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
-    args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
-    repaired = False
+    args, errors = _pythonic_args(node, schema_properties(schemas[name]) if name in schemas else None)
+    repaired = cut
     if not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
         value, ok = _literal_node(node.args[0])
         if not ok:  # list_files({path: '.'}): a JavaScript object, whose bare keys the narrow repair quotes
@@ -204,7 +207,7 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
             ok = repaired = isinstance(value, dict)
         if ok and isinstance(value, dict):
             args, errors = value, []  # read_file({"path": "a.txt"}): the dict is the arguments
-    return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=["function_call"] if errors else [],
+    return Cand(start, end, "pythonic", [RawCall(name, args, False)], pseudo=code_pseudo(errors),
                 excerpt=short(src), foreign=True, errors=errors, repaired=repaired)  # fmt: skip
 
 
@@ -237,7 +240,7 @@ def call_expression(src: str, schemas: Mapping[str, Any]) -> tuple[str, dict[str
     if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
         return None
     name = _source(node.func)
-    args, errors = _pythonic_args(node, schema_properties(schemas.get(name)))
+    args, errors = _pythonic_args(node, schema_properties(schemas[name]) if name in schemas else None)
     return name, args, errors
 
 
@@ -277,6 +280,12 @@ def _inert_spans(code: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _opens_line(text: str, line_start: int, start: int) -> bool:
+    """Whether a call cut by the end of the text (``list_tickets([{"id", "1…``, closed by the repair) starts its line
+    as a statement would, not in a sentence ("I will call write_file(path=..., and then ...")."""
+    return re.fullmatch(r"[ \t]*(?:[\w.\[\], ]+=[ \t]*|return[ \t]+|await[ \t]+|\[)?", text[line_start:start]) is not None
+
+
 def _statement(text: str, start: int, end: int, line_start: int) -> bool:
     """Whether the call is a statement or an assignment's value (``files = list_files()``)."""
     before = text[line_start:start].strip()
@@ -285,25 +294,34 @@ def _statement(text: str, start: int, end: int, line_start: int) -> bool:
     return (not before or re.fullmatch(r"[\w.\[\], ]+=|return|await|\[", before) is not None) and after in ("", ";", ")", "]")
 
 
-def _pythonic_args(node: ast.Call, props: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """The arguments of a parsed call (positional ones named after ``props``) and one error per code argument.
+def _pythonic_args(node: ast.Call, props: list[str] | None) -> tuple[dict[str, Any], list[str]]:
+    """The arguments of a parsed call (positional ones named after ``props``, the tool's properties, or None when it
+    is not offered) and one error per code argument and per positional argument to an offered tool that declares no
+    property.
 
     A code argument is kept as its source text: it was given, so it is not a missing argument.
     """
     args: dict[str, Any] = {}
     errors: list[str] = []
-    named = [(props[i] if i < len(props) else f"arg{i}", arg) for i, arg in enumerate(node.args)]
+    names = props or []
+    named = [(names[i] if i < len(names) else f"arg{i}", arg) for i, arg in enumerate(node.args)]
     for kw in node.keywords:
         if kw.arg is None:
             errors.append("**kwargs expansion is code, not a literal")
         else:
             named.append((kw.arg, kw.value))
+    errors += [f"{key} {NO_PROPERTY}" for key, _arg in named[: len(node.args)] if props == []]  # offered, no property
     for key, arg in named:
         value, ok = _literal_node(arg)
         args[key] = value if ok else _partial_literal(arg, 0)
         if not ok:
             errors.append(f"argument {key!r} is code, not a literal")
     return args, errors
+
+
+def code_pseudo(errors: list[str]) -> list[str]:
+    """``["function_call"]`` when an argument of a call expression is code (an error of :func:`_pythonic_args` says so)."""
+    return ["function_call"] if any(e.endswith("not a literal") for e in errors) else []
 
 
 def _partial_literal(node: ast.AST, depth: int) -> Any:
@@ -443,4 +461,31 @@ def vendor_candidates(text: str) -> list[Cand]:
             Cand(m.start(), end, "tagged", [RawCall(m.group(1), None, True)], excerpt=short(text[m.start() : end]), foreign=True)
         )
         pos = max(end, m.end())  # the next arrow call starts after this one: each character is scanned once
+    cands += _gemma_candidates(text, MAX_CANDIDATES - len(cands))
     return sorted(cands, key=lambda c: c.start)
+
+
+_GEMMA_CALL = re.compile(r"(?<![\w.:-])call:(?P<name>[A-Za-z_][\w.-]*)[ \t]*(?=\{)")
+_GEMMA_QUOTE = '<|"|>'
+"""Gemma 4's string delimiter inside its call syntax (``{location:<|"|>Paris<|"|>}``)."""
+
+
+def _gemma_candidates(text: str, room: int) -> list[Cand]:
+    """Gemma 4's own call syntax ``call:name{key:value}`` (inside ``<|tool_call>`` ... ``<tool_call|>``, or left bare
+    when a server stripped the markers): a call in a vendor's syntax (``foreign``); its bare keys are a repair."""
+    cands: list[Cand] = []
+    pos = 0
+    while "call:" in text and len(cands) < room and (m := _GEMMA_CALL.search(text, pos)):
+        end, closed, _depth = scan_balanced(text, m.end(), min(len(text), m.end() + MAX_REPAIR_CHARS))
+        body = text[m.end() : end].replace(_GEMMA_QUOTE, '"')
+        value = loads(body) if closed else FAIL
+        repaired = value is FAIL
+        value = repair(body) if repaired else value
+        excerpt = short(text[m.start() : end])
+        if isinstance(value, Mapping):
+            cands.append(Cand(m.start(), end, "tagged", [RawCall(m.group("name"), value, False)], repaired=repaired,
+                              excerpt=excerpt, foreign=True))  # fmt: skip
+        else:
+            cands.append(Cand(m.start(), end, "invalid", [], excerpt=excerpt, foreign=True))
+        pos = max(end, m.end() + 1)
+    return cands

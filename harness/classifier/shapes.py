@@ -16,6 +16,7 @@ from typing import Any
 from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair, scan_balanced
 from harness.classifier.notations import (
     call_expression,
+    code_pseudo,
     key_value_candidates,
     line_bounds,
     pythonic_candidates,
@@ -77,6 +78,9 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         if isinstance(name, str) and name:
             raw = next((fn[k] for k in _ARG_KEYS if k in fn), None)
             return [RawCall(name, raw, True)]
+    protocol = _protocol_call(obj, tool_names)
+    if protocol is not None:
+        return [protocol]
     for key in _NAME_KEYS:
         name = obj.get(key)
         if not isinstance(name, str) or not name.strip():
@@ -98,12 +102,43 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
     return []
 
 
+_SERVICE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _protocol_call(obj: Mapping[str, Any], tool_names: frozenset[str]) -> RawCall | None:
+    """A protocol's own request object, tools known or not (``nonstandard_keys``): JSON-RPC's ``{"jsonrpc", "method",
+    "params"}`` (MCP's ``tools/call`` names the tool in its params), Home Assistant's ``{"service": "turn_off",
+    "target_device": ...}`` (the other fields are the arguments).
+
+    A ``service`` must look like a service name (``turn_off``, ``light.turn_off``), and an object naming an offered
+    tool under a name key is that call instead (``{"action": "search", "service": "google_search"}``)."""
+    method, params = obj.get("method"), obj.get("params")
+    if "jsonrpc" in obj and isinstance(method, str) and method.strip():
+        if method == "tools/call" and isinstance(params, Mapping) and isinstance(params.get("name"), str):
+            return RawCall(params["name"], params.get("arguments"), True)  # MCP: the tool is named in the params
+        return RawCall(method, params, True)
+    service = obj.get("service")
+    if not isinstance(service, str) or not _SERVICE_NAME.fullmatch(service):
+        return None
+    if not (service in tool_names or "_" in service or "." in service):
+        return None  # {"service": "Netflix", "price": 10} is data
+    if any(isinstance(obj.get(k), str) and obj[k] in tool_names for k in _NAME_KEYS):
+        return None
+    args = {k: v for k, v in obj.items() if k not in ("service", "id", "type")}
+    return RawCall(service, args or None, True)
+
+
 _DEFINITION_LIKE = re.compile(
     r"""["']type["']\s*:\s*["']function["']\s*,\s*["']function["']\s*:\s*\{"""
     r"""|["']description["']\s*:[^{}]*["']parameters["']\s*:\s*\{\s*(?:\}|["'](?:type|properties)["'])"""
 )
 """A tool definition, even broken: the typed wrapper, or a description beside a parameters schema (a call's
 arguments may hold a "description" too)."""
+
+
+_JSONRPC_REQUEST = re.compile(
+    r"""["']jsonrpc["']\s*:[^{}]{0,40}["']method["']\s*:|["']method["']\s*:[^{}]{0,200}["']jsonrpc["']\s*:"""
+)
 
 
 def _is_data(obj: Mapping[str, Any], name_key: str, args_key: str) -> bool:
@@ -120,16 +155,25 @@ def _call_like(text: str, tool_names: frozenset[str]) -> bool:
     head = text[:MAX_REPAIR_CHARS]
     if _DEFINITION_LIKE.search(head[:400]):
         return False
+    if _JSONRPC_REQUEST.search(head[:400]):
+        return True  # a broken JSON-RPC request: a protocol's call object
     if _CALL_KEY_RE.search(head) and (_ARGS_KEY_RE.search(head) or any(f'"{t}"' in head or f"'{t}'" in head for t in tool_names)):
         return True
     m = re.match(r"""\s*[{\[]\s*\{?\s*["']([\w.-]+)["']\s*:""", head)
     return bool(m and m.group(1) in tool_names)
 
 
+_FIRST_KEY = re.compile("""\\s*\\[?\\s*\\{\\s*["'\u201c\u201d]?([\\w-]+)["'\u201c\u201d]?\\s*:""")
+
+
 def _nonstandard_keys(text: str) -> bool:
-    """Whether a broken call-like object's first name and argument keys are other than ``name``/``arguments``."""
+    """Whether a broken call-like object shows keys other than ``name``/``arguments``: its first name or argument key,
+    or a first key of another kind (``{“id”: 0, “name”: ...}``; ``type`` aside, as in a parsed call)."""
     head = text[:MAX_REPAIR_CHARS]
     name_key, args_key = _CALL_KEY_RE.search(head), _ARGS_KEY_RE.search(head)
+    first = _FIRST_KEY.match(head)
+    if first and first.group(1) not in ("type", *_NAME_KEYS, *_ARG_KEYS):
+        return True
     return bool((name_key and name_key.group("key") != "name") or (args_key and args_key.group("key") != "arguments"))
 
 
@@ -168,7 +212,7 @@ def _react_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
         if expression is not None:
             called, args, errors = expression
             cands.append(Cand(m.start(), m.end(), "react", [RawCall(called, args, True)], excerpt=short(m.group().strip()),
-                              foreign=True, react=True, errors=errors, pseudo=["function_call"] if errors else []))  # fmt: skip
+                              foreign=True, react=True, errors=errors, pseudo=code_pseudo(errors)))  # fmt: skip
             continue
         end, raw_args, repaired, broken = m.end(), None, False, False
         follow = _REACT_INPUT.match(text, m.end())

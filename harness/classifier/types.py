@@ -7,6 +7,7 @@ from the rest of the package.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ __all__ = [
     "Cand",
     "RawCall",
     "ToolCall",
+    "UNPARSED_ARGUMENTS",
     "get",
     "jsonable",
     "short",
@@ -73,6 +75,8 @@ FAILURE_MODES: dict[str, str] = {
     "unneeded_call": "A call when the scenario declares that no tool is needed: the restraint failure.",
     "call_in_reasoning": "A call written only in the reasoning: in the `reasoning_content`/`thinking` field the server returned beside the content, or inside a `<think>` block, with no call outside it.",
     "chat_markup_leak": "Chat-template markup echoed as text: `<|im_start|>`, `<|im_end|>`, `<|eot_id|>`, `<|start_header_id|>`, `<|end|>`, `<start_of_turn>`, `<end_of_turn>`, `[INST]`, `<|endoftext|>`, `</s>`: what a base model or a wrong chat template produces.",
+    # judged only when the server's refusal is given (``server_rejection``)
+    "server_rejected_call": "The server's own tool-call parser refused the reply (an HTTP error naming the call it could not parse), so no assistant message came back.",
 }
 
 #: The labelling guide, relative to the repository root: the full rule of mode ``m`` is its section ``#m``.
@@ -108,6 +112,11 @@ MAX_HISTORY_TEXT = 2_000_000
 
 _MAX_DETAIL_CHARS = 300
 
+UNPARSED_ARGUMENTS = "arguments are not valid JSON"
+"""The error of a call whose argument string no repair parsed (its arguments are then ``{}``)."""
+_UNPARSED_KEYS = itertools.count()
+"""Numbers for the repeat keys of unparsed arguments: a key only ever compared, never stored or shown."""
+
 
 # --------------------------------------------------------------------------- public types
 
@@ -135,7 +144,13 @@ class ToolCall:
     errors: list[str] = field(default_factory=list)
 
     def canonical(self) -> str:
-        """Return canonical JSON of name and arguments (sorted keys) for repeat detection."""
+        """Return canonical JSON of name and arguments (sorted keys) for repeat detection.
+
+        Arguments that no repair parsed (:data:`UNPARSED_ARGUMENTS` among the errors) have no canonical form: the
+        key is then a fresh one on every call, equal to no other key (an object id could be reused by a later call
+        while a memoized history still holds it)."""
+        if UNPARSED_ARGUMENTS in self.errors:
+            return f"\x00unparsed:{next(_UNPARSED_KEYS)}"
         return _canonical(self.name, self.arguments)
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,23 +8,29 @@ arguments, and judges every call against the offered tools (the ``unknown_tool``
 
 from __future__ import annotations
 
-import contextvars
 import difflib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-import regex
-from jsonschema.exceptions import ValidationError
 
-from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair
-from harness.classifier.types import MAX_CANDIDATES, ToolCall, get, jsonable, short
+from harness.classifier.jsonscan import FAIL, literal, loads, pseudo_code, repair, scan_balanced
+from harness.classifier.schemakw import (
+    BUDGET,
+    BUDGETED_KEYWORDS,
+    MAX_PATTERN_CHECKS,
+    PATTERN_BUDGET_S,
+    PatternBudget,
+    PatternTimeout,
+    budgeted_search,
+)
+from harness.classifier.types import MAX_CANDIDATES, UNPARSED_ARGUMENTS, ToolCall, get, jsonable, short
 
 __all__ = [
     "MAX_PATTERN_CHECKS",
+    "NO_PROPERTY",
     "PATTERN_BUDGET_S",
     "args_from_raw",
     "mended_name",
@@ -39,154 +45,8 @@ __all__ = [
 ]
 
 _MAX_VALIDATION_ERRORS = 10
-PATTERN_BUDGET_S = 0.05
-"""Time budget of one JSON-Schema ``pattern``/``patternProperties`` match; a pathological pattern
-(``^(a|aa)+$``) is reported as a timed-out check instead of hanging the classifier."""
-MAX_PATTERN_CHECKS = 2_000
-"""Pattern matches per reply; further checks are skipped (one per key or array item would otherwise add up)."""
-
-
-@dataclass
-class _PatternBudget:
-    """What one reply's validation has spent: after a timed-out match, the others are not run."""
-
-    checks: int = 0
-    timed_out: bool = False
-
-
-_BUDGET: contextvars.ContextVar[_PatternBudget] = contextvars.ContextVar("pattern_budget")
-
-
-class _PatternTimeout(Exception):
-    def __init__(self, pattern: str) -> None:
-        super().__init__(f"pattern {pattern[:80]!r} could not be checked within {PATTERN_BUDGET_S:g} s (timed out)")
-
-
-def _search(pattern: str, text: str) -> bool:
-    """``re.search`` semantics with the ``regex`` module and a time budget.
-
-    Raises:
-        _PatternTimeout: the match ran past :data:`PATTERN_BUDGET_S`, or an earlier match of
-            this reply did (so a reply costs at most one budget, however many keys or items).
-    """
-    budget = _BUDGET.get(None) or _PatternBudget()
-    if budget.timed_out:
-        raise _PatternTimeout(pattern)
-    budget.checks += 1
-    if budget.checks > MAX_PATTERN_CHECKS:
-        return True  # not checked: counts as a match, so no label rests on it
-    try:
-        return regex.search(pattern, text, timeout=PATTERN_BUDGET_S) is not None
-    except TimeoutError:
-        budget.timed_out = True
-        raise _PatternTimeout(pattern) from None
-    except (regex.error, RecursionError, TypeError):
-        return False
-
-
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
-    if not validator.is_type(instance, "string"):
-        return
-    try:
-        if not _search(pattern, instance):
-            yield ValidationError(f"{instance!r} does not match {pattern!r}")
-    except _PatternTimeout as exc:
-        yield ValidationError(str(exc))
-
-
-def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any) -> Any:
-    if not validator.is_type(instance, "object"):
-        return
-    for pattern, subschema in patterns.items():
-        for key, value in instance.items():
-            try:
-                matched = _search(pattern, key)
-            except _PatternTimeout as exc:
-                yield ValidationError(str(exc))
-                continue
-            if matched:
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Any:
-    if not validator.is_type(instance, "object"):
-        return
-    properties, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
-    extras = []
-    for key in instance:
-        if key in properties:
-            continue
-        try:
-            if any(_search(p, key) for p in patterns):
-                continue
-        except _PatternTimeout as exc:
-            yield ValidationError(str(exc))
-            continue
-        extras.append(key)
-    if validator.is_type(additional, "object"):
-        for extra in extras:
-            yield from validator.descend(instance[extra], additional, path=extra)
-    elif not additional and extras:
-        yield ValidationError(
-            f"Additional properties are not allowed ({', '.join(repr(e) for e in sorted(extras, key=str))} unexpected)"
-        )
-
-
-def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
-    """``uniqueItems`` in linear time: items compared by canonical JSON (jsonschema compares unhashable items pairwise)."""
-    if not unique or not validator.is_type(instance, "array"):
-        return
-    seen: set[str] = set()
-    for item in instance:
-        key = _canonical_value(item)
-        if key in seen:
-            yield ValidationError(f"{short(repr(instance), 80)} has non-unique elements")
-            return
-        seen.add(key)
-
-
-def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Any:
-    """``enum`` by canonical JSON (a set lookup, not a scan of every member per value)."""
-    if not isinstance(enums, list):
-        return
-    if _canonical_value(instance) not in _enum_set(enums):
-        yield ValidationError(f"{short(repr(instance), 80)} is not one of {short(repr(enums), 80)}")
-
-
-_ENUM_SETS: dict[int, tuple[list[Any], frozenset[str]]] = {}
-
-
-def _enum_set(enums: list[Any]) -> frozenset[str]:
-    cached = _ENUM_SETS.get(id(enums))
-    if cached is not None and cached[0] is enums:
-        return cached[1]
-    members = frozenset(_canonical_value(e) for e in enums)
-    if len(_ENUM_SETS) > 256:
-        _ENUM_SETS.clear()
-    _ENUM_SETS[id(enums)] = (enums, members)  # keeps the list alive, so its id stays its own
-    return members
-
-
-def _canonical_value(value: Any) -> str:
-    """JSON Schema equality as a string: 1 == 1.0, true != 1, key order ignored."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    elif isinstance(value, Mapping):
-        return "{" + ",".join(sorted(f"{json.dumps(str(k))}:{_canonical_value(v)}" for k, v in value.items())) + "}"
-    elif isinstance(value, list):
-        return "[" + ",".join(_canonical_value(v) for v in value) + "]"
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-_BUDGETED_KEYWORDS = {
-    "pattern": _pattern,
-    "patternProperties": _pattern_properties,
-    "additionalProperties": _additional_properties,
-    "uniqueItems": _unique_items,
-    "enum": _enum,
-}
-"""jsonschema keywords that run a regex, re-implemented with a time budget (jsonschema uses ``re``, which cannot be stopped)."""
-
+NO_PROPERTY = "is a positional argument with no property to fill"
+"""The end of the error of a positional argument to a tool that declares no property (``arg0 is a positional ...``)."""
 # --------------------------------------------------------------------------- schema helpers
 
 _VALIDATORS: dict[str, Any] = {}
@@ -221,7 +81,7 @@ def _validator(schema: Any) -> Any:
             warnings.simplefilter("ignore")
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             cls.check_schema(schema)
-            validator = jsonschema.validators.extend(cls, _BUDGETED_KEYWORDS)(schema)
+            validator = jsonschema.validators.extend(cls, BUDGETED_KEYWORDS)(schema)
     except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
         validator = None
     if len(_VALIDATORS) > 256:
@@ -258,9 +118,9 @@ def _schema_errors(schema: Any, arguments: dict) -> list[str]:
                 if key in props:
                     continue
                 try:
-                    if any(_search(p, key) for p in patterns):
+                    if any(budgeted_search(p, key) for p in patterns):
                         continue
-                except _PatternTimeout as exc:
+                except PatternTimeout as exc:
                     errors.append(short(str(exc)))
                     continue
                 errors.append(short(f"unexpected argument {key!r}"))
@@ -310,20 +170,34 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
             if value is not FAIL:
                 modes.add("repaired_json")
         if value is FAIL:
-            value = literal(raw)
-            if value is FAIL:
+            whole = _whole_object(raw)
+            junk = len(whole) < len(raw.strip())
+            value = FAIL if junk else literal(raw)
+            if value is FAIL and not junk:
                 value = repair(raw)
             if isinstance(value, Mapping):
                 modes.add("repaired_json")
             else:
                 modes.add("invalid_json")
                 modes.discard("stringified_arguments")
-                modes.update(f"pseudo:{p}" for p in pseudo_code(raw))
-                return {}, ["arguments are not valid JSON"], modes
+                if whole:  # "df.shape[0]" for a code-running tool is the code it wanted; text after an object is no argument
+                    modes.update(f"pseudo:{p}" for p in pseudo_code(whole))
+                return {}, [UNPARSED_ARGUMENTS], modes
         if isinstance(value, Mapping):
             return jsonable(value), [], modes
         return {}, [f"arguments are a JSON {type(value).__name__}, not an object"], modes
     return {}, [f"arguments are a {type(raw).__name__}, not an object"], modes
+
+
+def _whole_object(raw: str) -> str:
+    """The object or array an argument string opens with, up to its closing bracket (the whole stripped text when
+    unclosed; ``""`` when it opens with something else). Text after a complete object (``{"city": "Berlin"}`` then
+    junk) is not repaired, since no repair removes text (``invalid_json``)."""
+    text = raw.strip()
+    if text[:1] not in ("{", "["):
+        return ""
+    end, _closed, _depth = scan_balanced(text, 0, len(text))
+    return text[:end]
 
 
 def _after_junk(raw: str) -> Any:
@@ -441,6 +315,16 @@ def _nearest_name(name: str, tool_names: frozenset[str]) -> str | None:
     return nearest
 
 
+def _nameless(calls: list[ToolCall]) -> tuple[set[str], dict[str, Any]]:
+    """``unknown_tool`` for calls with no name at all, judged even when the offered tools are not known: no tool is
+    offered under no name."""
+    nameless = [call for call in calls if not call.name]
+    for call in nameless:
+        call.valid = False
+        call.errors.append("unknown tool ''")
+    return ({"unknown_tool"}, {"unknown_tool": {"": None}}) if nameless else (set(), {})
+
+
 def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """``unknown_tool`` and ``schema_violation``: judge every call against the offered tools.
 
@@ -457,9 +341,9 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
     modes: set[str] = set()
     evidence: dict[str, Any] = {}
     if tools is None or not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
-        return modes, evidence  # the offered tools are not known: names cannot be judged
+        return _nameless(calls)  # the offered tools are not known: only a call with no name is judged
     tool_names = frozenset(offered)
-    _BUDGET.set(_PatternBudget())  # this reply's pattern checks start afresh
+    BUDGET.set(PatternBudget())  # this reply's pattern checks start afresh
     unknown: dict[str, str | None] = {}
     violations: list[dict[str, str]] = []
     for call in calls:
@@ -474,6 +358,9 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
             continue
         errors = _schema_errors(offered[call.name], call.arguments)
         errors += [e for e in call.errors if e.endswith("not an object")]  # [1, 2], 7, null: the shape itself is wrong
+        if not schema_properties(offered[call.name]):  # list_tickets([...]): a positional argument with no property to fill
+            flagged = " ".join(errors)  # "unexpected argument 'arg0'" when the schema declares properties: {}
+            errors += [e for e in call.errors if e.endswith(NO_PROPERTY) and repr(e.split()[0]) not in flagged]
         if errors:
             call.valid = False
             call.errors.extend(errors)

@@ -145,6 +145,14 @@ def m005_blobs(db: sqlite3.Connection) -> None:
         db.execute(f"INSERT INTO _added_columns SELECT '{table}', 'blob_refs', COALESCE(MAX(seq), 0) FROM {table}")
 
 
+@migration
+def m006_turn_server_rejection(db: sqlite3.Connection) -> None:
+    """Record the server's refusal of a reply (``turns.server_rejection``: ``{"server", "status", "error"}``), the
+    model turn behind ``server_rejected_call``; listed in ``_added_columns`` like ``m004``."""
+    db.execute("ALTER TABLE turns ADD COLUMN server_rejection TEXT")
+    db.execute("INSERT INTO _added_columns SELECT 'turns', 'server_rejection', COALESCE(MAX(seq), 0) FROM turns")
+
+
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
 
 

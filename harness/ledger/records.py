@@ -142,6 +142,9 @@ class TurnRecord:
     """Classifier evidence (nearest tool names, schema errors, ...)."""
     reasoning: str | None = None
     """Reasoning text the server returned beside the content (``reasoning_content``, ``thinking``), or null."""
+    server_rejection: dict[str, Any] | None = None
+    """Set when the server's tool-call parser refused the reply: ``{"server", "status", "error"}``; ``raw_reply`` is then
+    the error body and ``content`` the model's text it quoted (or null)."""
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,7 @@ def record_fields(cls: type) -> list[str]:
 
 _JSON_FIELDS = frozenset(
     {"config", "raw_reply", "tool_calls", "recovered_calls", "executed_calls", "failure_modes", "details", "breach", "checks"}
-    | {"escape_attempts", "files_written"}
+    | {"escape_attempts", "files_written", "server_rejection"}
 )
 """Columns holding canonical JSON text, decoded on read."""
 
@@ -362,8 +365,10 @@ def _well_shaped(name: str, value: Any) -> bool:
     """Whether a decoded JSON column has the shape its record field promises."""
     if name in _LIST_ITEM_TYPES:
         return isinstance(value, list) and all(isinstance(item, _LIST_ITEM_TYPES[name]) for item in value)
-    if name in _EMPTY_DICT_FIELDS or name == "breach":
-        return isinstance(value, dict) or (name == "breach" and value is None)
+    if name in _EMPTY_DICT_FIELDS:
+        return isinstance(value, dict)
+    if name in ("breach", "server_rejection"):
+        return value is None or isinstance(value, dict)
     return True
 
 
