@@ -154,7 +154,7 @@ def m006_turn_server_rejection(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m008_streaming(db: sqlite3.Connection) -> None:
+def m007_streaming(db: sqlite3.Connection) -> None:
     """Streaming as a matrix axis: ``runs.stream`` (1 when replies were streamed; NULL in older rows means not),
     ``turns.stream_chunks`` (a streamed reply's raw chunks, compressed), ``turns.ttft_ms`` and ``turns.decode_tps``;
     listed in ``_added_columns`` like ``m004``."""

@@ -101,7 +101,7 @@ class RunStart:
     config: dict[str, Any] = field(default_factory=dict)
     """Everything else worth keeping (system prompt hash, tool names, parallelism)."""
     stream: bool = False
-    """Whether replies were requested streamed (``--stream on``); runs recorded before ``m008_streaming`` read False."""
+    """Whether replies were requested streamed (``--stream on``); runs recorded before ``m007_streaming`` read False."""
 
 
 @dataclass(frozen=True)
