@@ -366,3 +366,19 @@ def test_a_scenario_matrix_takes_streams_as_booleans(tmp_path, capsys, value, ok
         return
     rc, _, err = cli(capsys, "run", path, "--dry-run", "--ledger", tmp_path / "l.sqlite")
     assert rc != 0 and "field 'matrix.streams'" in err and "each true or false" in err and "Traceback" not in err
+
+
+def test_a_cached_streamed_turn_keeps_its_chunks_and_its_assembly_label(tmp_path, scenario):
+    server, path = scripted([BROKEN_BRACE, DONE_TEXT], sse=True)
+    ledger_file = tmp_path / "ledger.sqlite"
+    with server:
+        plan = RunPlan(_native(scenario), f"openai:m@{server.url}/v1", 0.0, stream=True)
+        with open_backend(plan.model, timeout_s=10) as backend, Ledger(ledger_file) as ledger:
+            first = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs"))
+            again = run_once(plan, backend, ledger, RunOptions(runs_dir=tmp_path / "runs", use_cache=True))
+            rows = [ledger.turns(s.run_id) for s in (first, again)]
+    assert len(server.posts(path)) == 2  # the second run was served from the ledger
+    assert [t.record.details.get("cache_hit") for t in rows[1]] == [True, True]
+    assert [t.record.failure_modes for t in rows[1]] == [t.record.failure_modes for t in rows[0]]
+    assert "stream_assembly_error" in rows[1][0].record.failure_modes
+    assert [t.record.stream_chunks for t in rows[1]] == [t.record.stream_chunks for t in rows[0]]
