@@ -1,6 +1,7 @@
 """Streaming benchmark: the harness's overhead per turn with ``--stream on`` against ``--stream off``.
 
-Run: ``python benchmarks/stream_overhead.py [--runs 60] [--piece-chars 4]`` (about half a minute on 2 cores).
+Run: ``python benchmarks/stream_overhead.py [--runs 60] [--piece-chars 4] [--embedded N]`` (about half a minute on 2
+cores, plus about a second per embedded request).
 
 A scripted OpenAI-compatible server on 127.0.0.1 answers instantly with the three replies that pass
 ``list_and_report`` (a ``list_files`` call, a ``write_file`` call, a final answer): as one JSON body when the
@@ -10,6 +11,10 @@ characters of content or arguments, then the finish chunk, the usage chunk and `
 to the turn committed in the ledger (the HTTP exchange, reading and assembling the chunks, classifying, running
 the tool, compressing the chunks and writing the row); the overhead is the difference of the medians. Also
 printed: chunks per turn and the stored size of a turn's chunks (zlib + base64) against their raw size.
+
+With ``--embedded N``, also N requests of 64 tokens at temperature 0 to the real embedded model (SmolLM2-135M),
+alternating the two settings: the median request latency of each, and the time to first token (measured on the
+stream, from llama.cpp's ``timings.prompt_ms`` unstreamed) and decode rate of each.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.backends import OpenAICompatBackend  # noqa: E402
+from harness.backends import EmbeddedBackend, GenerateOptions, OpenAICompatBackend  # noqa: E402
 from harness.ledger import Ledger  # noqa: E402
 from harness.ledger.records import pack_chunks  # noqa: E402
 from harness.loop import RunOptions, RunPlan, run_once  # noqa: E402
@@ -163,14 +168,32 @@ def measure(folder: Path, *, runs: int, piece_chars: int) -> dict[bool, list[tup
     return turns
 
 
+def embedded(requests: int) -> None:
+    """Print the real embedded model's latency, time to first token and decode rate, streamed and not."""
+    messages = [{"role": "user", "content": "Write a short paragraph about rivers."}]
+    seen: dict[bool, list[Any]] = {False: [], True: []}
+    with EmbeddedBackend("smollm2-135m", num_ctx=1024, timeout_s=300) as backend:
+        backend.generate(messages, None, GenerateOptions(max_tokens=8))  # load the model first
+        for i in range(requests * 2):
+            stream = i % 2 == 1
+            seen[stream].append(backend.generate(messages, None, GenerateOptions(max_tokens=64, stream=stream)))
+    for stream, replies in seen.items():
+        med = {k: statistics.median(getattr(r, k) for r in replies) for k in ("latency_ms", "ttft_ms", "decode_tps")}
+        print(f"embedded, stream {'on ' if stream else 'off'}: {len(replies)} requests of 64 tokens, median latency "
+              f"{med['latency_ms']:.0f} ms, time to first token {med['ttft_ms']:.0f} ms, {med['decode_tps']:.1f} tokens/s")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60, help="runs per setting (3 turns each)")
     parser.add_argument("--piece-chars", type=int, default=4, help="characters per streamed chunk (a token is about 4)")
+    parser.add_argument("--embedded", type=int, default=0, metavar="N", help="also N requests per setting to SmolLM2")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         turns = measure(Path(tmp), runs=args.runs, piece_chars=args.piece_chars)
     report(turns)
+    if args.embedded:
+        embedded(args.embedded)
     return 0
 
 
