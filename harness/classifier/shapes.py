@@ -27,13 +27,13 @@ from harness.classifier.xmlstyle import arg_key_candidates, xml_candidates, xml_
 
 __all__ = ["payload_candidates", "remove_spans", "xml_spans"]
 
-_ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "tool_input", "action_input")
+_ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "inputs", "tool_input", "action_input")
 _NAME_KEYS = ("tool", "tool_name", "toolName", "function_name", "function", "action", "name")
 _CALL_KEY_RE = re.compile(
     """["'\u201c\u201d]?\\b(?P<key>name|tool|tool_name|toolName|function|function_name|action)\\b["'\u201c\u201d]?\\s*:"""
 )
 _ARGS_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?P<key>arguments|parameters|params|args|input|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
+    """["'\u201c\u201d]?\\b(?P<key>arguments|parameters|params|args|inputs?|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
 )
 
 
@@ -78,6 +78,9 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         if isinstance(name, str) and name:
             raw = next((fn[k] for k in _ARG_KEYS if k in fn), None)
             return [RawCall(name, raw, True)]
+    action = _action_wrapper(obj)
+    if action is not None:
+        return [action]
     protocol = _protocol_call(obj, tool_names)
     if protocol is not None:
         return [protocol]
@@ -100,6 +103,27 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         if isinstance(key, str) and key in tool_names and (value is None or isinstance(value, Mapping)):
             return [RawCall(key, value, True)]
     return []
+
+
+_ACTION_KEYS = ("action", "tool_call", "call")
+
+
+def _action_wrapper(obj: Mapping[str, Any]) -> RawCall | None:
+    """A call object under a key that names an invocation (``{"thought": ..., "action": {"name": "kubectl",
+    "command": "get pods"}}``): the wrapper says it is a call, so its name counts, tools known or not; its argument
+    key holds the arguments, or else its other fields (not ``id``, ``type``) are them."""
+    for key in _ACTION_KEYS:
+        inner = obj.get(key)
+        if not isinstance(inner, Mapping) or _is_tool_definition(inner):
+            continue
+        name = inner.get("name")
+        if not isinstance(name, str) or not name.strip():
+            continue
+        raw = next((inner[k] for k in _ARG_KEYS if k in inner), None)
+        if raw is None:
+            raw = {k: v for k, v in inner.items() if k not in ("name", "id", "type")} or None
+        return RawCall(name, raw, True)
+    return None
 
 
 _SERVICE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -338,7 +362,7 @@ def payload_candidates(
     ``tools_known`` says whether the offered tools are known (a bare name line then needs an
     offered name).
     """
-    cands = vendor_candidates(text)
+    cands = vendor_candidates(text, wrapped=wrapped)
     cands += [c for c in xml_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in arg_key_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in _react_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
