@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.classifier.content import ContentResult
 from harness.classifier.readings import DOMAIN_WORDS, Unit, acts, frame_before, is_code, tool_domains, units
-from harness.classifier.types import get, short
+from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
 __all__ = ["no_call_step"]
@@ -98,6 +98,7 @@ def no_call_step(
     seq = units(content.visible)
     fake = _fake_results(content.visible)
     shell = next((m for u in seq if not _inside(u, fake) and (m := _SHELL_ACTION.search(u.text))), None)
+    shell = shell or next((m for u in seq if not u.fence and not _inside(u, fake) and (m := _inline_command(u.text))), None)
     if shell:
         return {"narration_without_call"}, {
             "narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}
@@ -114,6 +115,23 @@ _RESULT_FRAME = re.compile(_RESULT_OPEN.pattern + r"[ \t]*$", re.I)
 """A frame that is result markup opening the block after it (``<tool_response>`` then a fence): the block is its body."""
 _LITERAL = re.compile(r"\"[^\"\n]*+\"|'[^'\n]*+'|`[^`\n]*+`|(?:#|//)[^\n]*+")
 """String literals and comments of code (one line each)."""
+
+
+_INLINE_SHELL = re.compile(
+    r"`[ \t]*((?:\$ )?(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
+)
+_HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$|" + _MEANS.pattern, re.I)
+
+
+def _inline_command(text: str) -> re.Match[str] | None:
+    """A shell command in an inline code span that the sentence before it hands over ("To list the files, use the
+    following command: `ls -l`", "run `cat a.txt`"); a command only named ("The `ls` command lists files") is not."""
+    for m, _ in zip(_INLINE_SHELL.finditer(text[:MAX_SCAN_CHARS]), range(200), strict=False):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        head = re.split(r"(?<=[.!?])\s", text[max(line_start, m.start() - 200) : m.start()])[-1]
+        if _HANDS_OVER.search(head.rstrip()):
+            return m
+    return None
 
 
 def _fake_results(visible: str) -> list[tuple[int, int]]:
