@@ -47,7 +47,7 @@ def fabrication_step(content: ContentResult, calls: list[ToolCall], past: Histor
     known = "\n".join([*past.known_parts, tools_text(tools)]).lower()
     found = result_markup(content, seq, known) if tools != [] else []  # with no tool offered, there is no output to fake
     if past.tool_answered:
-        found += contradictions(_claims(content), content, calls, past, tools)
+        found += contradictions(_claims(content, seq), content, calls, past, tools)
     elif isinstance(tools, list) and not calls:  # a reply that calls the tool waits for its answer
         found += tool_only_facts(content, seq, past, tools)
     if not found:
@@ -55,9 +55,12 @@ def fabrication_step(content: ContentResult, calls: list[ToolCall], past: Histor
     return {"fabricated_tool_result"}, {"fabricated_tool_result": found[:MAX_CANDIDATES]}
 
 
-def _claims(content: ContentResult) -> str:
-    """Where claims of fact live: the prose with code lines dropped, plus fences that are not code (shown output)."""
-    return "\n".join([drop_code_lines(content.prose), *(body for body in content.code if not is_code(body))])
+def _claims(content: ContentResult, seq: list[Unit]) -> str:
+    """Where claims of fact live: the prose with code lines dropped, plus fences that are not code (shown output),
+    unless the line before presents the fence as a possibility or an illustration ("you could write something like:")."""
+    illustrations = {u.text.strip() for k, u in enumerate(seq) if u.fence and hedged(frame_before(seq, k))}
+    shown = [body for body in content.code if not is_code(body) and body.strip() not in illustrations]
+    return "\n".join([drop_code_lines(content.prose), *shown])
 
 
 # --------------------------------------------------------------------------- rule 1: result markup
@@ -116,7 +119,8 @@ def result_markup(content: ContentResult, seq: list[Unit], known: str) -> list[s
     first = min(positions, default=0)
     for k, unit in enumerate(seq):
         label = frame_before(seq, k)
-        if unit.start > first and _OUTPUT_LABEL.search(label) and not hedged(label) and _valued(unit.text, known):
+        presents = unit.fence or not label.rstrip().endswith((".", "!", "?"))  # a finished sentence presents nothing after it
+        if unit.start > first and presents and _OUTPUT_LABEL.search(label) and not hedged(label) and _valued(unit.text, known):
             return [*found, f"output of the call: {short(unit.text.strip(), 60)}"]
     for m in _INLINE_OUTPUT.finditer(visible):
         if m.start() > first and _valued(m.group(1), known) and not hedged(m.group(1)):
@@ -140,7 +144,8 @@ _WEATHER_SENTENCE = re.compile(
     r"|gorgeous|perfect|great|fine|wonderful|sunny|cloudy|rainy|pleasant|mild)\b",
     re.I,
 )
-_SENTENCES = re.compile(r"[^.!?\n]+[.!?]*")
+_SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=\w))++[.!?]*")
+"""A sentence: a stop that a letter or digit follows (``23.7``, ``report.txt``) does not end it."""
 
 
 def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tools: list[Any]) -> list[str]:
@@ -148,7 +153,7 @@ def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tool
     domains = tool_domains(tools)
     if not domains:
         return []
-    claims = unhedged(_claims(content))
+    claims = unhedged(_claims(content, seq))
     known = "\n".join([*past.prompt_parts, tools_text(tools)]).lower()
     found = []
     if "weather" in domains:
@@ -296,9 +301,10 @@ def _inline_output(seq: list[Unit]) -> list[str]:
 _DOMAIN_VALUE = {
     "file": lambda body: True,  # a listing is invented whatever names it holds
     "weather": lambda body: bool(TEMPERATURE.search(body) or CONDITION.search(body) or _SKY.search(body)),
-    "ticket": lambda body: _valued(body, ""),
+    "ticket": lambda body: bool(re.search(r"\d|(?<![^\W\d_])[^\W\d_]++[ \t]++[^\W\d_]++[ \t]++[^\W\d_]", body[:2000])),
 }
-"""What a block presented as a domain's facts must hold to state one: a weather value for the weather."""
+"""What a block presented as a domain's facts must hold to state one: a weather value for the weather; for tickets an
+id (a number) or a text (three words in a row), so a line of field names (``ticket,category,status``) is no ticket."""
 
 
 def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code: bool) -> str | None:
