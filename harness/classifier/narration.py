@@ -120,12 +120,13 @@ _LITERAL = re.compile(r"\"[^\"\n]*+\"|'[^'\n]*+'|`[^`\n]*+`|(?:#|//)[^\n]*+")
 _INLINE_SHELL = re.compile(
     r"`[ \t]*((?:\$ )?(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
 )
-_HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$|" + _MEANS.pattern, re.I)
+_HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$", re.I)
 
 
 def _inline_command(text: str) -> re.Match[str] | None:
     """A shell command in an inline code span that the sentence before it hands over ("To list the files, use the
-    following command: `ls -l`", "run `cat a.txt`"); a command only named ("The `ls` command lists files") is not."""
+    following command: `ls -l`", "run `cat a.txt`"); a command only named ("The `ls` command lists files", "You can use
+    the `ls` command") is not."""
     for m, _ in zip(_INLINE_SHELL.finditer(text[:MAX_SCAN_CHARS]), range(200), strict=False):
         line_start = text.rfind("\n", 0, m.start()) + 1
         head = re.split(r"(?<=[.!?])\s", text[max(line_start, m.start() - 200) : m.start()])[-1]
