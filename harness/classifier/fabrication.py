@@ -257,6 +257,13 @@ _LISTED = re.compile(
     re.I,
 )
 """A frame stating what its block is ("Here are the files:", "The open tickets are:")."""
+_OUTPUT_VERB = re.compile(
+    r"\b(?:it|this|that|which|the (?:code|script|program|command|page|file))[ \t]+(?:will[ \t]+)?(?:outputs?|prints?|displays?)"
+    r"[ \t]*:[ \t]*$",
+    re.I,
+)
+"""A frame ending with what the reply's code outputs ("When you run it, it will output:"): the block is that output,
+whatever the sentences before it say about the code."""
 _OUTPUT = re.compile(r"\b(?:output|outputs|result|results|prints?|returns?|displays?)\b", re.I)
 _IMPERATIVE_ITEM = re.compile(
     r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+(?:list|write|read|create|open|check|add|use|call|run|get|save|find|count|make|import|define"
@@ -318,7 +325,8 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
     here_is_file = names_file and re.search(r"\bhere(?:'s| is)\b", before, re.I) and not _MEANS.search(before)
     if here_is_file and not is_code(unit.text) and _valued(unit.text, ""):
         return "file content"  # "Here is the report.txt:" then what it holds
-    if _MEANS.search(before) or is_code(unit.text) or len(_IMPERATIVE_ITEM.findall(unit.text)) * 2 >= max(len(unit.lines), 1):
+    means = _MEANS.search(before) and not _OUTPUT_VERB.search(before)  # "In this code ... it will output:" presents output
+    if means or is_code(unit.text) or len(_IMPERATIVE_ITEM.findall(unit.text)) * 2 >= max(len(unit.lines), 1):
         return None  # the way to do the task (code, steps), not a fact
     about = any(DOMAIN_WORDS[d].search(frame) for d in domains) or bool(next(iter(FILE_TOKEN.finditer(frame)), None))
     shows = ("file" in domains and bool(next(iter(FILE_TOKEN.finditer(unit.text)), None))) or (
