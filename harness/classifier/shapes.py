@@ -38,13 +38,14 @@ _ARGS_KEY_RE = re.compile(
 
 
 def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
-    """A tool definition, offered or invented, not a call: ``{"type": "function", "function": {"name", "description", ...}}``,
+    """A tool definition, offered or invented, not a call: ``{"type": "function", "function": {"name", "description", ...}}``
+    (the description may sit beside ``function``),
     or a bare ``{"name", "description", "parameters": <schema>}`` (an empty schema too) / ``{"type": "function", "function":
     {..., "parameters": <schema>}}``."""
     fn = obj.get("function")
     spec: Mapping[str, Any] = fn if isinstance(fn, Mapping) else obj
-    if isinstance(fn, Mapping) and obj.get("type") == "function" and "description" in fn:
-        return True
+    if isinstance(fn, Mapping) and obj.get("type") == "function" and ("description" in fn or "description" in obj):
+        return True  # the typed wrapper with a tool's description, inside it or beside it
     params = spec.get("parameters")
     if not isinstance(params, Mapping) or not ("description" in spec or obj.get("type") == "function"):
         return False
@@ -341,6 +342,8 @@ def _brace_candidate(text: str, start: int, tool_names: frozenset[str], *, tools
         named = _NAME_LINE.search(text, max(0, start - 120), start)
         if named and (named.group("name") in tool_names or (not tools_known and _identifier_like(named.group("name")))):
             calls, foreign, start = [RawCall(named.group("name"), value, False)], True, named.start("name")
+    if not calls and isinstance(value, Mapping) and _is_tool_definition(value):
+        return None, end  # a tool definition: its "function" part is the definition too, not a call inside it
     if not calls:
         return None, (start + 1 if closed else end)  # valid JSON data: a call may sit inside it
     pseudo = pseudo_code(span) if repaired else []
