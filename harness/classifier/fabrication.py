@@ -160,6 +160,7 @@ def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tool
         found += _weather_now(claims, temperatures("\n".join(past.prompt_parts)))
     if "file" in domains:
         found += _file_sentences(content, claims, known, code_in_prompt=past.user_code)
+        found += _said_of_files(claims, known)
         found += _bare_listing(seq, "\n".join(past.prompt_parts))
     if "ticket" in domains:
         found += [f"ticket: {m.group()}" for m in _TICKET.finditer(claims) if m.group().lower() not in known][:4]
@@ -225,6 +226,32 @@ def _file_sentences(content: ContentResult, claims: str, known: str, *, code_in_
     rows = "\n".join(m.group() for m in re.finditer(r"^[ \t]*(?:[-*•|]|\d+[.)])[ \t]+.*$", claims, re.M))
     names = [m.group(1) for m in FILE_TOKEN.finditer(rows[:MAX_REPAIR_CHARS]) if m.group(1).lower() not in known]
     return found + [f"file name: {name}" for name in names[:4]]
+
+
+_FUNCTION_NAME = re.compile(r"[`\"'](?P<name>[A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*|[A-Za-z_]\w*\(\))[`\"']")
+_BUG_WORD = re.compile(r"\bbug(?:gy|s)?\b", re.I)
+_LOCATED = re.compile(
+    r"\b(?:is|are)[ \t]+(?:located|stored|saved|kept)[ \t]+(?:in|at|under)\b[^.\n]{0,40}?[`\"'](?P<path>(?:/|~/|[A-Za-z]:\\)[^`\"'\n]*)",
+    re.I,
+)
+
+
+def _said_of_files(claims: str, known: str) -> list[str]:
+    """What only reading the files could tell: a function, not named in the prompt, said to hold the bug (a sentence
+    with "bug" naming ``"check_value"``); a file's location given as a path the prompt does not hold."""
+    found = []
+    for m in _SENTENCES.finditer(claims[:MAX_REPAIR_CHARS]):
+        if not _BUG_WORD.search(m.group()):
+            continue
+        names = [n.group("name") for n in _FUNCTION_NAME.finditer(m.group())]
+        fresh = [n for n in names if n.rstrip("()").lower() not in known]
+        if fresh:
+            found.append(f"function with the bug: {short(fresh[0], 60)}")
+            break
+    located = _LOCATED.search(claims)
+    if located and located.group("path").lower() not in known:
+        found.append(f"file location: {short(located.group('path'), 60)}")
+    return found
 
 
 _NAME_LINE = re.compile(r"[ \t]*[\w.-]+\.[A-Za-z]\w{0,4}[ \t]*")

@@ -281,8 +281,7 @@ def _inert_spans(code: str) -> list[tuple[int, int]]:
 
 
 def _opens_line(text: str, line_start: int, start: int) -> bool:
-    """Whether a call cut by the end of the text (``list_tickets([{"id", "1…``, closed by the repair) starts its line
-    as a statement would, not in a sentence ("I will call write_file(path=..., and then ...")."""
+    """Whether a call cut by the end of the text starts its line as a statement would, not in a sentence."""
     return _STATEMENT_HEAD.fullmatch(text[line_start:start].strip()) is not None
 
 
@@ -435,12 +434,11 @@ _ARROW = re.compile(r"\{\s*tool\s*=>\s*[\"']([\w.-]+)[\"']")
 
 
 _LEADING_NAME = re.compile(r"\A\s*+(?P<name>[A-Za-z_][\w.-]{0,127}+)[ \t]*(?=\{)")
-"""A name glued to the arguments at the start of a wrapper (Mistral's ``[TOOL_CALLS]x{...}``, its ``[ARGS]`` dropped)."""
 
 
 def vendor_candidates(text: str, *, wrapped: bool = False) -> list[Cand]:
-    """Vendor headers around JSON arguments (``wrapper``) and arrow-notation calls (``foreign``), by position;
-    inside a wrapper (``wrapped``), also a name glued to a JSON object at its start."""
+    """Vendor headers around JSON arguments, arrow-notation calls, and (``wrapped``) a name glued to the JSON object
+    at the start of a wrapper (Mistral's ``[TOOL_CALLS]x{...}`` with its ``[ARGS]`` dropped), by position."""
     cands: list[Cand] = []
     for needle, pattern in zip((*_HEADER_NEEDLES, ""), (*_HEADERS, _LEADING_NAME), strict=True):
         if needle not in text or (not needle and not wrapped):  # a literal every match holds: most replies skip the regex
