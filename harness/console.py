@@ -32,7 +32,7 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
-    extra = f" ({summary.error})" if summary.outcome == "infra_error" and summary.error else ""
+    extra = f" ({summary.error})" if summary.outcome in ("infra_error", "context_overflow") and summary.error else ""
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
         f"{p.tool_mode}/{p.parser} rep={p.repetition} -> {summary.outcome}{extra} "
@@ -53,6 +53,7 @@ def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
         row = cells.setdefault(key, {
             "scenario": key[0], "model": key[1], "temperature": key[2], "tool_mode": key[3], "parser": key[4],
             "runs": 0, "pass": 0, "task_failed": 0, "turn_limit": 0, "token_limit": 0, "infra_error": 0, "interrupted": 0,
+            "context_overflow": 0,
         })  # fmt: skip
         row["runs"] += 1
         row[s.outcome] += 1
@@ -145,3 +146,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
     if infra:
         print(f"harness: {plural(infra, 'run')} could not be done (infra_error: server failures, not model failures, "
               "excluded from pass rates); run the same command again to retry them.", file=sys.stderr)  # fmt: skip
+    overflow = sum(s.outcome == "context_overflow" for s in result.summaries)
+    if overflow:
+        print(f"harness: {plural(overflow, 'run')} outgrew the context (context_overflow: excluded from pass rates); "
+              "raise the scenario's num_ctx to score them.", file=sys.stderr)  # fmt: skip
