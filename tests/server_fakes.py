@@ -48,7 +48,9 @@ CREATED_AT = "2026-08-21T18:48:22.123456Z"
 
 OLLAMA_BUSY = json_reply(503, {"error": "server busy, please try again.  maximum pending requests exceeded"})
 OLLAMA_CONTEXT_OVERFLOW = json_reply(400, {"error": "the input length exceeds the context length"})
-LLAMACPP_NO_JINJA = json_reply(500, {"error": {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}})
+LLAMACPP_NO_JINJA = json_reply(
+    500, {"error": {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}}
+)
 LLAMACPP_CONTEXT_OVERFLOW = json_reply(
     400,
     {
@@ -88,7 +90,9 @@ def ollama_chat(
     def respond(handler: BaseHTTPRequestHandler, body: Any) -> None:
         name = body.get("model")
         if name != model:
-            wording = f"model '{name}' not found" if not_found != "schedule" else f'model "{name}" not found, try pulling it first'
+            wording = (
+                f"model '{name}' not found" if not_found != "schedule" else f'model "{name}" not found, try pulling it first'
+            )
             return json_reply(404, {"error": wording})(handler, body)
         if body.get("think") is True and not can_think:
             return json_reply(400, {"error": f"{json.dumps(name)} does not support thinking"})(handler, body)
