@@ -9,7 +9,8 @@ Modules, each depending only on those before it: ``types`` (constants, result ty
 helpers), ``jsonscan`` (JSON scanning and repair), ``schemakw`` (budgeted JSON Schema keywords),
 ``validate`` (offered tools, structured calls, schema validation), ``shapes`` (call shapes and
 candidates in text), ``content`` (reasoning, tags, fences, recovered calls), ``heuristics``
-(behaviour checks).
+(history, repeats, escapes), ``readings`` (how a reply presents what it writes),
+``contradiction``, ``fabrication``, ``narration`` and ``behaviour`` (the behaviour checks).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | Non
         repeat_step(calls, past),
         fabrication_step(result, calls, past, tools),
         no_call_step(result, attempts, response, tools, requires_tool),
-        requirement_step(requires_tool, attempts, past),
+        requirement_step(requires_tool, attempts, past, tools),
         truncation_step(response),
         markup_step(result),
         escape_step(calls),

@@ -1,0 +1,139 @@
+"""``narration_without_call`` and ``empty_response``: the reply attempts no call at all.
+
+The guide's rule (docs/failure-modes.md) read as two questions about the reply's own text:
+
+* **an announcement**: the reply speaks of its *own* action ("I will", "Let me", "we'll", "I'm
+  using") with a verb an offered tool performs (list, read, write, get, call a tool...); an act
+  no tool performs ("I will provide the function signature") is not one;
+* **something handed over**: a shell command that acts on files, or a block of code (a fence, or
+  code lines) presented as the way to do the task's tool action, whatever its quality: framed
+  by the line before it as the means ("you can use the following code:", "Here is how ...") and
+  about what the tools work on, or, with no frame, code that does the tool's action itself
+  (``open(``, ``os.listdir``, ``requests.``, a call of ``files()``).
+
+Not enough: imperatives and step lists (a plan, an echo of the prompt), advice to "you" in prose,
+a block framed as something else (an output, "the bug is:", an example, the body of a fake
+``<tool_response>``), comments only, package installs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from harness.classifier.content import ContentResult
+from harness.classifier.readings import DOMAIN_WORDS, Unit, acts, frame_before, is_code, tool_domains, units
+from harness.classifier.types import get, short
+from harness.classifier.validate import offered_tools
+
+__all__ = ["no_call_step"]
+
+_OWN = (
+    r"(?:\bI(?:'ll|’ll| will| shall| am going to|'m going to|’m going to| need to| have to| am| 'm|'m|’m)|\blet me|\blet's|\blet’s"
+    r"|\bwe(?:'ll|’ll| will| are going to|'re going to| need to)|\b(?:now|next|first|then),? I(?:'ll|’ll| will))"
+)
+_NARRATION = re.compile(
+    _OWN + r"\s+(?:now\s+|first\s+|then\s+|next\s+|quickly\s+|go ahead and\s+|proceed to\s+|start by\s+|begin by\s+|have to\s+"
+    r"|need to\s+|try to\s+)?"
+    r"(?:(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
+    r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
+    r"|invoke|complete|handle|perform)(?:ing)?\b|do\b"
+    r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code)s?\b))",
+    re.I,
+)
+_NARRATION_CJK = re.compile(
+    r"(?:我将|我会|我要|让我|我来|我先|我们将|我们来)[^\n。，,.!?！？]{0,4}?"
+    r"(?:使用|调用|获取|查询|读取|列出|写入|创建|搜索|查看|检查|运行|执行|打开|保存)"
+)
+"""The announcing cue in Chinese ("我将使用..." = "I will use..."), for the models that answer in it."""
+_SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
+_MEANS = re.compile(
+    r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"
+    r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function)\b",
+    re.I,
+)
+"""A frame presenting the block after it as the way to do something ("You can use the following code to ...")."""
+_OTHER = re.compile(
+    r"\b(?:output|outputs|result|results|bug|error|issue|contents?|example|observation)\s*(?:is|are|was|will be|would be)?\s*:?\s*$",
+    re.I,
+)
+"""A frame presenting the block after it as something else: an output, the bug, a file's contents, an example."""
+_REMEDY = re.compile(r"\b(?:fix|solve|correct|resolve|handle|avoid)\b", re.I)
+_DEFINITION_ONLY = re.compile(r"[ \t]*(?:def|class|function|async def)\b[^\n]*")
+_NO_ACTION_LINE = re.compile(r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) )")
+"""A comment or a package install: a block of only these shows no tool action."""
+_RESULT_OPEN = re.compile(
+    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
+)
+_RESULT_CLOSE = re.compile(
+    r"</\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\s*>", re.I
+)
+
+
+def no_call_step(
+    content: ContentResult, attempts: int, response: Any, tools: Any, requires_tool: bool | None
+) -> tuple[set[str], dict[str, Any]]:
+    """``empty_response`` (no visible text) or ``narration_without_call`` (an announcement of the
+    reply's own tool action, a shell command, or code handed over), when the reply attempts no call."""
+    if attempts:
+        return set(), {}
+    if not content.visible.strip():
+        tokens = get(get(response, "usage"), "completion_tokens")
+        return {"empty_response"}, {
+            "empty_response": {"completion_tokens": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None}
+        }
+    if tools == []:
+        return set(), {}  # nothing offered: no tool action the text could stand in for
+    cue = _NARRATION.search(content.prose) or _NARRATION_CJK.search(content.prose)
+    if cue:
+        return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
+    seq = units(content.visible)
+    fake = _fake_results(content.visible)
+    shell = next((m for u in seq if not _inside(u, fake) and (m := _SHELL_ACTION.search(u.text))), None)
+    if shell:
+        return {"narration_without_call"}, {
+            "narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}
+        }
+    if not (isinstance(tools, list) and requires_tool is not False):
+        return set(), {}  # code is judged against known tools; code answering a task that needs none is the answer
+    handed = _handed_over(seq, fake, tools)
+    if handed:
+        return {"narration_without_call"}, {"narration_without_call": {"cue": "code: " + short(handed.strip(), 80)}}
+    return set(), {}
+
+
+def _fake_results(visible: str) -> list[tuple[int, int]]:
+    """Spans of result markup the reply wrote (to its closing tag, or else to the first blank line)."""
+    spans = []
+    for m in _RESULT_OPEN.finditer(visible):
+        close = _RESULT_CLOSE.search(visible, m.end())
+        blank = re.compile(r"\n[ \t]*\n").search(visible, m.end())
+        end = close.end() if close else blank.start() if blank else len(visible)
+        spans.append((m.start(), end))
+        if len(spans) >= 32:
+            break
+    return spans
+
+
+def _inside(unit: Unit, spans: list[tuple[int, int]]) -> bool:
+    return any(a <= unit.start < b for a, b in spans)
+
+
+def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any]) -> str | None:
+    """The first block of code handed over to do the task's tool action, if any (see the module's doc)."""
+    domains = tool_domains(tools)
+    names = [n.lower() for n in offered_tools(tools)]
+    for k, unit in enumerate(seq):
+        if not (unit.fence or is_code(unit.text)) or all(
+            _NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines
+        ):
+            continue  # prose, or comments, installs and bare signatures only: no action shown
+        before = frame_before(seq, k)
+        if _OTHER.search(before) and not _REMEDY.search(before):
+            continue  # presented as an output, the bug, an example, a file's contents: not the way to do the task
+        shown = f"{before}\n{unit.text}"
+        about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
+        means = bool(_MEANS.search(before))
+        if (means and about) or (acts(unit.text) and not _inside(unit, fake)):  # a fake result's body is fabrication
+            return unit.text
+    return None
