@@ -1,4 +1,9 @@
-"""OllamaBackend against a real HTTP server on 127.0.0.1 imitating Ollama's native API."""
+"""OllamaBackend against a real HTTP server on 127.0.0.1 imitating Ollama's native API.
+
+The bodies follow ``api/types.go`` of ``ollama/ollama`` (``ChatResponse``: tool calls carry ``id`` and
+``function.index``; the ``Metrics`` counts are ``omitempty``); :mod:`tests.server_fakes` and
+``tests/test_wire_formats.py`` hold the fakes that also follow ``server/routes.go``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ CHAT = "/api/chat"
 MODEL = "qwen2.5-coder:1.5b"
 OPTIONS = GenerateOptions(temperature=0.0, seed=3, max_tokens=128, num_ctx=8192)
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-OLLAMA_CALLS = [{"function": {"name": "read_file", "arguments": {"path": "a.txt"}}}]
+OLLAMA_CALLS = [{"id": "call_4s1xq0ze", "function": {"index": 0, "name": "read_file", "arguments": {"path": "a.txt"}}}]
 TOOL_BODY = {
     "model": MODEL,
     "message": {"role": "assistant", "content": "", "tool_calls": OLLAMA_CALLS},
