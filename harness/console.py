@@ -35,7 +35,7 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     extra = f" ({summary.error})" if summary.outcome in ("infra_error", "context_overflow") and summary.error else ""
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
-        f"{p.tool_mode}/{p.parser} rep={p.repetition} -> {summary.outcome}{extra} "
+        f"{p.tool_mode}/{p.parser}{_think_note(p)} rep={p.repetition} -> {summary.outcome}{extra} "
         f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}; "
         f"run {summary.run_id[:12]}"
     )
@@ -66,7 +66,12 @@ def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
 def plan_label(plan: RunPlan) -> str:
     """One planned run as ``scenario model T=.. seed=.. tool_mode/parser rep=..`` (``--dry-run`` lines)."""
     return (f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
-            f"{plan.tool_mode}/{plan.parser} rep={plan.repetition}")  # fmt: skip
+            f"{plan.tool_mode}/{plan.parser}{_think_note(plan)} rep={plan.repetition}")  # fmt: skip
+
+
+def _think_note(plan: RunPlan) -> str:
+    """`` think=on`` / `` think=off`` for a plan that sets thinking, nothing for the default."""
+    return "" if plan.think == "default" else f" think={plan.think}"
 
 
 class Progress(MatrixEvents):

@@ -157,6 +157,7 @@ def test_a_ledger_recorded_before_think_resumes_without_redoing_its_runs(tmp_pat
     assert rc == 0 and "0 runs in" in out and "2 already in the ledger, skipped" in out
     rc, out, _err = cli(capsys, *args, "--think", "default", "--think", "on")
     assert rc == 0 and "2 runs in" in out and "2 already in the ledger, skipped" in out  # only the `on` runs are new
+    assert "native/lenient think=on rep=0 -> pass" in out and "native/lenient rep=0" not in out
     with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:
         assert [r.start.think for r in ledger.runs()] == [None, None, "on", "on"]
 
