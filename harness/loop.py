@@ -42,14 +42,14 @@ from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
-from harness.errors import BackendError, BackendResponseError, BreakerTripped
+from harness.errors import BackendError, BackendResponseError, BreakerTripped, ContextOverflow
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_now
 from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
 from harness.scenarios import Scenario
 from harness.tool_protocol import assistant_message, refusal_text, request_hash, result_message
 from harness.tools import Sandbox, ToolResult
-from harness.vocab import Outcome, ParserPolicy, ToolMode
+from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
 __all__ = [
     "DEFAULT_RETRY", "IDENTITY_VERSION", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunOptions", "RunPlan", "RunSummary",
@@ -115,6 +115,7 @@ class RunPlan:
         tool_mode: ``native`` or ``prompt``.
         parser: ``strict`` or ``lenient``.
         repetition: repetition index, from 0.
+        think: ``default`` (the request says nothing about thinking), ``on`` or ``off``.
     """
 
     scenario: Scenario
@@ -124,6 +125,7 @@ class RunPlan:
     tool_mode: ToolMode = "native"
     parser: ParserPolicy = "lenient"
     repetition: int = 0
+    think: Think = DEFAULT_THINK
 
     def options(self) -> GenerateOptions:
         """The generation options sent on every request of this run."""
@@ -132,13 +134,16 @@ class RunPlan:
             seed=self.seed + self.repetition,
             max_tokens=self.scenario.max_tokens,
             num_ctx=self.scenario.num_ctx,
+            think=self.think,
         )
 
     def identity(self, model_digest: str | None = None) -> str:
         """Deterministic SHA-256 over everything that can change the model's output.
 
         Covers the scenario file's content, tool schemas, rendered system prompt, model spec
-        and digest (when known), effective options, tool mode, parser policy, repetition and
+        and digest (when known: :attr:`BackendIdentity.identity_digest`), effective options (``think``
+        only when it is not ``default``: :meth:`GenerateOptions.as_dict`, so runs recorded before it
+        existed keep their identity), tool mode, parser policy, repetition and
         :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it.
         """
         payload = {
@@ -298,6 +303,8 @@ class _Run:
         except BreakerTripped as exc:
             outcome, error = exc.outcome, str(exc)
             breach = {"kind": exc.outcome, "limit": exc.limit, "observed": exc.observed}
+        except ContextOverflow as exc:  # the scenario's num_ctx, not the model nor the server: its own outcome
+            outcome, error = "context_overflow", str(exc)
         except BackendError as exc:
             outcome, error = "infra_error", str(exc)
         except _Interrupted:
@@ -334,7 +341,8 @@ class _Run:
             ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
             outcome, error = "infra_error", str(exc)
         git_sha, git_dirty = _git_revision()
-        self.identity = plan.identity(ident.model_digest)
+        self.identity = plan.identity(ident.identity_digest)
+        tools = self.tool_schemas if plan.tool_mode == "native" else None
         if self.options.claim is not None:
             self.claim = self.options.claim(self.identity)
             if self.claim is None:
@@ -344,12 +352,13 @@ class _Run:
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
                 scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.model,
                 backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
-                model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
+                model_digest=ident.model_digest, manifest_digest=ident.manifest_digest, think=plan.think, temperature=plan.temperature, seed=options.seed,
                 max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
                 repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
                 harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
+                        "request_settings": self.backend.request_settings(options, tools=bool(tools)),
                         "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config,
                         **(self.claim.facts if self.claim else {})},
             ),
@@ -398,7 +407,7 @@ class _Run:
                 prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
                 latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
                 details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
-                reasoning=reply.reasoning, server_rejection=reply.rejection,
+                reasoning=reply.reasoning, server_rejection=reply.rejection, timings=reply.timings,
             )
         )  # fmt: skip
         if self.stop.is_set():
@@ -439,6 +448,7 @@ class _Run:
             reasoning=row.reasoning,
             extra={"cache_hit": True},
             rejection=row.server_rejection,
+            timings=row.timings,
         )
 
     def _end(self, outcome: str, breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]]) -> None:

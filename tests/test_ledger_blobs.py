@@ -146,14 +146,19 @@ def test_an_m004_ledger_reads_verifies_and_migrates(tmp_path, capsys):
     path = tmp_path / "old.sqlite"
     shutil.copyfile(M004_LEDGER, path)
     with Ledger(path, readonly=True) as ledger:
-        assert ledger.pending_migrations() == ["m005_blobs", "m006_turn_server_rejection"] and ledger.verify().ok
+        assert (
+            ledger.pending_migrations() == ["m005_blobs", "m006_turn_server_rejection", "m007_wire_settings"]
+            and ledger.verify().ok
+        )
         before = (ledger.turns(), ledger.runs(), ledger.turns_frame().to_dict())
         run_id = before[1][0].run_id
     calls = before[0][0].record.executed_calls
     assert [c["arguments"]["content"] for c in calls] == [(f"line {i} " * 1000)[:5000] for i in range(3)]
     assert before[0][1].record.content.startswith("\ue000blob:")  # an old row's look-alike is text, not a reference
     assert main(["ledger", "migrate", "--ledger", str(path)]) == 0
-    assert capsys.readouterr().out.startswith(f"{path}: upgraded, applied m005_blobs, m006_turn_server_rejection;")
+    assert capsys.readouterr().out.startswith(
+        f"{path}: upgraded, applied m005_blobs, m006_turn_server_rejection, m007_wire_settings;"
+    )
     with Ledger(path) as ledger:
         assert ledger.applied_migrations() == ALL_MIGRATIONS and ledger.verify().ok
         assert (ledger.turns(), ledger.runs(), ledger.turns_frame().to_dict()) == before  # old rows stay as they are

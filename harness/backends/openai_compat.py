@@ -17,6 +17,17 @@ Design:
   on a forced call) and :meth:`~OpenAICompatBackend.generate` returns them as a :class:`Reply`
   with ``rejection`` set, never as an error, so they are neither retried nor counted as
   ``infra_error`` (docs/failure-modes.md#server_rejected_call).
+* Every request that offers tools says ``parallel_tool_calls: true``: llama.cpp's server otherwise lets
+  the chat template allow one call per reply (``tools/server/server-common.cpp``, ``oaicompat_chat_params_parse``),
+  while Ollama allows several, so multi-call behaviour would not be comparable. ``think`` ``on``/``off`` is sent
+  as ``chat_template_kwargs: {"enable_thinking": true|false}`` (read by llama.cpp in the same function, and by vLLM).
+  Both are recorded with each run (:meth:`OpenAICompatBackend.request_settings`).
+* Errors that no retry can fix are recognised by their wording (:mod:`harness.backends.server_words`):
+  a server started without the setting the request needs (llama.cpp's HTTP 500 ``tools param requires --jinja
+  flag``, ``Unsupported param: ...``) is a :class:`~harness.errors.ServerConfigError` naming the setting; a
+  conversation longer than the context (llama.cpp's ``exceed_context_size_error``, vLLM's ``This model's maximum
+  context length is ...``) a :class:`~harness.errors.ContextOverflow`.
+* llama.cpp's ``timings`` object (prompt and decode speed) is read into :attr:`Reply.timings`.
 * :class:`~harness.backends.ollama.OllamaBackend` subclasses this class and overrides only
   the wire format (URL, request payload, reply parsing) and its error wording.
 """
@@ -32,14 +43,16 @@ from typing import Any
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
+from harness.backends.server_words import permanent_error, server_timings
 from harness.errors import (
+    BackendError,
     BackendResponseError,
     BackendTimeout,
     BackendUnavailable,
     ModelNotFound,
 )
 
-__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "parse_retry_after"]
+__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "openai_request_settings", "parse_retry_after"]
 
 #: default seconds to wait for one chat reply (small CPU models can be slow)
 DEFAULT_TIMEOUT_S = 300.0
@@ -166,7 +179,12 @@ class OpenAICompatBackend(Backend):
         }
         if tools:
             payload["tools"] = tools
+        payload.update(self.request_settings(options, tools=bool(tools)))
         return payload
+
+    def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+        """:func:`openai_request_settings`."""
+        return openai_request_settings(options, tools=tools)
 
     def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
         choices = body.get("choices")
@@ -198,6 +216,7 @@ class OpenAICompatBackend(Backend):
             raw=body,
             identity=self._reply_identity(),
             reasoning=message.get("reasoning_content") or message.get("reasoning"),
+            timings=server_timings(body.get("timings")),
         )
 
     def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
@@ -247,6 +266,15 @@ class OpenAICompatBackend(Backend):
             identity=self._reply_identity(),
             rejection=rejection_record(server, response.status_code, detail),
         )
+
+    def _permanent_error(self, status: int, detail: str) -> BackendError | None:
+        """The error for a refusal no retry can fix (:func:`harness.backends.server_words.permanent_error`), else ``None``.
+
+        Args:
+            status: the HTTP status (>= 400).
+            detail: the error message (:func:`_error_detail`).
+        """
+        return permanent_error(self.base_url, detail)
 
     def _unreachable_message(self) -> str:
         return (
@@ -340,6 +368,9 @@ class OpenAICompatBackend(Backend):
         detail = _error_detail(response)
         if status == 404 and _is_model_not_found(detail):
             raise ModelNotFound(self._model_not_found_message(detail))
+        permanent = self._permanent_error(status, detail)
+        if permanent is not None:
+            raise permanent
         if status == 429:
             hint = "the server is rate limiting; wait and retry"
         elif status >= 500:
@@ -387,6 +418,23 @@ class OpenAICompatBackend(Backend):
             return None
         value = data.get("build_info") if isinstance(data, dict) else None
         return value if isinstance(value, str) and value else None
+
+
+def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+    """What an OpenAI-compatible request sends beyond messages and sampling options.
+
+    Args:
+        options: the run's options.
+        tools: whether the request offers tools.
+
+    Returns:
+        ``{"parallel_tool_calls": True}`` when tools are offered (OpenAI's API refuses the field without tools),
+        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``.
+    """
+    settings: dict[str, Any] = {"parallel_tool_calls": True} if tools else {}
+    if options.think != "default":
+        settings["chat_template_kwargs"] = {"enable_thinking": options.think == "on"}
+    return settings
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from harness.cli._common import Subparsers, default_scenario, head_line, ledger_option, ledger_path
 from harness.errors import UsageError
-from harness.vocab import PARSER_POLICIES, TOOL_MODES
+from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
 if TYPE_CHECKING:
     from harness.loop import RunOptions, RunPlan
@@ -42,6 +42,8 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument("--repeats", type=int, metavar="N", help="repetitions per cell")
     p.add_argument("--tool-mode", action="append", choices=TOOL_MODES, help="how tools reach the model (repeatable)")
     p.add_argument("--parser", action="append", choices=PARSER_POLICIES, help="parser policy (repeatable)")
+    p.add_argument("--think", action="append", choices=THINK_SETTINGS,
+                   help="ask the model to think: default (say nothing), on or off (repeatable)")  # fmt: skip
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
@@ -70,7 +72,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--timeout must be from 1 to 86400 seconds.")
     if args.record is not None:
         check_output_folder(args.record, option="--record")
-    overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser)
+    overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser, args.think)
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)
