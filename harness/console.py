@@ -32,10 +32,10 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
-    extra = f" ({summary.error})" if summary.outcome == "infra_error" and summary.error else ""
+    extra = f" ({summary.error})" if summary.outcome in ("infra_error", "context_overflow") and summary.error else ""
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
-        f"{p.tool_mode}/{p.parser}{' stream' if p.stream else ''} rep={p.repetition} -> {summary.outcome}{extra} "
+        f"{p.tool_mode}/{p.parser}{_think_note(p)}{' stream' if p.stream else ''} rep={p.repetition} -> {summary.outcome}{extra} "
         f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}; "
         f"run {summary.run_id[:12]}"
     )
@@ -56,6 +56,7 @@ def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
             "scenario": key[0], "model": key[1], "temperature": key[2], "tool_mode": key[3], "parser": key[4],
             **({"stream": "on" if p.stream else "off"} if streamed else {}),
             "runs": 0, "pass": 0, "task_failed": 0, "turn_limit": 0, "token_limit": 0, "infra_error": 0, "interrupted": 0,
+            "context_overflow": 0,
         })  # fmt: skip
         row["runs"] += 1
         row[s.outcome] += 1
@@ -68,7 +69,12 @@ def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
 def plan_label(plan: RunPlan) -> str:
     """One planned run as ``scenario model T=.. seed=.. tool_mode/parser rep=..`` (``--dry-run`` lines)."""
     return (f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
-            f"{plan.tool_mode}/{plan.parser}{' stream' if plan.stream else ''} rep={plan.repetition}")  # fmt: skip
+            f"{plan.tool_mode}/{plan.parser}{_think_note(plan)}{' stream' if plan.stream else ''} rep={plan.repetition}")  # fmt: skip
+
+
+def _think_note(plan: RunPlan) -> str:
+    """`` think=on`` / `` think=off`` for a plan that sets thinking, nothing for the default."""
+    return "" if plan.think == "default" else f" think={plan.think}"
 
 
 class Progress(MatrixEvents):
@@ -148,3 +154,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
     if infra:
         print(f"harness: {plural(infra, 'run')} could not be done (infra_error: server failures, not model failures, "
               "excluded from pass rates); run the same command again to retry them.", file=sys.stderr)  # fmt: skip
+    overflow = sum(s.outcome == "context_overflow" for s in result.summaries)
+    if overflow:
+        print(f"harness: {plural(overflow, 'run')} outgrew the context (context_overflow: excluded from pass rates); "
+              "raise the scenario's num_ctx to score them.", file=sys.stderr)  # fmt: skip

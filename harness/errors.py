@@ -12,6 +12,8 @@ Hierarchy::
     │   ├── BackendTimeout          no answer within the timeout
     │   ├── BackendResponseError    HTTP error status or a body that is not the expected JSON
     │   ├── ModelNotFound           the server is up but does not have the model
+    │   ├── ServerConfigError       the server's own configuration refuses the request (never retried)
+    │   ├── ContextOverflow         the prompt no longer fits the context: ends a run as ``context_overflow``
     │   └── CassetteExhausted       a replay cassette has no more lines for this run
     └── BreakerTripped              the circuit breaker refused the next model call
         ├── TurnLimitExceeded
@@ -30,11 +32,13 @@ __all__ = [
     "BackendUnavailable",
     "BreakerTripped",
     "CassetteExhausted",
+    "ContextOverflow",
     "HarnessError",
     "LedgerError",
     "ModelCacheError",
     "ModelNotFound",
     "ScenarioError",
+    "ServerConfigError",
     "TokenLimitExceeded",
     "ToolError",
     "TurnLimitExceeded",
@@ -103,6 +107,26 @@ class BackendResponseError(BackendError):
 
 class ModelNotFound(BackendError):
     """The server is up but does not serve the requested model (e.g. not pulled in Ollama)."""
+
+    retryable = False
+
+
+class ServerConfigError(BackendError):
+    """The server refuses the request because of how it was started or set up, the same way every time.
+
+    Examples: llama.cpp's ``tools param requires --jinja flag`` and ``Unsupported param: ...``, Ollama's
+    ``"<model>" does not support thinking``. Never retried; the message names the server setting to change.
+    """
+
+    retryable = False
+
+
+class ContextOverflow(BackendError):
+    """The conversation no longer fits the model's context and the server refused it (it was asked not to
+    truncate): the run ends as ``context_overflow``, neither a model failure nor an infrastructure one.
+
+    Never retried: the same history overflows the same context again.
+    """
 
     retryable = False
 

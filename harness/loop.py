@@ -37,20 +37,20 @@ from typing import Any, cast
 from harness import __version__
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.replay import CassetteRecorder
-from harness.backends.streaming import rederive
+from harness.backends.streaming import stored_stream
 from harness.breaker import CircuitBreaker
 from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
-from harness.errors import BackendError, BackendResponseError, BreakerTripped
+from harness.errors import BackendError, BackendResponseError, BreakerTripped, ContextOverflow
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_now
 from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
 from harness.scenarios import Scenario
 from harness.tool_protocol import assistant_message, refusal_text, request_hash, result_message
 from harness.tools import Sandbox, ToolResult
-from harness.vocab import Outcome, ParserPolicy, ToolMode
+from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
 __all__ = [
     "DEFAULT_RETRY", "IDENTITY_VERSION", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunOptions", "RunPlan", "RunSummary",
@@ -116,6 +116,7 @@ class RunPlan:
         tool_mode: ``native`` or ``prompt``.
         parser: ``strict`` or ``lenient``.
         repetition: repetition index, from 0.
+        think: ``default`` (the request says nothing about thinking), ``on`` or ``off``.
         stream: request streamed replies (``--stream on``).
     """
 
@@ -126,6 +127,7 @@ class RunPlan:
     tool_mode: ToolMode = "native"
     parser: ParserPolicy = "lenient"
     repetition: int = 0
+    think: Think = DEFAULT_THINK
     stream: bool = False
 
     def options(self) -> GenerateOptions:
@@ -135,6 +137,7 @@ class RunPlan:
             seed=self.seed + self.repetition,
             max_tokens=self.scenario.max_tokens,
             num_ctx=self.scenario.num_ctx,
+            think=self.think,
             stream=self.stream,
         )
 
@@ -142,13 +145,11 @@ class RunPlan:
         """Deterministic SHA-256 over everything that can change the model's output.
 
         Covers the scenario file's content, tool schemas, rendered system prompt, model spec
-        and digest (when known), effective options, tool mode, parser policy, repetition and
-        :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it. An axis added later
-        (``stream``) enters the payload only when it is not its default, so a run recorded before the axis existed
-        keeps its identity and is not redone.
+        and digest (when known: :attr:`BackendIdentity.identity_digest`), effective options (``think``
+        only when it is not ``default``, ``stream`` only when on: :meth:`GenerateOptions.as_dict`, so runs
+        recorded before they existed keep their identity), tool mode, parser policy, repetition and
+        :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it.
         """
-        options = self.options().as_dict()
-        del options["stream"]
         payload = {
             "v": IDENTITY_VERSION,
             "scenario": self.scenario.content_hash,
@@ -156,13 +157,11 @@ class RunPlan:
             "system": self.scenario.system_message(self.tool_mode),
             "model": self.model,
             "digest": model_digest,
-            "options": options,
+            "options": self.options().as_dict(),
             "tool_mode": self.tool_mode,
             "parser": self.parser,
             "repetition": self.repetition,
         }
-        if self.stream:
-            payload["stream"] = True
         return sha256_of(payload)
 
 
@@ -308,6 +307,8 @@ class _Run:
         except BreakerTripped as exc:
             outcome, error = exc.outcome, str(exc)
             breach = {"kind": exc.outcome, "limit": exc.limit, "observed": exc.observed}
+        except ContextOverflow as exc:  # the scenario's num_ctx, not the model nor the server: its own outcome
+            outcome, error = "context_overflow", str(exc)
         except BackendError as exc:
             outcome, error = "infra_error", str(exc)
         except _Interrupted:
@@ -344,7 +345,8 @@ class _Run:
             ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
             outcome, error = "infra_error", str(exc)
         git_sha, git_dirty = _git_revision()
-        self.identity = plan.identity(ident.model_digest)
+        self.identity = plan.identity(ident.identity_digest)
+        tools = self.tool_schemas if plan.tool_mode == "native" else None
         if self.options.claim is not None:
             self.claim = self.options.claim(self.identity)
             if self.claim is None:
@@ -354,12 +356,13 @@ class _Run:
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
                 scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.model,
                 backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
-                model_digest=ident.model_digest, temperature=plan.temperature, seed=options.seed,
+                model_digest=ident.model_digest, manifest_digest=ident.manifest_digest, think=plan.think, temperature=plan.temperature, seed=options.seed,
                 max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
                 repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
                 harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
+                        "request_settings": self.backend.request_settings(options, tools=bool(tools)),
                         "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config,
                         **(self.claim.facts if self.claim else {})}, stream=plan.stream,
             ),
@@ -405,12 +408,11 @@ class _Run:
                 run_id=self.run_id, turn=self.turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
                 tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
                 executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
-                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
-                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
+                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason, prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens, latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
                 details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
-                reasoning=reply.reasoning, server_rejection=reply.rejection, stream_chunks=reply.stream_chunks,
-                ttft_ms=reply.ttft_ms, decode_tps=reply.decode_tps,
+                reasoning=reply.reasoning, server_rejection=reply.rejection, timings=reply.timings,
+                stream_chunks=reply.stream_chunks, ttft_ms=reply.ttft_ms, decode_tps=reply.decode_tps,
             )
         )  # fmt: skip
         if self.stop.is_set():
@@ -451,10 +453,8 @@ class _Run:
             reasoning=row.reasoning,
             extra={"cache_hit": True},
             rejection=row.server_rejection,
-            stream_chunks=row.stream_chunks,
-            stream_problems=rederive(row.stream_chunks, self.backend.identity().backend).problems if row.stream_chunks else [],
-            ttft_ms=row.ttft_ms,
-            decode_tps=row.decode_tps,
+            timings=row.timings,
+            **stored_stream(row.stream_chunks, row.ttft_ms, row.decode_tps, self.backend.identity().backend),
         )
 
     def _end(self, outcome: str, breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.backends import parse_model_spec
 from harness.errors import UsageError
-from harness.vocab import PARSER_POLICIES, TOOL_MODES, ParserPolicy, ToolMode
+from harness.vocab import DEFAULT_THINK, PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES, ParserPolicy, Think, ToolMode
 
 __all__ = ["AXES", "DEFAULT_MODEL", "MAX_REPEATS", "MAX_SEED", "Matrix", "MatrixOverrides", "expected_value", "value_problem"]
 
@@ -24,10 +24,10 @@ MAX_SEED = 2**31 - 1
 """Seeds are sent as ``seed + repetition``; both stay well inside every server's integer range."""
 MAX_REPEATS = 10_000
 
-AXES = ("models", "temperatures", "repeats", "seeds", "tool_modes", "parsers", "streams")
+AXES = ("models", "temperatures", "repeats", "seeds", "tool_modes", "parsers", "think", "streams")
 """The matrix axes, as named in a scenario's ``[matrix]`` table."""
 _FLAGS = {"models": "--model", "temperatures": "--temperature", "repeats": "--repeats", "seeds": "--seed",
-          "tool_modes": "--tool-mode", "parsers": "--parser", "streams": "--stream"}  # fmt: skip
+          "tool_modes": "--tool-mode", "parsers": "--parser", "think": "--think", "streams": "--stream"}  # fmt: skip
 
 
 def _integer(value: Any, low: int, high: int) -> bool:
@@ -45,6 +45,7 @@ _RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "seeds": (f"an integer from 0 to {MAX_SEED}", lambda v: _integer(v, 0, MAX_SEED)),
     "tool_modes": (f"one of {', '.join(TOOL_MODES)}", lambda v: v in TOOL_MODES),
     "parsers": (f"one of {', '.join(PARSER_POLICIES)}", lambda v: v in PARSER_POLICIES),
+    "think": (f"one of {', '.join(THINK_SETTINGS)}", lambda v: v in THINK_SETTINGS),
     "streams": ("true or false", lambda v: isinstance(v, bool)),
 }
 
@@ -82,6 +83,8 @@ class Matrix:
             are independent samples that are still reproducible.
         tool_modes: ``native`` and/or ``prompt``.
         parsers: ``strict`` and/or ``lenient``.
+        think: ``default``, ``on`` and/or ``off``: whether the request asks the model to think
+            (``default`` says nothing; see :data:`harness.vocab.Think`).
         streams: ``False`` (one complete reply per request) and/or ``True`` (streamed chunks, assembled).
     """
 
@@ -91,6 +94,7 @@ class Matrix:
     seeds: tuple[int, ...] = (0,)
     tool_modes: tuple[ToolMode, ...] = ("native",)
     parsers: tuple[ParserPolicy, ...] = ("lenient",)
+    think: tuple[Think, ...] = (DEFAULT_THINK,)
     streams: tuple[bool, ...] = (False,)
 
     def merge(self, overrides: MatrixOverrides) -> Matrix:
@@ -129,15 +133,8 @@ class Matrix:
     @property
     def size(self) -> int:
         """Planned runs of one scenario: the product of every axis' length and the repeats."""
-        return (
-            len(self.models)
-            * len(self.temperatures)
-            * self.repeats
-            * len(self.seeds)
-            * len(self.tool_modes)
-            * len(self.parsers)
-            * len(self.streams)
-        )
+        axes = (self.models, self.temperatures, self.seeds, self.tool_modes, self.parsers, self.think, self.streams)
+        return self.repeats * math.prod(len(axis) for axis in axes)
 
 
 @dataclass(frozen=True)
@@ -154,6 +151,7 @@ class MatrixOverrides:
         seeds: base seeds.
         tool_modes: ``native`` / ``prompt``.
         parsers: ``strict`` / ``lenient``.
+        think: ``default`` / ``on`` / ``off``.
         streams: ``False`` / ``True`` (``--stream off`` / ``on``).
     """
 
@@ -163,6 +161,7 @@ class MatrixOverrides:
     seeds: Sequence[int] | None = None
     tool_modes: Sequence[ToolMode] | None = None
     parsers: Sequence[ParserPolicy] | None = None
+    think: Sequence[Think] | None = None
     streams: Sequence[bool] | None = None
 
     def check(self) -> None:

@@ -12,6 +12,7 @@ holds its identity's lock (:mod:`harness.ownership`) for its lifetime, and the l
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import uuid
@@ -45,7 +46,7 @@ BackendFactory = Callable[..., Backend]
 def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = MatrixOverrides()) -> list[RunPlan]:
     """Expand scenarios and overrides into planned runs, in a stable order.
 
-    Order: scenario, model, tool mode, parser, stream, temperature, seed, repetition.
+    Order: scenario, model, tool mode, parser, think, stream, temperature, seed, repetition.
 
     Raises:
         UsageError: an override is out of range, a model spec is malformed, or the matrix has
@@ -60,18 +61,15 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
         for model in m.models:
             parse_model_spec(model)
         for model in m.models:
-            for tool_mode in m.tool_modes:
-                for parser in m.parsers:
-                    for stream in m.streams:
-                        for temperature in m.temperatures:
-                            for seed in m.seeds:
-                                plans.extend(
-                                    RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, rep, stream)
-                                    for rep in range(m.repeats)
-                                )
+            for tool_mode, parser, think, stream in itertools.product(m.tool_modes, m.parsers, m.think, m.streams):
+                for temperature in m.temperatures:
+                    for seed in m.seeds:
+                        for repetition in range(m.repeats):
+                            plan = RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, repetition)
+                            plans.append(replace(plan, think=think, stream=stream))
     unique: dict[tuple[Any, ...], RunPlan] = {}
     for p in plans:  # the same file given twice (or two identical files) plans each run once
-        key = (p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition, p.stream)
+        key = (p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition, p.think, p.stream)
         unique.setdefault(key, p)
     return list(unique.values())
 
@@ -254,13 +252,14 @@ def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoin
         num_ctx = max(p.scenario.num_ctx for p in model_plans)
         backend = backend_factory(model, api_key_env=api_key_env, num_ctx=num_ctx, parallel=jobs)
         try:
-            digest = backend.identity().model_digest  # preflight: a dead server is one message, not N runs
+            digest = backend.identity().identity_digest  # preflight: a dead server is one message, not N runs
         except (BackendUnavailable, ModelNotFound) as exc:
             result.skipped.append((model, str(exc), len(model_plans)))
             backend.close()
             continue
         except BackendError:
             digest = None  # may be transient: each run meets it again and records it as infra_error
+        _check_thinking(model, backend, model_plans)
         parallel = jobs
         if parse_model_spec(model)[0] == "ollama":
             parallel = min(jobs, _ollama_num_parallel())
@@ -275,6 +274,27 @@ def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoin
             planned.append(PlannedRun(plan, identity, identity in finished))
         result.planned.extend(planned)
         endpoints[model] = _Endpoint(backend, planned, parallel)
+
+
+def _check_thinking(model: str, backend: Backend, plans: Sequence[RunPlan]) -> None:
+    """Refuse ``think = on`` for a model whose server says it cannot think, before any run starts.
+
+    Raises:
+        UsageError: the server reports the model's capabilities without ``thinking`` (Ollama's ``/api/show``);
+            the backend is closed first.
+    """
+    if not any(plan.think == "on" for plan in plans):
+        return
+    try:
+        able = backend.can_think()
+    except BackendError:
+        able = None  # the server's trouble shows up in the runs themselves
+    if able is False:
+        backend.close()
+        raise UsageError(
+            f"{model} cannot think (the server lists no 'thinking' capability for it), but the matrix asks for "
+            "think = on; use --think off or --think default for it, or drop it from the matrix."
+        )
 
 
 def plan_matrix(

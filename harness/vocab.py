@@ -11,26 +11,31 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "DEFAULT_THINK",
     "EXCLUDED_OUTCOMES",
     "OUTCOMES",
     "PARSER_POLICIES",
     "SCORED_OUTCOMES",
+    "THINK_SETTINGS",
     "TOOL_MODES",
     "Outcome",
     "ParserPolicy",
+    "Think",
     "ToolMode",
     "is_scored",
 ]
 
-Outcome = Literal["pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted"]
+Outcome = Literal["pass", "task_failed", "turn_limit", "token_limit", "infra_error", "interrupted", "context_overflow"]
 """How a run ended: ``pass`` (the loop ended by itself and every done check holds), ``task_failed``,
 ``turn_limit``, ``token_limit`` (the circuit breaker stopped it), ``infra_error`` (the server failed:
-never a model failure) or ``interrupted`` (Ctrl-C)."""
+never a model failure), ``interrupted`` (Ctrl-C) or ``context_overflow`` (the conversation outgrew the
+context the scenario asked for and the server, told not to truncate, refused it: a fact about the
+scenario's ``num_ctx``, not a model failure)."""
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 SCORED_OUTCOMES: tuple[Outcome, ...] = ("pass", "task_failed", "turn_limit", "token_limit")
 """Outcomes that say something about the model: the denominators of every rate."""
-EXCLUDED_OUTCOMES: tuple[str, ...] = ("infra_error", "interrupted", "unfinished")
+EXCLUDED_OUTCOMES: tuple[str, ...] = ("infra_error", "interrupted", "context_overflow", "unfinished")
 """Outcomes left out of every denominator (``unfinished``: the run has no end row yet)."""
 
 ToolMode = Literal["native", "prompt"]
@@ -41,6 +46,13 @@ ParserPolicy = Literal["strict", "lenient"]
 """Which calls the loop executes: ``strict`` (structured calls only) or ``lenient`` (also calls recovered from text)."""
 PARSER_POLICIES: tuple[ParserPolicy, ...] = get_args(ParserPolicy)
 
+Think = Literal["default", "on", "off"]
+"""Whether the model is asked to think: ``default`` (the request says nothing: Ollama then turns thinking on for
+models that can think), ``on`` or ``off`` (said explicitly: Ollama's ``think``, llama.cpp's and vLLM's
+``chat_template_kwargs.enable_thinking``)."""
+THINK_SETTINGS: tuple[Think, ...] = get_args(Think)
+DEFAULT_THINK: Think = "default"
+
 
 def is_scored(outcome: str | None) -> bool:
     """Whether a run with this outcome counts in rates (``None``: the run has not ended, so no).
@@ -49,7 +61,7 @@ def is_scored(outcome: str | None) -> bool:
         outcome: a run's outcome, or None when it has no end row.
 
     Returns:
-        True for :data:`SCORED_OUTCOMES`; False for ``infra_error``, ``interrupted``, unfinished
-        runs and anything else.
+        True for :data:`SCORED_OUTCOMES`; False for ``infra_error``, ``interrupted``, ``context_overflow``,
+        unfinished runs and anything else.
     """
     return outcome in SCORED_OUTCOMES

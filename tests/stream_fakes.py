@@ -5,11 +5,12 @@ to stream when the request says ``stream: true``, and the complete body to send 
 test can reproduce a server whose non-streamed reply is right while its stream is broken (the shape of
 every bug report cited in tests/test_streaming.py).
 
-The wire follows the servers: llama.cpp's ``tools/server`` (``server-task.cpp``: ``data: {json}\\n\\n``
-events, a last chunk with ``finish_reason`` and an empty delta, a usage chunk with ``choices: []`` when
-``stream_options.include_usage``, then ``data: [DONE]``); Ollama's ``server/routes.go`` (``ChatHandler``
-streams one ``api.ChatResponse`` JSON object per line, the last with ``done: true``, ``done_reason`` and
-the counts and durations of ``api.Metrics``).
+The wire follows the servers: llama.cpp's events as the bundled server sends them (observed in
+tests/test_streaming_embedded.py: ``data: {json}\\n\\n`` events, a role chunk, the deltas, a chunk with
+``finish_reason`` and an empty delta, a usage chunk with ``choices: []`` when ``stream_options.include_usage``,
+then ``data: [DONE]``); Ollama's stream as one ``api.ChatResponse`` JSON object per line (``api/types.go``, read
+for the README's "Wire formats"), the last with ``done: true``, ``done_reason`` and the counts and durations of
+``api.Metrics``.
 """
 
 from __future__ import annotations

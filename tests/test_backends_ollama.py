@@ -1,4 +1,9 @@
-"""OllamaBackend against a real HTTP server on 127.0.0.1 imitating Ollama's native API."""
+"""OllamaBackend against a real HTTP server on 127.0.0.1 imitating Ollama's native API.
+
+The bodies follow ``api/types.go`` of ``ollama/ollama`` (``ChatResponse``: tool calls carry ``id`` and
+``function.index``; the ``Metrics`` counts are ``omitempty``); :mod:`tests.server_fakes` and
+``tests/test_wire_formats.py`` hold the fakes that also follow ``server/routes.go``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ CHAT = "/api/chat"
 MODEL = "qwen2.5-coder:1.5b"
 OPTIONS = GenerateOptions(temperature=0.0, seed=3, max_tokens=128, num_ctx=8192)
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-OLLAMA_CALLS = [{"function": {"name": "read_file", "arguments": {"path": "a.txt"}}}]
+OLLAMA_CALLS = [{"id": "call_4s1xq0ze", "function": {"index": 0, "name": "read_file", "arguments": {"path": "a.txt"}}}]
 TOOL_BODY = {
     "model": MODEL,
     "message": {"role": "assistant", "content": "", "tool_calls": OLLAMA_CALLS},
@@ -54,13 +59,13 @@ EXPECTED_OLLAMA_CONVERSATION = [
         "role": "assistant",
         "content": "",
         "tool_calls": [
-            {"function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
-            {"function": {"name": "ls", "arguments": {}}},
+            {"id": "c1", "function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
+            {"id": "c2", "function": {"name": "ls", "arguments": {}}},
         ],
     },
-    {"role": "tool", "content": "alpha", "tool_name": "read_file"},
-    {"role": "tool", "content": "orphan"},
-    {"role": "tool", "content": "a.txt", "tool_name": "ls"},
+    {"role": "tool", "content": "alpha", "tool_call_id": "c1", "tool_name": "read_file"},
+    {"role": "tool", "content": "orphan", "tool_call_id": "zz"},
+    {"role": "tool", "content": "a.txt", "tool_call_id": "c2", "tool_name": "ls"},
 ]
 
 
@@ -75,6 +80,7 @@ def test_tool_call_reply_and_exact_request_body():
             "stream": False,
             "options": {"temperature": 0.0, "seed": 3, "num_ctx": 8192, "num_predict": 128},
             "tools": TOOLS,
+            "truncate": False,
         }
     ]
     assert reply.tool_calls == OLLAMA_CALLS
@@ -153,45 +159,40 @@ def test_not_running():
             backend.identity()
 
 
-def test_identity_from_version_and_show():
+def test_identity_digest_is_the_manifest_digest_from_tags():
+    # /api/tags answers ListModelResponse (api/types.go): "digest" is the hex SHA-256 of the manifest file
+    # (manifest/manifest.go), without a prefix; /api/show (ShowResponse) has no digest at all
+    tags = {"models": [{"name": "other:latest", "model": "other:latest", "digest": "111"},
+                       {"name": "llama3:latest", "model": "llama3:latest", "digest": "222"}]}  # fmt: skip
     routes = {
         ("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
-        ("POST", "/api/show"): json_reply(200, {"digest": "abc123", "details": {"family": "qwen2"}}),
-    }
-    with FakeServer(routes) as server, OllamaBackend(MODEL, server.url) as backend:
-        identity = backend.identity()
-        assert backend.identity() is identity  # cached
-    assert server.posts("/api/show") == [{"model": MODEL}]
-    assert (identity.server_version, identity.model_digest) == ("0.6.2", "sha256:abc123")
-    assert (identity.backend, identity.model, identity.base_url) == ("ollama", MODEL, server.url)
-
-
-def test_identity_digest_from_tags_when_show_has_none():
-    tags = {"models": [{"name": "other:latest", "digest": "111"}, {"name": "llama3:latest", "digest": "222"}]}
-    routes = {
-        ("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
-        ("POST", "/api/show"): json_reply(200, {"modelfile": "FROM x", "details": {}}),
+        ("POST", "/api/show"): json_reply(200, {"modelfile": "FROM x", "details": {}, "capabilities": ["completion"]}),
         ("GET", "/api/tags"): json_reply(200, tags),
     }
     with FakeServer(routes) as server:
         with OllamaBackend("llama3", server.url) as backend:
-            assert backend.identity().model_digest == "sha256:222"
+            identity = backend.identity()
+            assert backend.identity() is identity  # cached
         with OllamaBackend("absent:7b", server.url) as backend:
-            assert backend.identity().model_digest is None
+            assert backend.identity().manifest_digest is None
+    assert (identity.server_version, identity.manifest_digest, identity.model_digest) == ("0.6.2", "sha256:222", None)
+    assert identity.identity_digest == "sha256:222"  # what a run's identity hashes, as before the rename
+    assert (identity.backend, identity.model, identity.base_url) == ("ollama", "llama3", server.url)
+    assert server.posts("/api/show") == []  # the digest is never looked for where it is not
 
 
 def test_identity_after_generate_is_stamped_on_replies():
     routes = {
         ("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
-        ("POST", "/api/show"): json_reply(200, {"digest": "sha256:feed"}),
+        ("GET", "/api/tags"): json_reply(200, {"models": [{"name": MODEL, "model": MODEL, "digest": "feed"}]}),
         ("POST", CHAT): json_reply(200, TEXT_BODY),
     }
     with FakeServer(routes) as server, OllamaBackend(MODEL, server.url) as backend:
         before = backend.generate([], None, OPTIONS).identity
         backend.identity()
         after = backend.generate([], None, OPTIONS).identity
-    assert (before.server_version, before.model_digest) == (None, None)
-    assert (after.server_version, after.model_digest) == ("0.6.2", "sha256:feed")
+    assert (before.server_version, before.manifest_digest) == (None, None)
+    assert (after.server_version, after.manifest_digest) == ("0.6.2", "sha256:feed")
 
 
 def test_thinking_is_kept_as_reasoning():

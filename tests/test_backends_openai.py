@@ -41,7 +41,16 @@ def test_tool_call_reply_and_exact_request_body():
     with FakeServer({("POST", CHAT): json_reply(200, TOOL_BODY)}) as server, _backend(server, api_key="sk-test") as backend:
         reply = backend.generate(MESSAGES, TOOLS, OPTIONS)
     assert server.posts(CHAT) == [
-        {"model": "m1", "messages": MESSAGES, "temperature": 0.3, "seed": 7, "max_tokens": 64, "stream": False, "tools": TOOLS}
+        {
+            "model": "m1",
+            "messages": MESSAGES,
+            "temperature": 0.3,
+            "seed": 7,
+            "max_tokens": 64,
+            "stream": False,
+            "tools": TOOLS,
+            "parallel_tool_calls": True,
+        }
     ]
     assert server.requests[0].headers["Authorization"] == "Bearer sk-test"
     assert reply.tool_calls == TOOL_CALLS

@@ -67,7 +67,8 @@ ALL_MIGRATIONS = [
     "m004_turn_reasoning",
     "m005_blobs",
     "m006_turn_server_rejection",
-    "m007_streaming",
+    "m007_wire_settings",
+    "m008_streaming",
 ]
 OLD_LEDGER = Path(__file__).resolve().parent / "data" / "ledger_m003.sqlite"
 """A ledger written by the harness before m004 (one run, two turns), kept as a real old file."""
@@ -276,7 +277,8 @@ def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
             "m004_turn_reasoning",
             "m005_blobs",
             "m006_turn_server_rejection",
-            "m007_streaming",
+            "m007_wire_settings",
+            "m008_streaming",
         ]
         assert ledger.verify().ok
         assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None]
@@ -322,7 +324,8 @@ def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path
             "m004_turn_reasoning",
             "m005_blobs",
             "m006_turn_server_rejection",
-            "m007_streaming",
+            "m007_wire_settings",
+            "m008_streaming",
         ]
 
 

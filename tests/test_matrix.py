@@ -211,11 +211,13 @@ def test_ollama_parallelism_is_warned_about_and_recorded(tmp_path, monkeypatch, 
         monkeypatch.delenv("OLLAMA_NUM_PARALLEL", raising=False)
     else:
         monkeypatch.setenv("OLLAMA_NUM_PARALLEL", env)
-    chat = {"model": "m", "message": {"role": "assistant", "content": "Done."}, "done": True, "done_reason": "stop",
-            "prompt_eval_count": 10, "eval_count": 2}  # fmt: skip
+    from tests.server_fakes import ollama_chat, ollama_show, ollama_tags
+
+    replies = [{"content": "Done.", "prompt_eval_count": 10, "eval_count": 2}] * 2
     routes = {("GET", "/api/version"): json_reply(200, {"version": "0.6.2"}),
-              ("POST", "/api/show"): json_reply(200, {"digest": "abc123"}),
-              ("POST", "/api/chat"): json_reply(200, chat)}  # fmt: skip
+              ("POST", "/api/show"): ollama_show(["completion", "tools"]),
+              ("GET", "/api/tags"): ollama_tags({"m:latest": "abc123"}),
+              ("POST", "/api/chat"): ollama_chat(replies, model="m")}  # fmt: skip
     with FakeServer(routes) as server:
         plans = plans_for(f"ollama:m@{server.url}", repeats=2)
         with Ledger(tmp_path / "l.sqlite") as ledger:

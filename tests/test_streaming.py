@@ -31,7 +31,7 @@ import pytest
 
 from harness.backends import OllamaBackend, OpenAICompatBackend, open_backend
 from harness.backends.base import GenerateOptions
-from harness.backends.streaming import assemble, server_timings
+from harness.backends.streaming import assemble, reply_speed
 from harness.canonical import sha256_of
 from harness.classifier import classify
 from harness.errors import BackendResponseError
@@ -168,11 +168,11 @@ def test_a_call_streamed_as_content_pieces_is_a_model_label_not_an_assembly_erro
 
 def test_server_timings_of_a_non_streamed_reply():
     llama = {"timings": {"prompt_n": 32, "prompt_ms": 633.884, "predicted_n": 12, "predicted_per_second": 6.616}}
-    assert server_timings(llama) == (633.884, 6.616)
+    assert reply_speed(llama) == (633.884, 6.616)
     ollama = {"load_duration": 1_000_000, "prompt_eval_duration": 49_000_000, "eval_count": 7, "eval_duration": 700_000_000}
-    assert server_timings(ollama) == (50.0, 10.0)
-    assert server_timings({"choices": []}) == (None, None) and server_timings([]) == (None, None)
-    assert server_timings({"timings": {"prompt_ms": "fast", "predicted_per_second": -1}}) == (None, None)
+    assert reply_speed(ollama) == (50.0, 10.0)
+    assert reply_speed({"choices": []}) == (None, None) and reply_speed([]) == (None, None)
+    assert reply_speed({"timings": {"prompt_ms": "fast", "predicted_per_second": -1}}) == (None, None)
 
 
 # -- the backends over real HTTP -----------------------------------------------------------------------------
@@ -314,7 +314,8 @@ def test_stream_enters_the_identity_only_when_on(scenario):
         "tool_mode": "prompt", "parser": "strict", "repetition": 1,
     }  # fmt: skip
     assert plan.identity("sha256:ab") == sha256_of(before)
-    assert dataclasses.replace(plan, stream=True).identity("sha256:ab") == sha256_of({**before, "stream": True})
+    streamed = {**before, "options": {**before["options"], "stream": True}}
+    assert dataclasses.replace(plan, stream=True).identity("sha256:ab") == sha256_of(streamed)
 
 
 def test_a_ledger_recorded_before_streaming_resumes_without_redoing_its_finished_runs(tmp_path, monkeypatch):

@@ -11,7 +11,10 @@ Messages use the OpenAI chat shape throughout the harness::
                      "function": {"name": str, "arguments": str}}],   # assistant only
      "tool_call_id": str, "name": str}                                 # tool only
 
-Backends that speak another wire format (Ollama's ``/api/chat``) translate at their edge.
+Backends that speak another wire format (Ollama's ``/api/chat``) translate at their edge. What a
+backend sends beyond the messages and the sampling options (Ollama's ``truncate``, the
+OpenAI-compatible ``parallel_tool_calls``, the thinking switch) is :meth:`Backend.request_settings`,
+recorded with every run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import abc
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from harness.vocab import DEFAULT_THINK, Think
 
 __all__ = ["Backend", "BackendIdentity", "GenerateOptions", "Reply", "rejection_record"]
 
@@ -36,6 +41,8 @@ class GenerateOptions:
         seed: sampling seed (integer), sent to servers that accept one.
         max_tokens: cap on completion tokens per reply.
         num_ctx: context length in tokens (Ollama ``options.num_ctx``; embedded ``n_ctx``).
+        think: ``default`` (the request says nothing about thinking), ``on`` or ``off``
+            (:data:`harness.vocab.THINK_SETTINGS`; each backend's field: :meth:`Backend.request_settings`).
         stream: ask for a streamed reply (server-sent events, Ollama's NDJSON) and assemble it
             (:mod:`harness.backends.streaming`); the replay backend ignores it.
     """
@@ -44,11 +51,21 @@ class GenerateOptions:
     seed: int = 0
     max_tokens: int = DEFAULT_MAX_TOKENS
     num_ctx: int = DEFAULT_NUM_CTX
+    think: Think = DEFAULT_THINK
     stream: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the options as a plain JSON-ready dict."""
-        return asdict(self)
+        """Return the options as a plain JSON-ready dict; ``think`` only when it is not ``default``, ``stream`` only when on.
+
+        The dict is part of every run's identity, so a setting added later enters it only when set:
+        runs recorded before it existed keep their identity.
+        """
+        out = asdict(self)
+        if self.think == DEFAULT_THINK:
+            del out["think"]
+        if not self.stream:
+            del out["stream"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -60,8 +77,12 @@ class BackendIdentity:
         model: the model name sent to the server (or the cassette path for replay).
         base_url: the server's base URL, or ``None`` when there is no server.
         server_version: server version string, or ``None`` when not exposed.
-        model_digest: content digest of the model weights (Ollama digest, GGUF SHA-256,
-            cassette SHA-256), or ``None`` when not exposed.
+        model_digest: SHA-256 of the model file itself (the embedded model's GGUF, a replay cassette),
+            or ``None`` when the server exposes none (Ollama and OpenAI-compatible servers do not).
+        manifest_digest: Ollama's digest of the model's manifest (``sha256:<hex>`` of the manifest file,
+            from ``GET /api/tags``; ``manifest/manifest.go``): it changes when any layer changes (weights,
+            template, parameters, system prompt), so it names the model as served, but it is not a hash
+            of the weights. ``None`` for other backends.
     """
 
     backend: str
@@ -69,6 +90,12 @@ class BackendIdentity:
     base_url: str | None = None
     server_version: str | None = None
     model_digest: str | None = None
+    manifest_digest: str | None = None
+
+    @property
+    def identity_digest(self) -> str | None:
+        """The digest that enters a run's identity: the model file's, else Ollama's manifest digest."""
+        return self.model_digest or self.manifest_digest
 
 
 @dataclass
@@ -95,6 +122,9 @@ class Reply:
             failure, not the server's: see :func:`rejection_record`): ``{"server", "status", "error"}``
             (``llama.cpp``, ``ollama`` or ``vllm``; the HTTP status; the server's error message).
             ``raw`` is then the error body and ``content`` the model's text when the body quotes it.
+        timings: the server's own timing of the reply, when it reports one (llama.cpp's ``timings``:
+            ``prompt_n``, ``prompt_ms``, ``prompt_per_second``, ``predicted_n``, ``predicted_ms``,
+            ``predicted_per_second``, ... as numbers; ``tools/server/server-task.h``), else ``None``.
         stream_chunks: a streamed reply's raw chunks, ``[{"t": ms since the request, "data": text}]``, from which
             the reply was assembled (:func:`harness.backends.streaming.assemble`); ``None`` when not streamed.
         stream_problems: what could not be assembled from the chunks (the classifier's ``stream_problems``).
@@ -115,6 +145,7 @@ class Reply:
     reasoning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     rejection: dict[str, Any] | None = None
+    timings: dict[str, float] | None = None
     stream_chunks: list[dict[str, Any]] | None = None
     stream_problems: list[str] = field(default_factory=list)
     ttft_ms: float | None = None
@@ -221,6 +252,29 @@ class Backend(abc.ABC):
             BackendError: the server cannot be reached.
         """
         return BackendIdentity(backend=type(self).__name__, model=self.spec)
+
+    def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+        """What the request sends beyond the messages and the sampling options, recorded with each run.
+
+        Args:
+            options: the run's options (``think`` decides the thinking field).
+            tools: whether the request carries tools.
+
+        Returns:
+            The fields and their values as sent, e.g. ``{"truncate": False, "think": True}``; ``{}`` by default.
+        """
+        return {}
+
+    def can_think(self) -> bool | None:
+        """Whether the model can think (reason before answering), as the server reports it.
+
+        Returns:
+            ``True`` or ``False`` when the server says (Ollama's ``/api/show`` ``capabilities``), ``None`` when unknown.
+
+        Raises:
+            BackendError: the server cannot be reached.
+        """
+        return None
 
     def start_run(self) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
         """Called before each run; the replay backend rewinds its cassette here."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from harness.backends import models
 from harness.backends.base import DEFAULT_NUM_CTX, Backend, BackendIdentity, GenerateOptions, Reply
-from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend
+from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, openai_request_settings
 from harness.errors import BackendUnavailable, ModelCacheError, UsageError
 
 __all__ = ["EmbeddedBackend", "resolve_model"]
@@ -140,6 +140,10 @@ class EmbeddedBackend(Backend):
         reply = self._client.generate(messages, tools, options)
         reply.identity = self.identity()
         return reply
+
+    def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+        """As for any OpenAI-compatible server (:func:`~harness.backends.openai_compat.openai_request_settings`)."""
+        return openai_request_settings(options, tools=tools)
 
     def identity(self) -> BackendIdentity:
         """``embedded``, the model name, ``sha256:<gguf sha256>`` and ``xllamacpp <version>``.

@@ -8,8 +8,20 @@ conversations. Every request therefore sends ``temperature``, ``seed``, ``num_ct
 Design: :class:`OllamaBackend` subclasses :class:`OpenAICompatBackend` and overrides only the
 wire format and the error wording; connection handling and error translation are shared.
 Messages arrive in the OpenAI shape and are translated at this edge (:func:`to_ollama_messages`):
-assistant tool-call ``arguments`` become JSON objects, and tool results carry ``tool_name``.
-Replies keep ``message.tool_calls`` exactly as Ollama returned them. When Ollama's own tool-call
+assistant tool-call ``arguments`` become JSON objects, each call keeps its ``id`` (Ollama assigns
+``call_...`` ids and templates match results to calls by them), and tool results carry
+``tool_call_id`` and ``tool_name`` (``api/types.go``, ``Message``). Replies keep ``message.tool_calls``
+exactly as Ollama returned them (``id``, ``function.index``, ``function.name``, ``function.arguments``)
+and ``message.thinking`` as the reasoning.
+
+Every request sends ``truncate: false``: Ollama otherwise drops the oldest messages when the prompt
+exceeds ``num_ctx`` (``server/routes.go``, ``chatPrompt`` in ``server/prompt.go``), so the model would
+silently see another conversation; the refusal it sends instead is a
+:class:`~harness.errors.ContextOverflow`. ``think`` is sent only when the run sets it (``on``/``off``):
+left out, Ollama turns thinking on for every model whose capabilities include ``thinking``, and answers
+HTTP 400 ``"<model>" does not support thinking`` to ``think: true`` for one that cannot
+(:class:`~harness.errors.ServerConfigError`; :meth:`OllamaBackend.can_think` lets the runner say so
+before a matrix starts). When Ollama's own tool-call
 parser refuses the model's output (HTTP 500 ``error parsing tool call: raw='...', err=...``), the
 refusal is returned as a reply with ``rejection`` set and the quoted raw text as its content
 (:meth:`OllamaBackend._rejection`).
@@ -25,7 +37,8 @@ import httpx
 
 from harness.backends.base import BackendIdentity, GenerateOptions, Reply
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, _snippet
-from harness.errors import BackendResponseError
+from harness.backends.server_words import is_context_overflow
+from harness.errors import BackendError, BackendResponseError, ContextOverflow, ServerConfigError
 
 __all__ = ["DEFAULT_OLLAMA_URL", "OllamaBackend", "to_ollama_messages"]
 
@@ -70,26 +83,35 @@ class OllamaBackend(OpenAICompatBackend):
         Args:
             messages: the conversation, OpenAI chat shape (translated here).
             tools: OpenAI tool definitions; omitted when ``None`` or empty.
-            options: sent as ``options: {temperature, seed, num_ctx, num_predict}``.
+            options: sent as ``options: {temperature, seed, num_ctx, num_predict}``, with ``truncate: false``
+                and, unless ``options.think`` is ``default``, ``think: true|false``.
 
         Returns:
-            The reply: ``message.content``, ``message.tool_calls`` as returned,
-            ``done_reason`` as ``finish_reason``, ``prompt_eval_count`` / ``eval_count`` as
-            prompt / completion tokens, latency in ms, the whole body as ``raw``.
+            The reply: ``message.content``, ``message.tool_calls`` as returned, ``message.thinking`` as
+            ``reasoning``, ``done_reason`` as ``finish_reason``, ``prompt_eval_count`` / ``eval_count`` as
+            prompt / completion tokens (``None`` when absent: Ollama leaves out a count of zero), latency
+            in ms, the whole body as ``raw``.
 
         Raises:
             BackendUnavailable: Ollama is not running at the URL, or dropped the connection.
             BackendTimeout: no complete answer within ``timeout_s``.
-            ModelNotFound: the model is not pulled.
-            BackendResponseError: another HTTP error, or a body that is not the expected JSON.
+            ModelNotFound: the model is not pulled (HTTP 404 ``model 'M' not found`` or
+                ``model "M" not found, try pulling it first``, both in ``server/routes.go``).
+            ContextOverflow: the conversation is longer than ``num_ctx``.
+            ServerConfigError: the model cannot think but ``think`` is ``on``, or cannot take tools.
+            BackendResponseError: another HTTP error (a busy server's 503 ``server busy, please try again.
+                maximum pending requests exceeded`` comes without ``Retry-After`` and is retried with backoff),
+                or a body that is not the expected JSON.
         """
         return super().generate(messages, tools, options)
 
     def identity(self) -> BackendIdentity:
-        """Return Ollama's version and the model's digest (``sha256:<hex>``).
+        """Return Ollama's version and the model's manifest digest (``sha256:<hex>``).
 
-        Queries ``GET /api/version`` and ``POST /api/show``, falling back to ``GET /api/tags``
-        for the digest. Missing fields are ``None``; the result is cached.
+        Queries ``GET /api/version`` and ``GET /api/tags``: ``/api/show`` has no digest, and the
+        ``digest`` of ``/api/tags`` is the SHA-256 of the model's manifest file (``manifest/manifest.go``),
+        not of the weights, so it is recorded as ``manifest_digest``. Missing fields are ``None``;
+        the result is cached.
 
         Raises:
             BackendUnavailable: Ollama is not running at the URL.
@@ -102,9 +124,31 @@ class OllamaBackend(OpenAICompatBackend):
                 model=self.model,
                 base_url=self.base_url,
                 server_version=version if isinstance(version, str) else None,
-                model_digest=self._model_digest(),
+                manifest_digest=self._manifest_digest(),
             )
         return self._identity
+
+    def can_think(self) -> bool | None:
+        """Whether ``capabilities`` in ``POST /api/show`` lists ``thinking`` (``types/model/capability.go``).
+
+        Returns:
+            ``True``/``False``, or ``None`` when Ollama gives no capabilities list (older versions, an error).
+
+        Raises:
+            BackendUnavailable: Ollama is not running at the URL.
+            BackendTimeout: Ollama did not answer in time.
+        """
+        capabilities = self._get_json("POST", "/api/show", {"model": self.model}).get("capabilities")
+        if not isinstance(capabilities, list):
+            return None
+        return "thinking" in capabilities
+
+    def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+        """``truncate: false`` always, and ``think: true|false`` when ``options.think`` is ``on``/``off``."""
+        settings: dict[str, Any] = {"truncate": False}
+        if options.think != "default":
+            settings["think"] = options.think == "on"
+        return settings
 
     # -- wire format ----------------------------------------------------------------------
 
@@ -127,12 +171,10 @@ class OllamaBackend(OpenAICompatBackend):
         }
         if tools:
             payload["tools"] = tools
+        payload.update(self.request_settings(options, tools=bool(tools)))
         return payload
 
-    _sse = False
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {"stream": True}  # the final line carries the counts and durations
+    _sse, _stream_fields = False, {"stream": True}  # the final line carries the counts and durations
 
     def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
         message = body.get("message")
@@ -166,6 +208,25 @@ class OllamaBackend(OpenAICompatBackend):
         quoted = _RAW_QUOTED.match(detail)
         return "ollama", quoted.group(1) if quoted else None
 
+    def _permanent_error(self, status: int, detail: str) -> BackendError | None:
+        """Ollama's refusals no retry can fix (``server/routes.go``, ``ChatHandler``), else ``None``.
+
+        HTTP 400 ``"<model>" does not support thinking`` (``think: true`` for a model that cannot think) and
+        ``... does not support tools`` are :class:`ServerConfigError`; a conversation longer than ``num_ctx``
+        (``truncate: false``) is a :class:`ContextOverflow`.
+        """
+        if "does not support thinking" in detail:
+            return ServerConfigError(
+                f"Ollama says {detail}; run it with --think off or --think default (or `think` in the scenario's [matrix])."
+            )
+        if "does not support tools" in detail:
+            return ServerConfigError(f"Ollama says {detail}; run it with --tool-mode prompt.")
+        if is_context_overflow(detail):
+            return ContextOverflow(
+                f"The conversation no longer fits the context Ollama gave '{self.model}' ({detail}); raise the scenario's num_ctx."
+            )
+        return None
+
     def _unreachable_message(self) -> str:
         return f"Ollama is not running at {self.base_url}; start it with `ollama serve` or set OLLAMA_HOST."
 
@@ -185,20 +246,18 @@ class OllamaBackend(OpenAICompatBackend):
             return {}
         return data if isinstance(data, dict) else {}
 
-    def _model_digest(self) -> str | None:
-        shown = self._get_json("POST", "/api/show", {"model": self.model})
-        digest = shown.get("digest")
-        if not isinstance(digest, str):
-            digest = None
-            wanted = {self.model, self.model if ":" in self.model else f"{self.model}:latest"}
-            models = self._get_json("GET", "/api/tags").get("models")
-            for entry in models if isinstance(models, list) else []:
-                if isinstance(entry, dict) and (entry.get("name") in wanted or entry.get("model") in wanted):
-                    digest = entry.get("digest") if isinstance(entry.get("digest"), str) else None
-                    break
-        if not digest:
-            return None
-        return digest if digest.startswith("sha256:") else f"sha256:{digest}"
+    def _manifest_digest(self) -> str | None:
+        """The ``digest`` of this model's entry in ``GET /api/tags`` (``name`` or ``model`` matches; a name without a
+        tag matches ``:latest``), as ``sha256:<hex>``; ``None`` when it is not listed."""
+        wanted = {self.model, self.model if ":" in self.model else f"{self.model}:latest"}
+        models = self._get_json("GET", "/api/tags").get("models")
+        for entry in models if isinstance(models, list) else []:
+            if isinstance(entry, dict) and (entry.get("name") in wanted or entry.get("model") in wanted):
+                digest = entry.get("digest")
+                if isinstance(digest, str) and digest:
+                    return digest if digest.startswith("sha256:") else f"sha256:{digest}"
+                return None
+        return None
 
 
 def to_ollama_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -207,9 +266,9 @@ def to_ollama_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     * ``content: None`` becomes ``""``.
     * Assistant ``tool_calls[].function.arguments`` become objects: a JSON string is parsed;
       a string that is not a JSON object becomes ``{}`` (the model's broken call is kept in
-      the ledger from its original reply, not here).
-    * Tool messages keep ``content`` and get ``tool_name``: the message's ``name``, else the
-      name of the assistant tool call whose ``id`` equals its ``tool_call_id``.
+      the ledger from its original reply, not here). Each call keeps its ``id`` when it has one.
+    * Tool messages keep ``content`` and ``tool_call_id`` and get ``tool_name``: the message's
+      ``name``, else the name of the assistant tool call whose ``id`` equals its ``tool_call_id``.
 
     Args:
         messages: OpenAI chat messages (not modified).
@@ -228,12 +287,15 @@ def to_ollama_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 function = call.get("function") or {}
                 if call.get("id") and function.get("name"):
                     call_names[call["id"]] = function["name"]
-                calls.append(
-                    {"function": {"name": function.get("name"), "arguments": _arguments_object(function.get("arguments"))}}
-                )
+                sent: dict[str, Any] = {"id": call["id"]} if isinstance(call.get("id"), str) and call["id"] else {}
+                sent["function"] = {"name": function.get("name"), "arguments": _arguments_object(function.get("arguments"))}
+                calls.append(sent)
             item["tool_calls"] = calls
         elif role == "tool":
-            name = message.get("name") or call_names.get(message.get("tool_call_id") or "")
+            call_id = message.get("tool_call_id")
+            name = message.get("name") or call_names.get(call_id or "")
+            if isinstance(call_id, str) and call_id:
+                item["tool_call_id"] = call_id
             if name:
                 item["tool_name"] = name
         out.append(item)

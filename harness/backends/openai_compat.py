@@ -17,30 +17,41 @@ Design:
   on a forced call) and :meth:`~OpenAICompatBackend.generate` returns them as a :class:`Reply`
   with ``rejection`` set, never as an error, so they are neither retried nor counted as
   ``infra_error`` (docs/failure-modes.md#server_rejected_call).
+* Every request that offers tools says ``parallel_tool_calls: true``: llama.cpp's server otherwise lets
+  the chat template allow one call per reply (``tools/server/server-common.cpp``, ``oaicompat_chat_params_parse``),
+  while Ollama allows several, so multi-call behaviour would not be comparable. ``think`` ``on``/``off`` is sent
+  as ``chat_template_kwargs: {"enable_thinking": true|false}`` (read by llama.cpp in the same function, and by vLLM).
+  Both are recorded with each run (:meth:`OpenAICompatBackend.request_settings`).
+* Errors that no retry can fix are recognised by their wording (:mod:`harness.backends.server_words`):
+  a server started without the setting the request needs (llama.cpp's HTTP 500 ``tools param requires --jinja
+  flag``, ``Unsupported param: ...``) is a :class:`~harness.errors.ServerConfigError` naming the setting; a
+  conversation longer than the context (llama.cpp's ``exceed_context_size_error``, vLLM's ``This model's maximum
+  context length is ...``) a :class:`~harness.errors.ContextOverflow`.
+* llama.cpp's ``timings`` object (prompt and decode speed) is read into :attr:`Reply.timings`.
 * :class:`~harness.backends.ollama.OllamaBackend` subclasses this class and overrides only
   the wire format (URL, request payload, reply parsing) and its error wording.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
-from harness.backends.streaming import Streamed, assemble, read_stream, server_timings
+from harness.backends.server_words import parse_retry_after, permanent_error, server_timings
+from harness.backends.streaming import Streamed, read_stream, reply_speed, stream_reply
 from harness.errors import (
+    BackendError,
     BackendResponseError,
     BackendTimeout,
     BackendUnavailable,
     ModelNotFound,
 )
 
-__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "parse_retry_after"]
+__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "openai_request_settings", "parse_retry_after"]
 
 #: default seconds to wait for one chat reply (small CPU models can be slow)
 DEFAULT_TIMEOUT_S = 300.0
@@ -119,7 +130,7 @@ class OpenAICompatBackend(Backend):
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
         if options.stream:
-            payload.update(self._stream_fields())
+            payload.update(self._stream_fields)
             response = self._request("POST", self._chat_url(), json_body=payload, stream_from=start)
         else:
             response = self._request("POST", self._chat_url(), json_body=payload)
@@ -129,10 +140,10 @@ class OpenAICompatBackend(Backend):
             return rejected
         self._raise_for_status(response)
         if isinstance(response, Streamed):
-            return self._stream_reply(response.chunks, latency_ms)
+            return stream_reply(response.chunks, latency_ms, self._sse, self._rejection, self._reply_identity())
         body = self._json_body(response)
         reply = self._parse_reply(body, latency_ms)
-        reply.ttft_ms, reply.decode_tps = server_timings(body)
+        reply.ttft_ms, reply.decode_tps = reply_speed(body)
         return reply
 
     def identity(self) -> BackendIdentity:
@@ -177,7 +188,12 @@ class OpenAICompatBackend(Backend):
         }
         if tools:
             payload["tools"] = tools
+        payload.update(self.request_settings(options, tools=bool(tools)))
         return payload
+
+    def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+        """:func:`openai_request_settings`."""
+        return openai_request_settings(options, tools=tools)
 
     def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
         choices = body.get("choices")
@@ -209,36 +225,11 @@ class OpenAICompatBackend(Backend):
             raw=body,
             identity=self._reply_identity(),
             reasoning=message.get("reasoning_content") or message.get("reasoning"),
+            timings=server_timings(body.get("timings")),
         )
 
-    #: the stream's wire format: server-sent events (False: Ollama's NDJSON)
-    _sse = True
-
-    def _stream_fields(self) -> dict[str, Any]:
-        """What a streamed request adds to the payload: the final chunk is asked to carry ``usage``."""
-        return {"stream": True, "stream_options": {"include_usage": True}}
-
-    def _stream_reply(self, chunks: list[dict[str, Any]], latency_ms: float) -> Reply:
-        """The reply assembled from a stream's raw chunks (:func:`~harness.backends.streaming.assemble`).
-
-        Raises:
-            BackendResponseError: the stream carried an error object that is not a refusal of the model's call.
-        """
-        got = assemble(chunks, sse=self._sse)
-        rejection = None
-        if got.error is not None:
-            found = self._rejection(500, got.error)
-            if found is None:
-                raise BackendResponseError(
-                    f"The server at {self.base_url} reported an error inside the stream ({got.error[:_SNIPPET_CHARS]}); "
-                    "check the server's log.",
-                    status_code=None,
-                )
-            rejection = rejection_record(found[0], 200, got.error)
-        fingerprint = got.final.get("system_fingerprint")
-        if isinstance(fingerprint, str) and fingerprint and self._server_version is None:
-            self._server_version = fingerprint
-        return got.reply(chunks, latency_ms, self._reply_identity(), rejection)
+    #: the stream's wire format (server-sent events; Ollama: NDJSON) and what a streamed request adds (usage at the end)
+    _sse, _stream_fields = True, {"stream": True, "stream_options": {"include_usage": True}}
 
     def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
         """Which server's tool-call parser refused the model's reply, and the model's text the error quotes.
@@ -288,6 +279,15 @@ class OpenAICompatBackend(Backend):
             rejection=rejection_record(server, response.status_code, detail),
         )
 
+    def _permanent_error(self, status: int, detail: str) -> BackendError | None:
+        """The error for a refusal no retry can fix (:func:`harness.backends.server_words.permanent_error`), else ``None``.
+
+        Args:
+            status: the HTTP status (>= 400).
+            detail: the error message (:func:`_error_detail`).
+        """
+        return permanent_error(self.base_url, detail)
+
     def _unreachable_message(self) -> str:
         return (
             f"The server at {self.base_url} is not reachable; start it, or check the URL "
@@ -330,9 +330,7 @@ class OpenAICompatBackend(Backend):
             # ASCII JSON: text UTF-8 cannot hold (a lone surrogate echoed from a model or a file) is sent as \u escapes
             content = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
             headers = {**self._headers, "Content-Type": "application/json"}
-        if stream_from is not None:
-            # llama.cpp's server (cpp-httplib) may close a kept-alive connection after a streamed reply without saying
-            # so, and the next request on it fails ("Server disconnected"): a stream gets a connection of its own
+        if stream_from is not None:  # llama.cpp closed kept-alive connections after streams unannounced: one per stream
             headers = {**headers, "Connection": "close"}
         try:
             with self._client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
@@ -391,6 +389,9 @@ class OpenAICompatBackend(Backend):
         detail = _error_detail(response)
         if status == 404 and _is_model_not_found(detail):
             raise ModelNotFound(self._model_not_found_message(detail))
+        permanent = self._permanent_error(status, detail)
+        if permanent is not None:
+            raise permanent
         if status == 429:
             hint = "the server is rate limiting; wait and retry"
         elif status >= 500:
@@ -440,29 +441,21 @@ class OpenAICompatBackend(Backend):
         return value if isinstance(value, str) and value else None
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Parse a ``Retry-After`` header into seconds.
+def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+    """What an OpenAI-compatible request sends beyond messages and sampling options.
 
     Args:
-        value: the header value: delay seconds (``"2"``) or an HTTP date, or ``None``.
+        options: the run's options.
+        tools: whether the request offers tools.
 
     Returns:
-        Seconds to wait (>= 0), or ``None`` when absent or unparseable.
+        ``{"parallel_tool_calls": True}`` when tools are offered (OpenAI's API refuses the field without tools),
+        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``.
     """
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+    settings: dict[str, Any] = {"parallel_tool_calls": True} if tools else {}
+    if options.think != "default":
+        settings["chat_template_kwargs"] = {"enable_thinking": options.think == "on"}
+    return settings
 
 
 def _error_detail(response: httpx.Response) -> str:

@@ -34,16 +34,26 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from harness.backends.base import BackendIdentity, Reply
+from harness.backends.base import BackendIdentity, Reply, rejection_record
 from harness.errors import BackendResponseError
 
-__all__ = ["Assembly", "Streamed", "assemble", "chunk_lines", "read_stream", "rederive", "response_of", "server_timings"]
+__all__ = [
+    "Assembly",
+    "Streamed",
+    "assemble",
+    "chunk_lines",
+    "read_stream",
+    "rederive",
+    "reply_speed",
+    "response_of",
+    "stream_reply",
+]
 
 _MAX_PROBLEM_CHARS = 160
 
@@ -97,6 +107,40 @@ class Streamed(httpx.Response):
     def __init__(self, status_code: int, *, request: httpx.Request, chunks: list[dict[str, Any]]) -> None:
         super().__init__(status_code, content=b"", request=request)
         self.chunks = chunks
+
+
+def stream_reply(
+    chunks: list[dict[str, Any]],
+    latency_ms: float,
+    sse: bool,
+    refusal: Callable[[int, str], tuple[str, str | None] | None],
+    identity: BackendIdentity,
+) -> Reply:
+    """The reply a stream's raw chunks assemble to (:func:`assemble`).
+
+    Args:
+        chunks: the raw chunks.
+        latency_ms: the request's wall-clock time, ms.
+        sse: server-sent events rather than NDJSON.
+        refusal: the backend's recogniser of a refusal of the model's call (``_rejection(status, message)``), applied
+            to an ``error`` object sent inside the stream.
+        identity: what served the reply.
+
+    Raises:
+        BackendResponseError: the stream carried an error object that is not a refusal of the model's call.
+    """
+    got = assemble(chunks, sse=sse)
+    rejection = None
+    if got.error is not None:
+        found = refusal(500, got.error)
+        if found is None:
+            raise BackendResponseError(
+                f"The server at {identity.base_url} reported an error inside the stream ({got.error[:200]}); "
+                "check the server's log.",
+                status_code=None,
+            )
+        rejection = rejection_record(found[0], 200, got.error)
+    return got.reply(chunks, latency_ms, identity, rejection)
 
 
 def read_stream(response: httpx.Response, deadline: float, started: float, *, sse: bool, limit: int) -> Streamed:
@@ -199,6 +243,15 @@ def rederive(chunks: list[dict[str, Any]], backend: str) -> Assembly:
     """Re-assemble stored chunks of a reply served by a backend of kind ``backend`` (``ollama`` streams NDJSON,
     ``openai`` and ``embedded`` server-sent events); see :func:`assemble`."""
     return assemble(chunks, sse=backend != "ollama")
+
+
+def stored_stream(
+    chunks: list[dict[str, Any]] | None, ttft_ms: float | None, decode_tps: float | None, backend: str
+) -> dict[str, Any]:
+    """The streaming fields of a :class:`Reply` rebuilt from a stored turn (``--cache``): its chunks and timings, and
+    the problems re-derived from the chunks (:func:`rederive`; none when it was not streamed)."""
+    problems = rederive(chunks, backend).problems if chunks is not None else []
+    return {"stream_chunks": chunks, "stream_problems": problems, "ttft_ms": ttft_ms, "decode_tps": decode_tps}
 
 
 def response_of(got: Assembly) -> dict[str, Any]:
@@ -350,7 +403,7 @@ def _ndjson_chunk(state: _State, obj: dict[str, Any], number: int) -> bool:
     return carried
 
 
-def server_timings(body: Any) -> tuple[float | None, float | None]:
+def reply_speed(body: Any) -> tuple[float | None, float | None]:
     """Time to first token and decode rate of a non-streamed reply, from the server's own timings.
 
     llama.cpp's server sends ``timings: {"prompt_ms", "predicted_per_second", ...}`` (``tools/server``); Ollama

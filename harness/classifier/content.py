@@ -362,8 +362,11 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
 
 
 _REACT_KEYWORD = re.compile(
-    r"^[ \t]*(?:Observation[ \t]*:.*|(?:Thought|Final[ \t]+Answer|Answer|Output|Result)[ \t]*:)", re.I | re.M
+    r"^[ \t]*(?:Observation[ \t]*:(?![^\n]*?(?<![^\W\d_])[^\W\d_]{2,}+[ \t]++[^\W\d_]{2}).*|(?:Observation|Thought|Final[ \t]+Answer|Answer|Output|Result)[ \t]*:)",
+    re.I | re.M,
 )
+"""ReAct keywords and lone labels; a model-written observation goes too unless it holds a phrase (two words in a row):
+``Observation: 36`` or ``Observation: hello.txt`` is a value, "Observation: The engineer delegates the task." is text."""
 _MARKUP = re.compile(r"<\|[^|\n]{0,40}\|>|<｜[^｜\n]{0,40}｜>|</?[A-Za-z_][\w:-]{0,40}(?:\s[^<>\n]{0,80})?/?>|\[/?[A-Z_]{3,20}\]")
 _LABEL = r"(?!(?i:I|we|let|you|here|now|this|then|so)\b)\w+(?:[ \t]+\w+){0,2}[ \t]*:[ \t]*$"
 """A lone label or a framework's heading (``Output:``, ``Calling tools:``): up to three words, not a sentence
@@ -373,8 +376,8 @@ _WORD = re.compile(r"[^\W\d_]{2,}")
 
 
 def has_prose(text: str) -> bool:
-    """Whether ``text`` holds natural language: a word once markup, ReAct keywords (and a model-written
-    observation), lone labels (``Output:``), JSON and code lines are dropped."""
+    """Whether ``text`` holds natural language: a word once markup, ReAct keywords (a model-written
+    observation's phrase stays: it is text around the call), lone labels (``Output:``), JSON and code lines are dropped."""
     text = _NOT_PROSE_LINE.sub(" ", _REACT_KEYWORD.sub(" ", _MARKUP.sub(" ", text)))
     return _WORD.search(text) is not None
 

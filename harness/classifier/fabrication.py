@@ -47,7 +47,7 @@ def fabrication_step(content: ContentResult, calls: list[ToolCall], past: Histor
     known = "\n".join([*past.known_parts, tools_text(tools)]).lower()
     found = result_markup(content, seq, known) if tools != [] else []  # with no tool offered, there is no output to fake
     if past.tool_answered:
-        found += contradictions(_claims(content), content, calls, past, tools)
+        found += contradictions(_claims(content, seq), content, calls, past, tools)
     elif isinstance(tools, list) and not calls:  # a reply that calls the tool waits for its answer
         found += tool_only_facts(content, seq, past, tools)
     if not found:
@@ -55,9 +55,12 @@ def fabrication_step(content: ContentResult, calls: list[ToolCall], past: Histor
     return {"fabricated_tool_result"}, {"fabricated_tool_result": found[:MAX_CANDIDATES]}
 
 
-def _claims(content: ContentResult) -> str:
-    """Where claims of fact live: the prose with code lines dropped, plus fences that are not code (shown output)."""
-    return "\n".join([drop_code_lines(content.prose), *(body for body in content.code if not is_code(body))])
+def _claims(content: ContentResult, seq: list[Unit]) -> str:
+    """Where claims of fact live: the prose with code lines dropped, plus fences that are not code (shown output),
+    unless the line before presents the fence as a possibility or an illustration ("you could write something like:")."""
+    illustrations = {u.text.strip() for k, u in enumerate(seq) if u.fence and hedged(frame_before(seq, k))}
+    shown = [body for body in content.code if not is_code(body) and body.strip() not in illustrations]
+    return "\n".join([drop_code_lines(content.prose), *shown])
 
 
 # --------------------------------------------------------------------------- rule 1: result markup
@@ -116,7 +119,8 @@ def result_markup(content: ContentResult, seq: list[Unit], known: str) -> list[s
     first = min(positions, default=0)
     for k, unit in enumerate(seq):
         label = frame_before(seq, k)
-        if unit.start > first and _OUTPUT_LABEL.search(label) and not hedged(label) and _valued(unit.text, known):
+        presents = unit.fence or not label.rstrip().endswith((".", "!", "?"))  # a finished sentence presents nothing after it
+        if unit.start > first and presents and _OUTPUT_LABEL.search(label) and not hedged(label) and _valued(unit.text, known):
             return [*found, f"output of the call: {short(unit.text.strip(), 60)}"]
     for m in _INLINE_OUTPUT.finditer(visible):
         if m.start() > first and _valued(m.group(1), known) and not hedged(m.group(1)):
@@ -140,7 +144,8 @@ _WEATHER_SENTENCE = re.compile(
     r"|gorgeous|perfect|great|fine|wonderful|sunny|cloudy|rainy|pleasant|mild)\b",
     re.I,
 )
-_SENTENCES = re.compile(r"[^.!?\n]+[.!?]*")
+_SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=\w))++[.!?]*")
+"""A sentence: a stop that a letter or digit follows (``23.7``, ``report.txt``) does not end it."""
 
 
 def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tools: list[Any]) -> list[str]:
@@ -148,13 +153,14 @@ def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tool
     domains = tool_domains(tools)
     if not domains:
         return []
-    claims = unhedged(_claims(content))
+    claims = unhedged(_claims(content, seq))
     known = "\n".join([*past.prompt_parts, tools_text(tools)]).lower()
     found = []
     if "weather" in domains:
         found += _weather_now(claims, temperatures("\n".join(past.prompt_parts)))
     if "file" in domains:
         found += _file_sentences(content, claims, known, code_in_prompt=past.user_code)
+        found += _said_of_files(claims, known)
         found += _bare_listing(seq, "\n".join(past.prompt_parts))
     if "ticket" in domains:
         found += [f"ticket: {m.group()}" for m in _TICKET.finditer(claims) if m.group().lower() not in known][:4]
@@ -222,6 +228,32 @@ def _file_sentences(content: ContentResult, claims: str, known: str, *, code_in_
     return found + [f"file name: {name}" for name in names[:4]]
 
 
+_FUNCTION_NAME = re.compile(r"[`\"'](?P<name>[A-Za-z_]\w*_\w*|[a-z]+[A-Z]\w*|[A-Za-z_]\w*\(\))[`\"']")
+_BUG_WORD = re.compile(r"\bbug(?:gy|s)?\b", re.I)
+_LOCATED = re.compile(
+    r"\b(?:is|are)[ \t]+(?:located|stored|saved|kept)[ \t]+(?:in|at|under)\b[^.\n]{0,40}?[`\"'](?P<path>(?:/|~/|[A-Za-z]:\\)[^`\"'\n]*)",
+    re.I,
+)
+
+
+def _said_of_files(claims: str, known: str) -> list[str]:
+    """What only reading the files could tell: a function, not named in the prompt, said to hold the bug (a sentence
+    with "bug" naming ``"check_value"``); a file's location given as a path the prompt does not hold."""
+    found = []
+    for m in _SENTENCES.finditer(claims[:MAX_REPAIR_CHARS]):
+        if not _BUG_WORD.search(m.group()):
+            continue
+        names = [n.group("name") for n in _FUNCTION_NAME.finditer(m.group())]
+        fresh = [n for n in names if n.rstrip("()").lower() not in known]
+        if fresh:
+            found.append(f"function with the bug: {short(fresh[0], 60)}")
+            break
+    located = _LOCATED.search(claims)
+    if located and located.group("path").lower() not in known:
+        found.append(f"file location: {short(located.group('path'), 60)}")
+    return found
+
+
 _NAME_LINE = re.compile(r"[ \t]*[\w.-]+\.[A-Za-z]\w{0,4}[ \t]*")
 
 
@@ -252,6 +284,13 @@ _LISTED = re.compile(
     re.I,
 )
 """A frame stating what its block is ("Here are the files:", "The open tickets are:")."""
+_OUTPUT_VERB = re.compile(
+    r"\b(?:it|this|that|which|the (?:code|script|program|command|page|file))[ \t]+(?:will[ \t]+)?(?:outputs?|prints?|displays?)"
+    r"[ \t]*:[ \t]*$",
+    re.I,
+)
+"""A frame ending with what the reply's code outputs ("When you run it, it will output:"): the block is that output,
+whatever the sentences before it say about the code."""
 _OUTPUT = re.compile(r"\b(?:output|outputs|result|results|prints?|returns?|displays?)\b", re.I)
 _IMPERATIVE_ITEM = re.compile(
     r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+(?:list|write|read|create|open|check|add|use|call|run|get|save|find|count|make|import|define"
@@ -296,9 +335,10 @@ def _inline_output(seq: list[Unit]) -> list[str]:
 _DOMAIN_VALUE = {
     "file": lambda body: True,  # a listing is invented whatever names it holds
     "weather": lambda body: bool(TEMPERATURE.search(body) or CONDITION.search(body) or _SKY.search(body)),
-    "ticket": lambda body: _valued(body, ""),
+    "ticket": lambda body: bool(re.search(r"\d|(?<![^\W\d_])[^\W\d_]++[ \t]++[^\W\d_]++[ \t]++[^\W\d_]", body[:2000])),
 }
-"""What a block presented as a domain's facts must hold to state one: a weather value for the weather."""
+"""What a block presented as a domain's facts must hold to state one: a weather value for the weather; for tickets an
+id (a number) or a text (three words in a row), so a line of field names (``ticket,category,status``) is no ticket."""
 
 
 def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code: bool) -> str | None:
@@ -312,7 +352,8 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
     here_is_file = names_file and re.search(r"\bhere(?:'s| is)\b", before, re.I) and not _MEANS.search(before)
     if here_is_file and not is_code(unit.text) and _valued(unit.text, ""):
         return "file content"  # "Here is the report.txt:" then what it holds
-    if _MEANS.search(before) or is_code(unit.text) or len(_IMPERATIVE_ITEM.findall(unit.text)) * 2 >= max(len(unit.lines), 1):
+    means = _MEANS.search(before) and not _OUTPUT_VERB.search(before)  # "In this code ... it will output:" presents output
+    if means or is_code(unit.text) or len(_IMPERATIVE_ITEM.findall(unit.text)) * 2 >= max(len(unit.lines), 1):
         return None  # the way to do the task (code, steps), not a fact
     about = any(DOMAIN_WORDS[d].search(frame) for d in domains) or bool(next(iter(FILE_TOKEN.finditer(frame)), None))
     shows = ("file" in domains and bool(next(iter(FILE_TOKEN.finditer(unit.text)), None))) or (

@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.classifier.content import ContentResult
 from harness.classifier.readings import DOMAIN_WORDS, Unit, acts, frame_before, is_code, tool_domains, units
-from harness.classifier.types import get, short
+from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
 __all__ = ["no_call_step"]
@@ -38,7 +38,7 @@ _NARRATION = re.compile(
     r"(?:(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
     r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
     r"|invoke|complete|handle|perform)(?:ing)?\b|do\b"
-    r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code)s?\b))",
+    r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code|package|library|module|program)s?\b))",
     re.I,
 )
 _NARRATION_CJK = re.compile(
@@ -54,11 +54,19 @@ _MEANS = re.compile(
 )
 """A frame presenting the block after it as the way to do something ("You can use the following code to ...")."""
 _OTHER = re.compile(
-    r"\b(?:output|outputs|result|results|bug|error|issue|contents?|example|observation)\s*(?:is|are|was|will be|would be)?\s*:?\s*$",
+    r"(?:\b(?:output|outputs|result|results|contents?)\b[ \t]+(?:of|from)[ \t]+[^:\n]{1,60}?"
+    r"|\b(?:output|outputs|result|results|bug|error|issue|contents?|example|observation)\b)"
+    r"[ \t]*(?:is|are|was|will be|would be)?[ \t]*:?[ \t]*$",
     re.I,
 )
-"""A frame presenting the block after it as something else: an output, the bug, a file's contents, an example."""
-_REMEDY = re.compile(r"\b(?:fix|solve|correct|resolve|handle|avoid)\b", re.I)
+"""A frame presenting the block after it as something else: an output ("the output of your code is:"), the bug, a
+file's contents, an example."""
+_REMEDY = re.compile(
+    r"\b(?:fix(?:es|ed|ing)?|solved?|solving|resolved?|resolving|avoid(?:ing)?)\b"
+    r"|\b(?:to|can|could|should|will|would|must|and|then|we|you|I)[ \t]+(?:correct|handle)\b|\bcorrected\b",
+    re.I,
+)
+"""A frame saying the block fixes something (a means, though it names the bug); "the correct output is:" is no remedy."""
 _DEFINITION_ONLY = re.compile(r"[ \t]*(?:def|class|function|async def)\b[^\n]*")
 _NO_ACTION_LINE = re.compile(r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) )")
 """A comment or a package install: a block of only these shows no tool action."""
@@ -90,6 +98,7 @@ def no_call_step(
     seq = units(content.visible)
     fake = _fake_results(content.visible)
     shell = next((m for u in seq if not _inside(u, fake) and (m := _SHELL_ACTION.search(u.text))), None)
+    shell = shell or next((m for u in seq if not u.fence and not _inside(u, fake) and (m := _inline_command(u.text))), None)
     if shell:
         return {"narration_without_call"}, {
             "narration_without_call": {"cue": "shell command: " + short(shell.group().strip(), 60)}
@@ -100,6 +109,30 @@ def no_call_step(
     if handed:
         return {"narration_without_call"}, {"narration_without_call": {"cue": "code: " + short(handed.strip(), 80)}}
     return set(), {}
+
+
+_RESULT_FRAME = re.compile(_RESULT_OPEN.pattern + r"[ \t]*$", re.I)
+"""A frame that is result markup opening the block after it (``<tool_response>`` then a fence): the block is its body."""
+_LITERAL = re.compile(r"\"[^\"\n]*+\"|'[^'\n]*+'|`[^`\n]*+`|(?:#|//)[^\n]*+")
+"""String literals and comments of code (one line each)."""
+
+
+_INLINE_SHELL = re.compile(
+    r"`[ \t]*((?:\$ )?(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
+)
+_HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$", re.I)
+
+
+def _inline_command(text: str) -> re.Match[str] | None:
+    """A shell command in an inline code span that the sentence before it hands over ("To list the files, use the
+    following command: `ls -l`", "run `cat a.txt`"); a command only named ("The `ls` command lists files", "You can use
+    the `ls` command") is not."""
+    for m, _ in zip(_INLINE_SHELL.finditer(text[:MAX_SCAN_CHARS]), range(200), strict=False):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        head = re.split(r"(?<=[.!?])\s", text[max(line_start, m.start() - 200) : m.start()])[-1]
+        if _HANDS_OVER.search(head.rstrip()):
+            return m
+    return None
 
 
 def _fake_results(visible: str) -> list[tuple[int, int]]:
@@ -129,9 +162,9 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
         ):
             continue  # prose, or comments, installs and bare signatures only: no action shown
         before = frame_before(seq, k)
-        if _OTHER.search(before) and not _REMEDY.search(before):
-            continue  # presented as an output, the bug, an example, a file's contents: not the way to do the task
-        shown = f"{before}\n{unit.text}"
+        if (_OTHER.search(before) and not _REMEDY.search(before)) or _RESULT_FRAME.search(before):
+            continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
+        shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
         means = bool(_MEANS.search(before))
         if (means and about) or (acts(unit.text) and not _inside(unit, fake)):  # a fake result's body is fabrication

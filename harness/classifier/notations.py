@@ -281,9 +281,8 @@ def _inert_spans(code: str) -> list[tuple[int, int]]:
 
 
 def _opens_line(text: str, line_start: int, start: int) -> bool:
-    """Whether a call cut by the end of the text (``list_tickets([{"id", "1…``, closed by the repair) starts its line
-    as a statement would, not in a sentence ("I will call write_file(path=..., and then ...")."""
-    return re.fullmatch(r"[ \t]*(?:[\w.\[\], ]+=[ \t]*|return[ \t]+|await[ \t]+|\[)?", text[line_start:start]) is not None
+    """Whether a call cut by the end of the text starts its line as a statement would, not in a sentence."""
+    return _STATEMENT_HEAD.fullmatch(text[line_start:start].strip()) is not None
 
 
 def _statement(text: str, start: int, end: int, line_start: int) -> bool:
@@ -291,7 +290,11 @@ def _statement(text: str, start: int, end: int, line_start: int) -> bool:
     before = text[line_start:start].strip()
     after_end = text.find("\n", end)
     after = text[end : len(text) if after_end < 0 else after_end].strip()
-    return (not before or re.fullmatch(r"[\w.\[\], ]+=|return|await|\[", before) is not None) and after in ("", ";", ")", "]")
+    return (not before or _STATEMENT_HEAD.fullmatch(before) is not None) and after in ("", ";", ")", "]")
+
+
+_STATEMENT_HEAD = re.compile(r"(?:(?:let|const|var|val|auto)[ \t]+)?(?:[\w.\[\], ]+=[ \t]*)?(?:return[ \t]*)?(?:await)?|\[")
+"""What may stand before a call that is a statement: an assignment (``let w = ``, ``files = ``), ``return``, ``await``."""
 
 
 def _pythonic_args(node: ast.Call, props: list[str] | None) -> tuple[dict[str, Any], list[str]]:
@@ -430,11 +433,15 @@ def key_value_candidates(text: str, tool_names: frozenset[str], *, tools_known: 
 _ARROW = re.compile(r"\{\s*tool\s*=>\s*[\"']([\w.-]+)[\"']")
 
 
-def vendor_candidates(text: str) -> list[Cand]:
-    """Vendor headers around JSON arguments (``wrapper``) and arrow-notation calls (``foreign``), by position."""
+_LEADING_NAME = re.compile(r"\A\s*+(?P<name>[A-Za-z_][\w.-]{0,127}+)[ \t]*(?=\{)")
+
+
+def vendor_candidates(text: str, *, wrapped: bool = False) -> list[Cand]:
+    """Vendor headers around JSON arguments, arrow-notation calls, and (``wrapped``) a name glued to the JSON object
+    at the start of a wrapper (Mistral's ``[TOOL_CALLS]x{...}`` with its ``[ARGS]`` dropped), by position."""
     cands: list[Cand] = []
-    for needle, pattern in zip(_HEADER_NEEDLES, _HEADERS, strict=True):
-        if needle not in text:  # a literal every match holds: most replies skip the regex entirely
+    for needle, pattern in zip((*_HEADER_NEEDLES, ""), (*_HEADERS, _LEADING_NAME), strict=True):
+        if needle not in text or (not needle and not wrapped):  # a literal every match holds: most replies skip the regex
             continue
         pos = 0
         while len(cands) < MAX_CANDIDATES:
@@ -449,6 +456,8 @@ def vendor_candidates(text: str) -> list[Cand]:
                             excerpt=short(text[m.start() : end]), wrapper=True)  # fmt: skip
             else:
                 _value, json_end, _ = _json_value(text, json_start)
+                if pattern is _LEADING_NAME and not isinstance(_value, dict):
+                    break  # `function {name} {...}` in a fence is code, not a name glued to arguments
                 tail = _HEADER_END.match(text, json_end)
                 end = tail.end() if tail else json_end
                 cand = wrapped_json(text, m.start(), end, json_start, m.group("name"), excerpt_end=end)

@@ -27,24 +27,25 @@ from harness.classifier.xmlstyle import arg_key_candidates, xml_candidates, xml_
 
 __all__ = ["payload_candidates", "remove_spans", "xml_spans"]
 
-_ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "tool_input", "action_input")
+_ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "inputs", "tool_input", "action_input")
 _NAME_KEYS = ("tool", "tool_name", "toolName", "function_name", "function", "action", "name")
 _CALL_KEY_RE = re.compile(
     """["'\u201c\u201d]?\\b(?P<key>name|tool|tool_name|toolName|function|function_name|action)\\b["'\u201c\u201d]?\\s*:"""
 )
 _ARGS_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?P<key>arguments|parameters|params|args|input|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
+    """["'\u201c\u201d]?\\b(?P<key>arguments|parameters|params|args|inputs?|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
 )
 
 
 def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
-    """A tool definition, offered or invented, not a call: ``{"type": "function", "function": {"name", "description", ...}}``,
+    """A tool definition, offered or invented, not a call: ``{"type": "function", "function": {"name", "description", ...}}``
+    (the description may sit beside ``function``),
     or a bare ``{"name", "description", "parameters": <schema>}`` (an empty schema too) / ``{"type": "function", "function":
     {..., "parameters": <schema>}}``."""
     fn = obj.get("function")
     spec: Mapping[str, Any] = fn if isinstance(fn, Mapping) else obj
-    if isinstance(fn, Mapping) and obj.get("type") == "function" and "description" in fn:
-        return True
+    if isinstance(fn, Mapping) and obj.get("type") == "function" and ("description" in fn or "description" in obj):
+        return True  # the typed wrapper with a tool's description, inside it or beside it
     params = spec.get("parameters")
     if not isinstance(params, Mapping) or not ("description" in spec or obj.get("type") == "function"):
         return False
@@ -78,6 +79,9 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         if isinstance(name, str) and name:
             raw = next((fn[k] for k in _ARG_KEYS if k in fn), None)
             return [RawCall(name, raw, True)]
+    action = _action_wrapper(obj)
+    if action is not None:
+        return [action]
     protocol = _protocol_call(obj, tool_names)
     if protocol is not None:
         return [protocol]
@@ -100,6 +104,27 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         if isinstance(key, str) and key in tool_names and (value is None or isinstance(value, Mapping)):
             return [RawCall(key, value, True)]
     return []
+
+
+_ACTION_KEYS = ("action", "tool_call", "call")
+
+
+def _action_wrapper(obj: Mapping[str, Any]) -> RawCall | None:
+    """A call object under a key that names an invocation (``{"thought": ..., "action": {"name": "kubectl",
+    "command": "get pods"}}``): the wrapper says it is a call, so its name counts, tools known or not; its argument
+    key holds the arguments, or else its other fields (not ``id``, ``type``) are them."""
+    for key in _ACTION_KEYS:
+        inner = obj.get(key)
+        if not isinstance(inner, Mapping) or _is_tool_definition(inner):
+            continue
+        name = inner.get("name")
+        if not isinstance(name, str) or not name.strip():
+            continue
+        raw = next((inner[k] for k in _ARG_KEYS if k in inner), None)
+        if raw is None:
+            raw = {k: v for k, v in inner.items() if k not in ("name", "id", "type")} or None
+        return RawCall(name, raw, True)
+    return None
 
 
 _SERVICE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -317,6 +342,8 @@ def _brace_candidate(text: str, start: int, tool_names: frozenset[str], *, tools
         named = _NAME_LINE.search(text, max(0, start - 120), start)
         if named and (named.group("name") in tool_names or (not tools_known and _identifier_like(named.group("name")))):
             calls, foreign, start = [RawCall(named.group("name"), value, False)], True, named.start("name")
+    if not calls and isinstance(value, Mapping) and _is_tool_definition(value):
+        return None, end  # a tool definition: its "function" part is the definition too, not a call inside it
     if not calls:
         return None, (start + 1 if closed else end)  # valid JSON data: a call may sit inside it
     pseudo = pseudo_code(span) if repaired else []
@@ -338,7 +365,7 @@ def payload_candidates(
     ``tools_known`` says whether the offered tools are known (a bare name line then needs an
     offered name).
     """
-    cands = vendor_candidates(text)
+    cands = vendor_candidates(text, wrapped=wrapped)
     cands += [c for c in xml_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in arg_key_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in _react_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]

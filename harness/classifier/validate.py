@@ -356,6 +356,8 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
             if mended:
                 evidence.setdefault("mended_names", {})[call.name] = mended
             continue
+        if UNPARSED_ARGUMENTS in call.errors:
+            continue  # no repair parsed the arguments (invalid_json): there is nothing to hold against the schema
         errors = _schema_errors(offered[call.name], call.arguments)
         errors += [e for e in call.errors if e.endswith("not an object")]  # [1, 2], 7, null: the shape itself is wrong
         if not schema_properties(offered[call.name]):  # list_tickets([...]): a positional argument with no property to fill

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from harness.cli._common import Subparsers, default_scenario, head_line, ledger_option, ledger_path
 from harness.errors import UsageError
-from harness.vocab import PARSER_POLICIES, TOOL_MODES
+from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
 if TYPE_CHECKING:
     from harness.loop import RunOptions, RunPlan
@@ -42,6 +42,8 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument("--repeats", type=int, metavar="N", help="repetitions per cell")
     p.add_argument("--tool-mode", action="append", choices=TOOL_MODES, help="how tools reach the model (repeatable)")
     p.add_argument("--parser", action="append", choices=PARSER_POLICIES, help="parser policy (repeatable)")
+    p.add_argument("--think", action="append", choices=THINK_SETTINGS,
+                   help="ask the model to think: default (say nothing), on or off (repeatable)")  # fmt: skip
     p.add_argument("--stream", action="append", choices=("on", "off"), help="stream replies and assemble the chunks (repeatable)")
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
@@ -72,7 +74,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.record is not None:
         check_output_folder(args.record, option="--record")
     streams = None if args.stream is None else list(dict.fromkeys(value == "on" for value in args.stream))
-    overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser, streams)
+    overrides = MatrixOverrides(
+        args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser, args.think, streams
+    )
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)

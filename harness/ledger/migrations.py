@@ -154,7 +154,18 @@ def m006_turn_server_rejection(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m007_streaming(db: sqlite3.Connection) -> None:
+def m007_wire_settings(db: sqlite3.Connection) -> None:
+    """Record the thinking setting of each run (``runs.think``: ``default``, ``on`` or ``off``), Ollama's manifest
+    digest under its own name (``runs.manifest_digest``), and the server's own timing of each reply
+    (``turns.timings``: llama.cpp's ``timings`` numbers); each listed in ``_added_columns`` like ``m004``.
+    Runs recorded before carry NULL: they sent no ``think`` (the ``default`` setting)."""
+    for table, column in (("runs", "think"), ("runs", "manifest_digest"), ("turns", "timings")):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+        db.execute(f"INSERT INTO _added_columns SELECT '{table}', '{column}', COALESCE(MAX(seq), 0) FROM {table}")
+
+
+@migration
+def m008_streaming(db: sqlite3.Connection) -> None:
     """Streaming as a matrix axis: ``runs.stream`` (1 when replies were streamed; NULL in older rows means not),
     ``turns.stream_chunks`` (a streamed reply's raw chunks, compressed), ``turns.ttft_ms`` and ``turns.decode_tps``;
     listed in ``_added_columns`` like ``m004``."""

@@ -69,7 +69,7 @@ class RunStart:
     server_version: str | None
     """Server version as reported, if any."""
     model_digest: str | None
-    """Model weights digest as reported (Ollama digest, GGUF sha256), if any."""
+    """SHA-256 of the model file (the embedded model's GGUF, a replay cassette), if known."""
     temperature: float
     """Sampling temperature."""
     seed: int
@@ -99,9 +99,15 @@ class RunStart:
     started_at: str = field(default_factory=utc_now)
     """UTC start time, ISO 8601 with offset."""
     config: dict[str, Any] = field(default_factory=dict)
+    """Everything else worth keeping (system prompt, tool schemas, parallelism, ``request_settings``: what each
+    request sent beyond messages and sampling options, e.g. ``{"truncate": false}`` or ``{"parallel_tool_calls": true}``)."""
+    think: str | None = None
+    """Thinking setting: ``default``, ``on`` or ``off`` (None: recorded before the setting existed, i.e. ``default``)."""
+    manifest_digest: str | None = None
+    """Ollama's manifest digest (``sha256:<hex>`` from ``/api/tags``: names the model as served, not a hash of the weights)."""
     """Everything else worth keeping (system prompt hash, tool names, parallelism)."""
     stream: bool = False
-    """Whether replies were requested streamed (``--stream on``); runs recorded before ``m007_streaming`` read False."""
+    """Whether replies were requested streamed (``--stream on``); runs recorded before ``m008_streaming`` read False."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,9 @@ class TurnRecord:
     server_rejection: dict[str, Any] | None = None
     """Set when the server's tool-call parser refused the reply: ``{"server", "status", "error"}``; ``raw_reply`` is then
     the error body and ``content`` the model's text it quoted (or null)."""
+    timings: dict[str, Any] | None = None
+    """The server's own timing of the reply (llama.cpp's ``timings``: ``prompt_n``, ``prompt_ms``, ``prompt_per_second``,
+    ``predicted_n``, ``predicted_ms``, ``predicted_per_second``, ...), or null when it reports none."""
     stream_chunks: list[dict[str, Any]] | None = None
     """A streamed reply's raw chunks, ``[{"t": ms since the request, "data": text}]`` (stored zlib-compressed), from
     which the reply is re-derived (:func:`harness.backends.streaming.assemble`); null when not streamed."""
@@ -165,7 +174,8 @@ class RunEnd:
     run_id: str
     """The run that ended."""
     outcome: str
-    """``pass``, ``task_failed``, ``turn_limit``, ``token_limit``, ``infra_error`` or ``interrupted``."""
+    """One of :data:`harness.vocab.OUTCOMES`: ``pass``, ``task_failed``, ``turn_limit``, ``token_limit``, ``infra_error``,
+    ``interrupted`` or ``context_overflow``."""
     turns: int
     """Model calls made."""
     prompt_tokens: int
@@ -340,7 +350,7 @@ def record_fields(cls: type) -> list[str]:
 
 _JSON_FIELDS = frozenset(
     {"config", "raw_reply", "tool_calls", "recovered_calls", "executed_calls", "failure_modes", "details", "breach", "checks"}
-    | {"escape_attempts", "files_written", "server_rejection"}
+    | {"escape_attempts", "files_written", "server_rejection", "timings"}
 )
 """Columns holding canonical JSON text, decoded on read."""
 
@@ -380,7 +390,7 @@ def _well_shaped(name: str, value: Any) -> bool:
         return isinstance(value, list) and all(isinstance(item, _LIST_ITEM_TYPES[name]) for item in value)
     if name in _EMPTY_DICT_FIELDS:
         return isinstance(value, dict)
-    if name in ("breach", "server_rejection"):
+    if name in ("breach", "server_rejection", "timings"):
         return value is None or isinstance(value, dict)
     return True
 

@@ -369,7 +369,7 @@ class Ledger:
 
     def export_rows(self) -> Iterator[dict[str, Any]]:
         """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn; ``stream`` a bool)."""
-        timing = _TIMING_SQL["ttft_ms" in self._columns["turns"]]  # the columns since m007_streaming (ms, tokens/s)
+        timing = _TIMING_SQL["ttft_ms" in self._columns["turns"]]  # the columns since m008_streaming (ms, tokens/s)
         rows = self._query(
             "SELECT t.run_id, r.scenario, r.model, r.temperature, r.tool_mode, r.parser, r.repetition, t.turn,"
             " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"

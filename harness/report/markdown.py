@@ -67,6 +67,7 @@ def _summary_markdown(table: pd.DataFrame, by: list[str]) -> str:
             row[k] = _num(r[k], "{:.3f}")
         row["infra_error"] = r["infra_error"]
         row["interrupted"] = r["interrupted"]
+        row["context_overflow"] = r["context_overflow"]
         row["median turns"] = _num(r["median_turns"])
         row["median tokens"] = _num(r["median_tokens"])
         row["latency p50 (ms)"] = _num(r["latency_p50_ms"], "{:.0f}")
@@ -189,7 +190,8 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
         "# Comparison report",
         "",
         f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
-        f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished), {len(frames.turns)} turns; "
+        f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
+        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {len(frames.turns)} turns; "
         f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
         "",
     ]  # fmt: skip
@@ -204,10 +206,10 @@ def _summary_lines(summary: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> 
                   "seed and repetition, e.g. after `--no-resume`); only the newest of each counts: the `runs` column "
                   "includes the repeats, `scored` and every rate do not.", ""]  # fmt: skip
     if int(runs["scored"].sum()) == 0:
-        lines += ["**No scored run:** every run ended as infra_error, interrupted or unfinished, so there is no rate to "
+        lines += ["**No scored run:** every run ended as infra_error, interrupted, context_overflow or unfinished, so there is no rate to "
                   "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip
-    lines += ["## Summary", "", f"One row per {' × '.join(by)}. Pass rate = passes / scored runs; infra_error, interrupted and "
-              "unfinished runs are counted in their own columns and excluded from every denominator and median. "
+    lines += ["## Summary", "", f"One row per {' × '.join(by)}. Pass rate = passes / scored runs; infra_error, interrupted, "
+              "unfinished and context_overflow runs (the conversation outgrew the scenario's num_ctx) are counted in their own columns and excluded from every denominator and median. "
               "pass^k = chance that k runs of a cell all pass (tau-bench); – where a cell has fewer than k scored runs.", ""]  # fmt: skip
     constant = [a for a in by if len(by) > 1 and summary[a].nunique(dropna=False) == 1]
     shown = [a for a in by if a not in constant] or by[:1]

@@ -27,7 +27,8 @@ _Drawn = tuple[str, str, str]
 
 _OUTCOME_ORDER = (*OUTCOMES, "unfinished")
 _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "#ff7f0e", "token_limit": "#e377c2",
-                    "infra_error": "#7f7f7f", "interrupted": "#bcbd22", "unfinished": "#c7c7c7"}  # fmt: skip
+                    "infra_error": "#7f7f7f", "interrupted": "#bcbd22", "context_overflow": "#17becf",
+                    "unfinished": "#c7c7c7"}  # fmt: skip
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 _DPI = 100
 

@@ -72,10 +72,10 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
         DataFrame sorted by ``by``, columns: the ``by`` axes; ``runs`` (all); ``scored``;
         ``passes``; ``pass_rate`` with ``pass_low``/``pass_high`` (95% Wilson, rates in [0, 1],
         NaN with no scored run); ``pass^1`` .. ``pass^K`` (K = the most repetitions of any cell,
-        at most its scored runs); ``infra_error``; ``interrupted`` (interrupted or unfinished); ``median_turns``;
-        ``median_tokens`` (tokens); ``latency_p50_ms`` and ``latency_p95_ms`` (per-turn, ms).
-        Counts and medians cover scored runs only, except ``runs``, ``infra_error`` and
-        ``interrupted``.
+        at most its scored runs); ``infra_error``; ``interrupted`` (interrupted or unfinished); ``context_overflow``
+        (the conversation outgrew ``num_ctx``); ``median_turns``; ``median_tokens`` (tokens); ``latency_p50_ms``
+        and ``latency_p95_ms`` (per-turn, ms). Counts and medians cover scored runs only, except ``runs``,
+        ``infra_error``, ``interrupted`` and ``context_overflow``.
     """
     by = list(by)
     runs = frames.runs
@@ -89,6 +89,7 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
         passes=("passed", "sum"),
         infra_error=("outcome", lambda s: int((s == "infra_error").sum())),
         interrupted=("outcome", lambda s: int(s.isin(("interrupted", "unfinished")).sum())),
+        context_overflow=("outcome", lambda s: int((s == "context_overflow").sum())),
     ).reset_index()
     medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"))
     table = table.merge(medians.reset_index(), on=by, how="left")
@@ -103,9 +104,8 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     table = pd.concat([table, _pass_k_columns(scored, table, by)], axis=1)
     latency = _turn_latency_quantiles(frames, by)
     table = table.merge(latency, on=by, how="left")
-    table[["runs", "scored", "passes", "infra_error", "interrupted"]] = table[
-        ["runs", "scored", "passes", "infra_error", "interrupted"]
-    ].astype("int64")
+    counts = ["runs", "scored", "passes", "infra_error", "interrupted", "context_overflow"]
+    table[counts] = table[counts].astype("int64")
     return table.sort_values(by, kind="stable").reset_index(drop=True)
 
 
