@@ -268,6 +268,8 @@ def test_a_streamed_run_labels_the_broken_assembly_stores_the_chunks_and_rescore
         model = f"openai:m@{server.url}/v1" if sse else f"ollama:m@{server.url}"
         summary, run, rows = _run(tmp_path, RunPlan(_native(scenario), model, 0.0, stream=True), ledger_file)
     assert run.start.stream is True and summary.turns == 2 == len(rows)
+    sent = run.start.config["request_settings"]  # what each request sent beyond messages and sampling
+    assert sent.get("stream_options") == ({"include_usage": True} if sse else None)
     first, second = rows
     assert "stream_assembly_error" in first.record.failure_modes
     assert "stream_assembly_error" not in second.record.failure_modes

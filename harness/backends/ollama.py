@@ -174,7 +174,7 @@ class OllamaBackend(OpenAICompatBackend):
         payload.update(self.request_settings(options, tools=bool(tools)))
         return payload
 
-    _sse, _stream_fields = False, {"stream": True}  # the final line carries the counts and durations
+    _sse = False  # NDJSON: one JSON object per line, the last (done: true) with the counts and durations
 
     def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
         message = body.get("message")

@@ -129,11 +129,7 @@ class OpenAICompatBackend(Backend):
         """
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
-        if options.stream:
-            payload.update(self._stream_fields)
-            response = self._request("POST", self._chat_url(), json_body=payload, stream_from=start)
-        else:
-            response = self._request("POST", self._chat_url(), json_body=payload)
+        response = self._request("POST", self._chat_url(), json_body=payload, stream_from=start if options.stream else None)
         latency_ms = (time.perf_counter() - start) * 1000.0
         rejected = self._rejected_reply(response, latency_ms)
         if rejected is not None:
@@ -228,8 +224,8 @@ class OpenAICompatBackend(Backend):
             timings=server_timings(body.get("timings")),
         )
 
-    #: the stream's wire format (server-sent events; Ollama: NDJSON) and what a streamed request adds (usage at the end)
-    _sse, _stream_fields = True, {"stream": True, "stream_options": {"include_usage": True}}
+    #: the stream's wire format: server-sent events (Ollama: NDJSON)
+    _sse = True
 
     def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
         """Which server's tool-call parser refused the model's reply, and the model's text the error quotes.
@@ -450,11 +446,14 @@ def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[st
 
     Returns:
         ``{"parallel_tool_calls": True}`` when tools are offered (OpenAI's API refuses the field without tools),
-        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``.
+        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``,
+        plus ``{"stream_options": {"include_usage": True}}`` when streaming (the final chunk carries the counts).
     """
     settings: dict[str, Any] = {"parallel_tool_calls": True} if tools else {}
     if options.think != "default":
         settings["chat_template_kwargs"] = {"enable_thinking": options.think == "on"}
+    if options.stream:
+        settings["stream_options"] = {"include_usage": True}
     return settings
 
 
