@@ -89,8 +89,8 @@ def _response(record: TurnRecord, backend: str) -> tuple[dict[str, Any], list[st
     if record.stream_chunks is not None:
         got = rederive(record.stream_chunks, backend)
         response = response_of(got)
-        if record.server_rejection is not None:
-            response["tool_calls"] = None  # a refused reply has no calls (as the backend returned it)
+        if record.server_rejection is not None:  # as the backend returned it: no calls, the text the error quoted
+            response.update(tool_calls=None, content=record.content)
         return response, got.problems
     response = {
         "content": record.content,

@@ -239,6 +239,18 @@ def test_an_error_inside_the_stream_is_a_refusal_when_the_server_parser_refused_
             backend.generate(USER, None, GenerateOptions(stream=True))
 
 
+def test_ollama_refusing_a_call_inside_the_stream_is_a_refusal_with_the_quoted_text():
+    """Ollama reports an error met after the first byte as an ``error`` line (the wording of ollama#12064 and
+    continue#10221, cited in the guide under server_rejected_call)."""
+    error = "error parsing tool call: raw='ls -R\n', err=invalid character 'l' looking for beginning of value"
+    server, _ = scripted([Turn([{"model": "m", "message": {"role": "assistant", "content": ""}, "done": False},
+                                {"error": error}])], sse=False)  # fmt: skip
+    with server, OllamaBackend("m", server.url, timeout_s=10) as backend:
+        reply = backend.generate(USER, None, GenerateOptions(stream=True))
+    assert reply.rejection == {"server": "ollama", "status": 200, "error": error}
+    assert reply.content == "ls -R\n" and reply.tool_calls is None and reply.stream_problems == []
+
+
 # -- runs: labels, stored chunks, re-derivation ------------------------------------------------------------
 def _native(scenario):
     return dataclasses.replace(scenario, max_tokens=64)

@@ -140,6 +140,7 @@ def stream_reply(
                 status_code=None,
             )
         rejection = rejection_record(found[0], 200, got.error)
+        got.content = found[1] if found[1] is not None else got.content  # the model's text, where the error quotes it
     return got.reply(chunks, latency_ms, identity, rejection)
 
 
