@@ -397,3 +397,19 @@ def test_a_cached_streamed_turn_keeps_its_chunks_and_its_assembly_label(tmp_path
     assert [t.record.failure_modes for t in rows[1]] == [t.record.failure_modes for t in rows[0]]
     assert "stream_assembly_error" in rows[1][0].record.failure_modes
     assert [t.record.stream_chunks for t in rows[1]] == [t.record.stream_chunks for t in rows[0]]
+
+
+def test_a_refusal_inside_a_stream_ends_the_run_and_rescore_gives_the_same_labels(tmp_path, scenario):
+    error = "error parsing tool call: raw='ls -R\\n', err=invalid character 'l' looking for beginning of value"
+    server, _ = scripted([Turn([{"model": "m", "message": {"role": "assistant", "content": ""}, "done": False},
+                                {"error": error}])], sse=False)  # fmt: skip
+    ledger_file = tmp_path / "ledger.sqlite"
+    with server:
+        summary, _, rows = _run(tmp_path, RunPlan(_native(scenario), f"ollama:m@{server.url}", 0.0, stream=True), ledger_file)
+    [turn] = rows
+    assert summary.turns == 1 and turn.record.server_rejection["server"] == "ollama" and turn.record.content == "ls -R\\n"
+    assert "server_rejected_call" in turn.record.failure_modes and turn.record.stream_chunks[-1]["data"].startswith('{"error"')
+    with Ledger(ledger_file) as ledger:
+        result = rescore(ledger, force=True)
+        [again] = ledger.turns(summary.run_id)
+    assert result.changed == 0 and again.labels == turn.record.failure_modes
