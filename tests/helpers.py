@@ -40,6 +40,12 @@ RUN_FLAGS = ["--temperature", "0", "--tool-mode", "native", "--parser", "lenient
 """``harness run`` flags that pin the matrix to one cell per model and repetition."""
 
 
+def function_tool(name: str, description: str, props: dict | None = None, required=()) -> dict:
+    """One offered tool in the OpenAI shape: ``{"type": "function", "function": {...}}`` with an object schema."""
+    parameters = {"type": "object", "properties": props or {}, "required": list(required)}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
 def write_cassette(path: Path, replies: list[dict]) -> Path:
     """Write replies (cassette line dicts) to a JSONL cassette and return its path."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,34 +9,28 @@ listings, plans); the corpus replies are tune-part entries, named by id (never t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from harness.classifier import classify
+from tests.helpers import CORPUS, function_tool
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "entries"
 F, N = "fabricated_tool_result", "narration_without_call"
-
-
-def _fn(name, description, props=None, required=()):
-    parameters = {"type": "object", "properties": props or {}, "required": list(required)}
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
 PATH = {"path": {"type": "string"}}
 FILES = [
-    _fn("list_files", "List the names of the files in a directory of the working directory, as a JSON array.", PATH),
-    _fn("read_file", "Read a text file from the working directory.", PATH, ["path"]),
-    _fn(
+    function_tool("list_files", "List the names of the files in a directory of the working directory, as a JSON array.", PATH),
+    function_tool("read_file", "Read a text file from the working directory.", PATH, ["path"]),
+    function_tool(
         "write_file",
         "Write text to a file in the working directory.",
         {**PATH, "content": {"type": "string"}},
         ["path", "content"],
     ),
 ]
-WEATHER = [_fn("get_current_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
-TICKETS = [_fn("list_tickets", "List the open support tickets.")]
+WEATHER = [function_tool("get_current_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
+TICKETS = [function_tool("list_tickets", "List the open support tickets.")]
 LIST = "List the files in the working directory and write their names to report.txt."
 WX = "What is the weather in Paris right now?"
 TK = "List the open support tickets and write triage.csv with id and category."

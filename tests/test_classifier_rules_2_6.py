@@ -8,29 +8,23 @@ The held-out batch is never read here.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from harness.classifier import classify
+from tests.helpers import CORPUS, function_tool
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "entries"
 F, N = "fabricated_tool_result", "narration_without_call"
-
-
-def _fn(name, description, props=None, required=()):
-    parameters = {"type": "object", "properties": props or {}, "required": list(required)}
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
 PATH = {"path": {"type": "string"}}
 FILES = [
-    _fn("list_files", "List the names of the files in a directory of the working directory.", PATH),
-    _fn("read_file", "Read a text file from the working directory.", PATH, ["path"]),
-    _fn("write_file", "Write text to a file.", {**PATH, "content": {"type": "string"}}, ["path", "content"]),
+    function_tool("list_files", "List the names of the files in a directory of the working directory.", PATH),
+    function_tool("read_file", "Read a text file from the working directory.", PATH, ["path"]),
+    function_tool("write_file", "Write text to a file.", {**PATH, "content": {"type": "string"}}, ["path", "content"]),
 ]
-WEATHER = [_fn("get_current_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
-TICKETS = [_fn("list_tickets", "List the open support tickets.")]
+WEATHER = [function_tool("get_current_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
+TICKETS = [function_tool("list_tickets", "List the open support tickets.")]
 LIST = "List the files in the working directory and write their names to report.txt."
 REVIEW = "utils.py has one bug. Read it, then write review.md naming the buggy function and its line."
 WX = "What is the weather in Paris right now?"
@@ -86,7 +80,7 @@ def test_an_empty_call_after_let_or_await_is_a_statement_calling_the_tool():
 
 
 def test_arguments_no_repair_parses_are_not_judged_against_the_schema():
-    repl = [_fn("python_repl", "Run Python.", {"query": {"type": "string"}}, ["query"])]
+    repl = [function_tool("python_repl", "Run Python.", {"query": {"type": "string"}}, ["query"])]
     call = {"type": "function", "function": {"name": "python_repl", "arguments": "len(rows) + 1"}}
     result = classify({"content": None, "tool_calls": [call]}, tools=repl)
     assert set(result.failure_modes) == {"invalid_json"}
