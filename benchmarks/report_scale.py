@@ -66,7 +66,8 @@ def build(path: Path, n_turns: int) -> None:
                       temperature=temperature, seed=rep, max_tokens=256, num_ctx=4096, tool_mode="native",
                       parser=("lenient", "strict")[(i // 32) % 2], repetition=rep % 20, turn_limit=8, token_limit=32000,
                       harness_version="0.1.0", git_sha=None, git_dirty=None, sandbox="/tmp/x",
-                      started_at="2026-01-01T00:00:00.000+00:00", config="{}", think=None, manifest_digest=None)  # fmt: skip
+                      started_at="2026-01-01T00:00:00.000+00:00", config="{}", think=None, manifest_digest=None,
+                      stream=None)  # fmt: skip
         runs.append(tuple(values[c] for c in cols["runs"]))
         for n in range(1, TURNS_PER_RUN + 1):
             modes = sorted({m for m in MODES if rng.random() < 0.03 * (weak + 1)})
@@ -76,7 +77,8 @@ def build(path: Path, n_turns: int) -> None:
                      failure_modes=canonical_json(modes), recovered_by=None, classifier_version="1", finish_reason="stop",
                      prompt_tokens=500 + 50 * n, completion_tokens=rng.randint(5, 200), latency_ms=rng.uniform(50, 3000),
                      started_at="2026-01-01T00:00:00.000+00:00", ended_at="2026-01-01T00:00:01.000+00:00", details="{}",
-                     reasoning=None, blob_refs=None, server_rejection=None, timings=None)  # fmt: skip
+                     reasoning=None, blob_refs=None, server_rejection=None, timings=None, stream_chunks=None, ttft_ms=None,
+                     decode_tps=None)  # fmt: skip
             turns.append(tuple(t[c] for c in cols["turns"]))
         outcome = rng.choices(["pass", "task_failed", "turn_limit", "infra_error"], [0.6 - 0.12 * weak, 0.25, 0.1, 0.05])[0]
         e = dict(run_id=run_id, outcome=outcome, turns=TURNS_PER_RUN, prompt_tokens=6000, completion_tokens=800, breach=None,

@@ -35,23 +35,26 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     extra = f" ({summary.error})" if summary.outcome in ("infra_error", "context_overflow") and summary.error else ""
     return (
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
-        f"{p.tool_mode}/{p.parser}{_think_note(p)} rep={p.repetition} -> {summary.outcome}{extra} "
+        f"{p.tool_mode}/{p.parser}{_think_note(p)}{' stream' if p.stream else ''} rep={p.repetition} -> {summary.outcome}{extra} "
         f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}; "
         f"run {summary.run_id[:12]}"
     )
 
 
 def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
-    """One row per cell (scenario, model, temperature, tool mode, parser) with outcome counts.
+    """One row per cell (scenario, model, temperature, tool mode, parser, stream) with outcome counts (the ``stream``
+    column only when some run streamed).
 
     ``pass_rate`` is passes / scored runs (:func:`harness.vocab.is_scored`; in [0, 1], or None when none).
     """
     cells: dict[tuple[Any, ...], dict[str, Any]] = {}
+    streamed = any(s.plan.stream for s in summaries)
     for s in summaries:
         p = s.plan
-        key = (p.scenario.name, p.model, p.temperature, p.tool_mode, p.parser)
+        key = (p.scenario.name, p.model, p.temperature, p.tool_mode, p.parser, p.stream)
         row = cells.setdefault(key, {
             "scenario": key[0], "model": key[1], "temperature": key[2], "tool_mode": key[3], "parser": key[4],
+            **({"stream": "on" if p.stream else "off"} if streamed else {}),
             "runs": 0, "pass": 0, "task_failed": 0, "turn_limit": 0, "token_limit": 0, "infra_error": 0, "interrupted": 0,
             "context_overflow": 0,
         })  # fmt: skip
@@ -66,7 +69,7 @@ def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
 def plan_label(plan: RunPlan) -> str:
     """One planned run as ``scenario model T=.. seed=.. tool_mode/parser rep=..`` (``--dry-run`` lines)."""
     return (f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
-            f"{plan.tool_mode}/{plan.parser}{_think_note(plan)} rep={plan.repetition}")  # fmt: skip
+            f"{plan.tool_mode}/{plan.parser}{_think_note(plan)}{' stream' if plan.stream else ''} rep={plan.repetition}")  # fmt: skip
 
 
 def _think_note(plan: RunPlan) -> str:

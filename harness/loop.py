@@ -37,6 +37,7 @@ from typing import Any, cast
 from harness import __version__
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.replay import CassetteRecorder
+from harness.backends.streaming import stored_stream
 from harness.breaker import CircuitBreaker
 from harness.canonical import sha256_of
 from harness.checks import CheckContext, evaluate_checks
@@ -116,6 +117,7 @@ class RunPlan:
         parser: ``strict`` or ``lenient``.
         repetition: repetition index, from 0.
         think: ``default`` (the request says nothing about thinking), ``on`` or ``off``.
+        stream: request streamed replies (``--stream on``).
     """
 
     scenario: Scenario
@@ -126,6 +128,7 @@ class RunPlan:
     parser: ParserPolicy = "lenient"
     repetition: int = 0
     think: Think = DEFAULT_THINK
+    stream: bool = False
 
     def options(self) -> GenerateOptions:
         """The generation options sent on every request of this run."""
@@ -135,6 +138,7 @@ class RunPlan:
             max_tokens=self.scenario.max_tokens,
             num_ctx=self.scenario.num_ctx,
             think=self.think,
+            stream=self.stream,
         )
 
     def identity(self, model_digest: str | None = None) -> str:
@@ -142,8 +146,8 @@ class RunPlan:
 
         Covers the scenario file's content, tool schemas, rendered system prompt, model spec
         and digest (when known: :attr:`BackendIdentity.identity_digest`), effective options (``think``
-        only when it is not ``default``: :meth:`GenerateOptions.as_dict`, so runs recorded before it
-        existed keep their identity), tool mode, parser policy, repetition and
+        only when it is not ``default``, ``stream`` only when on: :meth:`GenerateOptions.as_dict`, so runs
+        recorded before they existed keep their identity), tool mode, parser policy, repetition and
         :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it.
         """
         payload = {
@@ -360,7 +364,7 @@ class _Run:
                         "requires_tool": scenario.requires_tool,
                         "request_settings": self.backend.request_settings(options, tools=bool(tools)),
                         "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config,
-                        **(self.claim.facts if self.claim else {})},
+                        **(self.claim.facts if self.claim else {})}, stream=plan.stream,
             ),
             claim=self.claim.policy if self.claim else None,
         )  # fmt: skip
@@ -394,6 +398,7 @@ class _Run:
             history=self.messages,
             requires_tool=plan.scenario.requires_tool,
             server_rejection=refusal_text(reply.rejection),
+            stream_problems=reply.stream_problems,
         )
         # a refused reply left no assistant message to send back: the run ends at it, nothing is run
         executed = [] if reply.rejection is not None else self._act(reply, verdict)
@@ -403,11 +408,11 @@ class _Run:
                 run_id=self.run_id, turn=self.turns, request_hash=turn_request_hash, raw_reply=reply.raw, content=reply.content,
                 tool_calls=reply.tool_calls, recovered_calls=[c.to_dict() for c in verdict.recovered_calls],
                 executed_calls=executed, failure_modes=verdict.failure_modes, recovered_by=verdict.recovered_by,
-                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason,
-                prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
+                classifier_version=verdict.classifier_version, finish_reason=reply.finish_reason, prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens, latency_ms=reply.latency_ms, started_at=started, ended_at=utc_now(),
                 details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
                 reasoning=reply.reasoning, server_rejection=reply.rejection, timings=reply.timings,
+                stream_chunks=reply.stream_chunks, ttft_ms=reply.ttft_ms, decode_tps=reply.decode_tps,
             )
         )  # fmt: skip
         if self.stop.is_set():
@@ -449,6 +454,7 @@ class _Run:
             extra={"cache_hit": True},
             rejection=row.server_rejection,
             timings=row.timings,
+            **stored_stream(row.stream_chunks, row.ttft_ms, row.decode_tps, self.backend.identity().backend),
         )
 
     def _end(self, outcome: str, breach: dict[str, Any] | None, error: str | None, checks: list[dict[str, Any]]) -> None:

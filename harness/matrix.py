@@ -24,10 +24,10 @@ MAX_SEED = 2**31 - 1
 """Seeds are sent as ``seed + repetition``; both stay well inside every server's integer range."""
 MAX_REPEATS = 10_000
 
-AXES = ("models", "temperatures", "repeats", "seeds", "tool_modes", "parsers", "think")
+AXES = ("models", "temperatures", "repeats", "seeds", "tool_modes", "parsers", "think", "streams")
 """The matrix axes, as named in a scenario's ``[matrix]`` table."""
 _FLAGS = {"models": "--model", "temperatures": "--temperature", "repeats": "--repeats", "seeds": "--seed",
-          "tool_modes": "--tool-mode", "parsers": "--parser", "think": "--think"}  # fmt: skip
+          "tool_modes": "--tool-mode", "parsers": "--parser", "think": "--think", "streams": "--stream"}  # fmt: skip
 
 
 def _integer(value: Any, low: int, high: int) -> bool:
@@ -46,6 +46,7 @@ _RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "tool_modes": (f"one of {', '.join(TOOL_MODES)}", lambda v: v in TOOL_MODES),
     "parsers": (f"one of {', '.join(PARSER_POLICIES)}", lambda v: v in PARSER_POLICIES),
     "think": (f"one of {', '.join(THINK_SETTINGS)}", lambda v: v in THINK_SETTINGS),
+    "streams": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 
@@ -84,6 +85,7 @@ class Matrix:
         parsers: ``strict`` and/or ``lenient``.
         think: ``default``, ``on`` and/or ``off``: whether the request asks the model to think
             (``default`` says nothing; see :data:`harness.vocab.Think`).
+        streams: ``False`` (one complete reply per request) and/or ``True`` (streamed chunks, assembled).
     """
 
     models: tuple[str, ...] = (DEFAULT_MODEL,)
@@ -93,6 +95,7 @@ class Matrix:
     tool_modes: tuple[ToolMode, ...] = ("native",)
     parsers: tuple[ParserPolicy, ...] = ("lenient",)
     think: tuple[Think, ...] = (DEFAULT_THINK,)
+    streams: tuple[bool, ...] = (False,)
 
     def merge(self, overrides: MatrixOverrides) -> Matrix:
         """This matrix with every axis the overrides set replaced.
@@ -130,7 +133,7 @@ class Matrix:
     @property
     def size(self) -> int:
         """Planned runs of one scenario: the product of every axis' length and the repeats."""
-        axes = (self.models, self.temperatures, self.seeds, self.tool_modes, self.parsers, self.think)
+        axes = (self.models, self.temperatures, self.seeds, self.tool_modes, self.parsers, self.think, self.streams)
         return self.repeats * math.prod(len(axis) for axis in axes)
 
 
@@ -149,6 +152,7 @@ class MatrixOverrides:
         tool_modes: ``native`` / ``prompt``.
         parsers: ``strict`` / ``lenient``.
         think: ``default`` / ``on`` / ``off``.
+        streams: ``False`` / ``True`` (``--stream off`` / ``on``).
     """
 
     models: Sequence[str] | None = None
@@ -158,6 +162,7 @@ class MatrixOverrides:
     tool_modes: Sequence[ToolMode] | None = None
     parsers: Sequence[ParserPolicy] | None = None
     think: Sequence[Think] | None = None
+    streams: Sequence[bool] | None = None
 
     def check(self) -> None:
         """Check every value given, with the same rules as a scenario's ``[matrix]`` table.

@@ -3,7 +3,7 @@
 The ledger keeps each turn's raw reply and enough of the run (system prompt, task, tool
 schemas, executed calls and their outputs) to rebuild the exact messages each reply answered
 (:func:`harness.tool_protocol.rebuild_history`; checked against the stored request hash). Improving the
-classifier therefore never requires re-running models: ``harness rescore`` appends a
+classifier therefore never requires re-running models (a streamed reply is re-assembled from its stored raw chunks): ``harness rescore`` appends a
 ``labels`` row per turn carrying the new classifier version, and reports use the newest.
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.backends.streaming import rederive, response_of
 from harness.classifier import CLASSIFIER_VERSION, classify
-from harness.ledger import Labels, Ledger, RunRow, TurnRow
+from harness.ledger import Labels, Ledger, RunRow, TurnRecord, TurnRow
 from harness.tool_protocol import rebuild_history, refusal_text, request_hash
 
 __all__ = ["RescoreResult", "rescore"]
@@ -67,15 +68,9 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
             record = turn.record
             if request_hash(history) != record.request_hash:
                 mismatched += 1
-            response = {
-                "content": record.content,
-                "tool_calls": record.tool_calls,
-                "finish_reason": record.finish_reason,
-                "usage": {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens},
-                "reasoning_content": record.reasoning,
-            }
+            response, problems = _response(record, run.start.backend)
             verdict = classify(response, tools=tools, history=history, requires_tool=requires_tool,
-                               server_rejection=refusal_text(record.server_rejection))  # fmt: skip
+                               server_rejection=refusal_text(record.server_rejection), stream_problems=problems)  # fmt: skip
             ledger.record_labels(
                 Labels(
                     run_id=run.run_id, turn=record.turn, classifier_version=verdict.classifier_version,
@@ -86,6 +81,25 @@ def rescore(ledger: Ledger, *, force: bool = False) -> RescoreResult:
             done += 1
             changed += turn.labels != verdict.failure_modes
     return RescoreResult(done, changed, skipped, mismatched, CLASSIFIER_VERSION)
+
+
+def _response(record: TurnRecord, backend: str) -> tuple[dict[str, Any], list[str]]:
+    """The classifier's ``response`` and ``stream_problems`` for a stored turn: a streamed turn's reply is re-derived
+    from its raw chunks (:func:`harness.backends.streaming.rederive`), any other is read as stored."""
+    if record.stream_chunks is not None:
+        got = rederive(record.stream_chunks, backend)
+        response = response_of(got)
+        if record.server_rejection is not None:  # as the backend returned it: no calls, the text the error quoted
+            response.update(tool_calls=None, content=record.content)
+        return response, got.problems
+    response = {
+        "content": record.content,
+        "tool_calls": record.tool_calls,
+        "finish_reason": record.finish_reason,
+        "usage": {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens},
+        "reasoning_content": record.reasoning,
+    }
+    return response, []
 
 
 def _tools_and_histories(run: RunRow, turns: list[TurnRow]) -> tuple[Any, list[list[dict[str, Any]]]]:

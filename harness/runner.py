@@ -1,5 +1,5 @@
 """Matrix expansion and execution: scenarios x models x temperatures x seeds x tool modes x
-parsers x repetitions, each cell run through :func:`harness.loop.run_once`.
+parsers x streaming x repetitions, each cell run through :func:`harness.loop.run_once`.
 
 A scenario file declares its default axes in ``[matrix]``; :class:`~harness.matrix.MatrixOverrides`
 (the CLI flags) replace any axis for every scenario. Runs are grouped by model so that each
@@ -46,7 +46,7 @@ BackendFactory = Callable[..., Backend]
 def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = MatrixOverrides()) -> list[RunPlan]:
     """Expand scenarios and overrides into planned runs, in a stable order.
 
-    Order: scenario, model, tool mode, parser, think, temperature, seed, repetition.
+    Order: scenario, model, tool mode, parser, think, stream, temperature, seed, repetition.
 
     Raises:
         UsageError: an override is out of range, a model spec is malformed, or the matrix has
@@ -56,23 +56,20 @@ def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = Ma
     total = sum(m.size for _, m in matrices)
     if total > MAX_PLANNED_RUNS:
         raise UsageError(f"the matrix has {total:,} runs; the limit is {MAX_PLANNED_RUNS:,}. Use fewer axis values or repeats.")
-    plans = []
+    plans: list[RunPlan] = []
     for scenario, m in matrices:
         for model in m.models:
             parse_model_spec(model)
         for model in m.models:
-            for tool_mode, parser, think in itertools.product(m.tool_modes, m.parsers, m.think):
+            for tool_mode, parser, think, stream in itertools.product(m.tool_modes, m.parsers, m.think, m.streams):
                 for temperature in m.temperatures:
                     for seed in m.seeds:
                         for repetition in range(m.repeats):
-                            plans.append(
-                                RunPlan(
-                                    scenario, model, float(temperature), int(seed), tool_mode, parser, repetition, think=think
-                                )
-                            )
+                            plan = RunPlan(scenario, model, float(temperature), int(seed), tool_mode, parser, repetition)
+                            plans.append(replace(plan, think=think, stream=stream))
     unique: dict[tuple[Any, ...], RunPlan] = {}
     for p in plans:  # the same file given twice (or two identical files) plans each run once
-        key = (p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition, p.think)
+        key = (p.scenario.content_hash, p.model, p.temperature, p.seed, p.tool_mode, p.parser, p.repetition, p.think, p.stream)
         unique.setdefault(key, p)
     return list(unique.values())
 

@@ -35,6 +35,7 @@ A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
     tool_modes = ["prompt"]
     parsers = ["lenient"]
     think = ["default"]                       # default (the request says nothing), on, off
+    streams = [false]                         # stream replies (true) and/or not (false)
 
 Any missing or wrong field raises :class:`~harness.errors.ScenarioError` naming the file, the
 field and what was expected; unknown fields are refused too, since they are usually typos.

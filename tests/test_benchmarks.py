@@ -62,3 +62,13 @@ def test_kill_resume_passes_on_a_tiny_matrix():
     assert lines[-1].startswith("PASS: 12 runs, 2 kills"), proc.stdout
     assert "  --dry-run: 12 runs planned, 12 already done, 0 to run." in proc.stdout
     assert sum(" verify exit 1" in line or "verify --anchor exit 1" in line for line in lines) >= 14, proc.stdout
+
+
+def test_stream_overhead_measures_both_settings(tmp_path, capsys):
+    bench = _load("stream_overhead")
+    turns = bench.measure(tmp_path, runs=2, piece_chars=8)
+    assert len(turns[False]) == len(turns[True]) == 6  # 2 runs of 3 turns each, after a warm-up run per setting
+    assert all(chunks is None for _, chunks in turns[False]) and all(chunks[-1]["data"] == "[DONE]" for _, chunks in turns[True])
+    bench.report(turns)
+    out = capsys.readouterr().out
+    assert "6 turns per setting" in out and "streaming overhead per turn:" in out

@@ -89,7 +89,7 @@ def structured(name: str, arguments: object, call_id: str = "call_9") -> dict:
 
 
 def run(content=None, *, tool_calls=None, finish_reason="stop", history=(), tools=TOOLS, completion_tokens=12, requires_tool=None,
-        reasoning=None, server_rejection=None):  # fmt: skip
+        reasoning=None, server_rejection=None, stream_problems=None):  # fmt: skip
     response = {
         "content": content,
         "tool_calls": tool_calls,
@@ -97,7 +97,8 @@ def run(content=None, *, tool_calls=None, finish_reason="stop", history=(), tool
         "usage": {"prompt_tokens": 100, "completion_tokens": completion_tokens},
         "reasoning_content": reasoning,
     }
-    result = classify(response, tools=tools, history=history, requires_tool=requires_tool, server_rejection=server_rejection)
+    result = classify(response, tools=tools, history=history, requires_tool=requires_tool, server_rejection=server_rejection,
+                      stream_problems=stream_problems)  # fmt: skip
     assert "internal_error" not in result.details, result.details
     json.dumps(result.to_dict())  # always JSON-ready
     return result
@@ -139,6 +140,7 @@ def test_public_constants():
         "call_in_reasoning",
         "chat_markup_leak",
         "server_rejected_call",
+        "stream_assembly_error",
     ]
     assert all(isinstance(v, str) and v and "\n" not in v for v in FAILURE_MODES.values())
     assert RECOVERY_STEPS[0] == "strip_reasoning" and RECOVERY_STEPS[-2:] == ("repair", "reasoning")
@@ -357,6 +359,7 @@ NEGATIVE = [
     ("narration_without_call", "```\npip install requests\n```", {}),
     ("foreign_call_syntax", "```python\ndef list_files(path):\n    return os.listdir(path)\n```", {}),  # a definition, not a call
     ("server_rejected_call", None, {"finish_reason": "length"}),  # a cut reply the server returned is not refused
+    ("stream_assembly_error", '{"name": "list_files", "arguments": {"path": "."', {"stream_problems": []}),  # assembled cleanly
 ]
 
 
@@ -481,6 +484,7 @@ POSITIVE = [
     ("foreign_call_syntax", "```tool_code\n[search(query='x')]\n```", {"tools": None}),
     ("invalid_json", '{"name": "read_file", "arguments": {"path": "dir C:\\Pictures\\x"}}'.replace("\\\\", "\\"), {}),
     ("server_rejected_call", None, {"server_rejection": "Failed to parse tool call arguments as JSON: parse error"}),
+    ("stream_assembly_error", None, {"stream_problems": ["chunk 4 carries content after the final chunk"]}),
 ]
 
 

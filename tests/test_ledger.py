@@ -68,6 +68,7 @@ ALL_MIGRATIONS = [
     "m005_blobs",
     "m006_turn_server_rejection",
     "m007_wire_settings",
+    "m008_streaming",
 ]
 OLD_LEDGER = Path(__file__).resolve().parent / "data" / "ledger_m003.sqlite"
 """A ledger written by the harness before m004 (one run, two turns), kept as a real old file."""
@@ -277,6 +278,7 @@ def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
             "m005_blobs",
             "m006_turn_server_rejection",
             "m007_wire_settings",
+            "m008_streaming",
         ]
         assert ledger.verify().ok
         assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None]
@@ -323,6 +325,7 @@ def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path
             "m005_blobs",
             "m006_turn_server_rejection",
             "m007_wire_settings",
+            "m008_streaming",
         ]
 
 

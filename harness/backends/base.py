@@ -43,6 +43,8 @@ class GenerateOptions:
         num_ctx: context length in tokens (Ollama ``options.num_ctx``; embedded ``n_ctx``).
         think: ``default`` (the request says nothing about thinking), ``on`` or ``off``
             (:data:`harness.vocab.THINK_SETTINGS`; each backend's field: :meth:`Backend.request_settings`).
+        stream: ask for a streamed reply (server-sent events, Ollama's NDJSON) and assemble it
+            (:mod:`harness.backends.streaming`); the replay backend ignores it.
     """
 
     temperature: float = 0.0
@@ -50,9 +52,10 @@ class GenerateOptions:
     max_tokens: int = DEFAULT_MAX_TOKENS
     num_ctx: int = DEFAULT_NUM_CTX
     think: Think = DEFAULT_THINK
+    stream: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the options as a plain JSON-ready dict; ``think`` only when it is not ``default``.
+        """Return the options as a plain JSON-ready dict; ``think`` only when it is not ``default``, ``stream`` only when on.
 
         The dict is part of every run's identity, so a setting added later enters it only when set:
         runs recorded before it existed keep their identity.
@@ -60,6 +63,8 @@ class GenerateOptions:
         out = asdict(self)
         if self.think == DEFAULT_THINK:
             del out["think"]
+        if not self.stream:
+            del out["stream"]
         return out
 
 
@@ -120,6 +125,13 @@ class Reply:
         timings: the server's own timing of the reply, when it reports one (llama.cpp's ``timings``:
             ``prompt_n``, ``prompt_ms``, ``prompt_per_second``, ``predicted_n``, ``predicted_ms``,
             ``predicted_per_second``, ... as numbers; ``tools/server/server-task.h``), else ``None``.
+        stream_chunks: a streamed reply's raw chunks, ``[{"t": ms since the request, "data": text}]``, from which
+            the reply was assembled (:func:`harness.backends.streaming.assemble`); ``None`` when not streamed.
+        stream_problems: what could not be assembled from the chunks (the classifier's ``stream_problems``).
+        ttft_ms: time to first token, ms: measured on a stream; from the server's own timings otherwise
+            (llama.cpp's ``timings.prompt_ms``, Ollama's durations); ``None`` when unknown.
+        decode_tps: decode rate, completion tokens per second, measured or from the server's timings; ``None``
+            when unknown.
     """
 
     content: str | None
@@ -134,6 +146,10 @@ class Reply:
     extra: dict[str, Any] = field(default_factory=dict)
     rejection: dict[str, Any] | None = None
     timings: dict[str, float] | None = None
+    stream_chunks: list[dict[str, Any]] | None = None
+    stream_problems: list[str] = field(default_factory=list)
+    ttft_ms: float | None = None
+    decode_tps: float | None = None
 
     def __post_init__(self) -> None:
         # Servers send anything; the harness's fields are typed (the raw body keeps the original).

@@ -78,7 +78,7 @@ class OllamaBackend(OpenAICompatBackend):
         super().__init__(model, base_url, api_key=api_key, timeout_s=timeout_s, client=client)
 
     def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
-        """Send one ``/api/chat`` request (``stream: false``) and return the reply.
+        """Send one ``/api/chat`` request and return the reply (NDJSON chunks assembled when ``options.stream``).
 
         Args:
             messages: the conversation, OpenAI chat shape (translated here).
@@ -161,7 +161,7 @@ class OllamaBackend(OpenAICompatBackend):
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": to_ollama_messages(messages),
-            "stream": False,
+            "stream": options.stream,
             "options": {
                 "temperature": options.temperature,
                 "seed": options.seed,
@@ -173,6 +173,8 @@ class OllamaBackend(OpenAICompatBackend):
             payload["tools"] = tools
         payload.update(self.request_settings(options, tools=bool(tools)))
         return payload
+
+    _sse = False  # NDJSON: one JSON object per line, the last (done: true) with the counts and durations
 
     def _parse_reply(self, body: dict[str, Any], latency_ms: float) -> Reply:
         message = body.get("message")

@@ -34,16 +34,15 @@ Design:
 
 from __future__ import annotations
 
-import email.utils
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
-from harness.backends.server_words import permanent_error, server_timings
+from harness.backends.server_words import parse_retry_after, permanent_error, server_timings
+from harness.backends.streaming import Streamed, read_stream, reply_speed, stream_reply
 from harness.errors import (
     BackendError,
     BackendResponseError,
@@ -107,7 +106,7 @@ class OpenAICompatBackend(Backend):
     # -- the Backend protocol -------------------------------------------------------------
 
     def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
-        """Send one chat request (``stream: false``) and return the assistant reply.
+        """Send one chat request and return the assistant reply (streamed and assembled when ``options.stream``).
 
         Args:
             messages: the conversation, OpenAI chat shape.
@@ -116,7 +115,9 @@ class OpenAICompatBackend(Backend):
 
         Returns:
             The reply; ``latency_ms`` is the wall-clock time of the HTTP request in ms,
-            ``raw`` the whole parsed JSON body.
+            ``raw`` the whole parsed JSON body (for a stream: its last chunk, with the raw chunks in
+            ``stream_chunks``); ``ttft_ms`` / ``decode_tps`` measured on a stream, else from the
+            server's ``timings`` when it sends them.
 
         Raises:
             BackendUnavailable: the server cannot be reached or dropped the connection.
@@ -128,14 +129,18 @@ class OpenAICompatBackend(Backend):
         """
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
-        response = self._request("POST", self._chat_url(), json_body=payload)
+        response = self._request("POST", self._chat_url(), json_body=payload, stream_from=start if options.stream else None)
         latency_ms = (time.perf_counter() - start) * 1000.0
         rejected = self._rejected_reply(response, latency_ms)
         if rejected is not None:
             return rejected
         self._raise_for_status(response)
+        if isinstance(response, Streamed):
+            return stream_reply(response.chunks, latency_ms, self._sse, self._rejection, self._reply_identity())
         body = self._json_body(response)
-        return self._parse_reply(body, latency_ms)
+        reply = self._parse_reply(body, latency_ms)
+        reply.ttft_ms, reply.decode_tps = reply_speed(body)
+        return reply
 
     def identity(self) -> BackendIdentity:
         """Return the model name, base URL and, when the server tells, its version.
@@ -175,7 +180,7 @@ class OpenAICompatBackend(Backend):
             "temperature": options.temperature,
             "seed": options.seed,
             "max_tokens": options.max_tokens,
-            "stream": False,
+            "stream": options.stream,
         }
         if tools:
             payload["tools"] = tools
@@ -218,6 +223,9 @@ class OpenAICompatBackend(Backend):
             reasoning=message.get("reasoning_content") or message.get("reasoning"),
             timings=server_timings(body.get("timings")),
         )
+
+    #: the stream's wire format: server-sent events (Ollama: NDJSON)
+    _sse = True
 
     def _rejection(self, status: int, detail: str) -> tuple[str, str | None] | None:
         """Which server's tool-call parser refused the model's reply, and the model's text the error quotes.
@@ -296,9 +304,14 @@ class OpenAICompatBackend(Backend):
             return self._identity
         return BackendIdentity(backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version)
 
-    def _request(self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None) -> httpx.Response:
+    def _request(
+        self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None, stream_from: float | None = None
+    ) -> httpx.Response:
         """Send one request and read its whole body within ``timeout_s`` in total (a server trickling bytes cannot
         hold a run past it), translating every ``httpx`` error into a :class:`BackendError`.
+
+        With ``stream_from`` (the ``time.perf_counter()`` the request was sent at), a success status is read as a
+        stream: the result is a :class:`~harness.backends.streaming.Streamed` holding the raw chunks with their arrival times.
 
         Raises:
             BackendTimeout: no complete body within the timeout.
@@ -313,8 +326,12 @@ class OpenAICompatBackend(Backend):
             # ASCII JSON: text UTF-8 cannot hold (a lone surrogate echoed from a model or a file) is sent as \u escapes
             content = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
             headers = {**self._headers, "Content-Type": "application/json"}
+        if stream_from is not None:  # llama.cpp closed kept-alive connections after streams unannounced: one per stream
+            headers = {**headers, "Connection": "close"}
         try:
             with self._client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
+                if stream_from is not None and response.status_code < 300:
+                    return read_stream(response, deadline, stream_from, sse=self._sse, limit=MAX_BODY_BYTES)
                 return self._read_whole(response, deadline)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
@@ -429,37 +446,15 @@ def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[st
 
     Returns:
         ``{"parallel_tool_calls": True}`` when tools are offered (OpenAI's API refuses the field without tools),
-        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``.
+        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``,
+        plus ``{"stream_options": {"include_usage": True}}`` when streaming (the final chunk carries the counts).
     """
     settings: dict[str, Any] = {"parallel_tool_calls": True} if tools else {}
     if options.think != "default":
         settings["chat_template_kwargs"] = {"enable_thinking": options.think == "on"}
+    if options.stream:
+        settings["stream_options"] = {"include_usage": True}
     return settings
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Parse a ``Retry-After`` header into seconds.
-
-    Args:
-        value: the header value: delay seconds (``"2"``) or an HTTP date, or ``None``.
-
-    Returns:
-        Seconds to wait (>= 0), or ``None`` when absent or unparseable.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
 
 
 def _error_detail(response: httpx.Response) -> str:

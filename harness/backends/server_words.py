@@ -1,4 +1,4 @@
-"""What the servers' own words mean: refusals no retry can fix, and the server's own timing of a reply.
+"""What the servers' own words mean: refusals no retry can fix, the server's own timing of a reply, and when to retry.
 
 Each wording is quoted from the server's source (cited beside it), so a backend can tell a server that
 was started without a setting the request needs (:class:`~harness.errors.ServerConfigError`, one
@@ -13,12 +13,14 @@ Sources read (see the README, "Wire formats"): llama.cpp ``tools/server/server-c
 
 from __future__ import annotations
 
+import email.utils
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 from harness.errors import BackendError, ContextOverflow, ServerConfigError
 
-__all__ = ["is_context_overflow", "permanent_error", "server_timings"]
+__all__ = ["is_context_overflow", "parse_retry_after", "permanent_error", "server_timings"]
 
 _CONTEXT_OVERFLOW_WORDINGS = (
     "exceeds the available context size",  # llama.cpp, exceed_context_size_error (HTTP 400); also Ollama 0.33, which passes it on
@@ -93,3 +95,28 @@ def server_timings(value: Any) -> dict[str, float] | None:
         if isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number):
             out[key] = float(number)
     return out or None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Parse a ``Retry-After`` header into seconds.
+
+    Args:
+        value: the header value: delay seconds (``"2"``) or an HTTP date, or ``None``.
+
+    Returns:
+        Seconds to wait (>= 0), or ``None`` when absent or unparseable.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if seconds == seconds else None  # NaN -> None

@@ -72,6 +72,7 @@ def classify(
     history: Sequence[Mapping] = (),
     requires_tool: bool | None = None,
     server_rejection: str | None = None,
+    stream_problems: Sequence[str] | None = None,
 ) -> Classification:
     """Classify one assistant reply.
 
@@ -92,6 +93,9 @@ def classify(
         server_rejection: the error message with which the server's own tool-call parser refused
             the reply (then ``response`` holds only the model's text the error quoted, if any), or
             None: labels ``server_rejected_call``, and the refused call counts as a call attempt.
+        stream_problems: for a streamed reply, what could not be assembled from its chunks (one sentence each,
+            :func:`harness.backends.streaming.assemble`); non-empty labels ``stream_assembly_error``. ``response``
+            is then the assembled reply. None or empty: not streamed, or assembled cleanly.
 
     Returns:
         The :class:`Classification`; ``details["evidence"]`` gives, for every label, the rule
@@ -100,7 +104,9 @@ def classify(
     """
     try:
         rejected = server_rejection if isinstance(server_rejection, str) and server_rejection else None
-        return _classify(response, tools, history, requires_tool if isinstance(requires_tool, bool) else None, rejected)
+        problems = _problems(stream_problems)
+        required = requires_tool if isinstance(requires_tool, bool) else None
+        return _classify(response, tools, history, required, rejected, problems)
     except Exception as exc:  # noqa: BLE001 - the loop must never die on a label
         return Classification([], [], [], None, {"internal_error": short(f"{type(exc).__name__}: {exc}")})
 
@@ -111,7 +117,16 @@ _REASONING_MODES = frozenset({"foreign_call_syntax", "wrong_wrapper_tag", "inval
 vendor's call markers included) and payload (the other envelope modes describe the content)."""
 
 
-def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | None, rejected: str | None) -> Classification:
+def _problems(value: Any) -> list[str]:
+    """The ``stream_problems`` input as a list of short strings (anything else counts as none)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return []
+    return [short(p) for p in value if isinstance(p, str) and p]
+
+
+def _classify(
+    response: Any, tools: Any, history: Any, requires_tool: bool | None, rejected: str | None, problems: list[str]
+) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
     known = isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
@@ -139,6 +154,7 @@ def _classify(response: Any, tools: Any, history: Any, requires_tool: bool | Non
         markup_step(result),
         escape_step(calls),
         ({"server_rejected_call"}, {"server_rejected_call": short(rejected)}) if rejected else (set(), {}),
+        ({"stream_assembly_error"}, {"stream_assembly_error": problems}) if problems else (set(), {}),
     ]
     modes: set[str] = set()
     details: dict[str, Any] = {}
@@ -192,8 +208,9 @@ def classify_document(doc: Any) -> dict[str, Any]:
 
     Args:
         doc: ``{"tools": [...], "messages": [...], "response": {...}, "requires_tool": bool,
-            "server_rejection": str}``; unknown keys are ignored, missing or mistyped ones count as
-            empty (``requires_tool`` absent: not judged; ``server_rejection`` absent: not refused).
+            "server_rejection": str, "stream_problems": [str]}``; unknown keys are ignored, missing or mistyped ones
+            count as empty (``requires_tool`` absent: not judged; ``server_rejection`` absent: not refused;
+            ``stream_problems`` absent: not streamed).
 
     Returns:
         ``{"failure_modes": [...], "calls": [{"name", "arguments"}], "recovered_by": str |
@@ -211,6 +228,7 @@ def classify_document(doc: Any) -> dict[str, Any]:
         history=messages if isinstance(messages, list) else (),
         requires_tool=requires_tool if isinstance(requires_tool, bool) else None,
         server_rejection=rejection if isinstance(rejection, str) else None,
+        stream_problems=get(doc, "stream_problems"),
     )
     return {
         "failure_modes": result.failure_modes,

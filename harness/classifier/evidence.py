@@ -42,6 +42,7 @@ RULES: dict[str, str] = {
     "call_in_reasoning": "a call written only in the reasoning",
     "chat_markup_leak": "chat-template markup in the content",
     "server_rejected_call": "the server's tool-call parser refused the reply",
+    "stream_assembly_error": "the streamed chunks do not assemble into one coherent reply",
 }
 """One line per mode: what its rule checks (the guide's section has the full rule)."""
 

@@ -77,6 +77,8 @@ FAILURE_MODES: dict[str, str] = {
     "chat_markup_leak": "Chat-template markup echoed as text: `<|im_start|>`, `<|im_end|>`, `<|eot_id|>`, `<|start_header_id|>`, `<|end|>`, `<start_of_turn>`, `<end_of_turn>`, `[INST]`, `<|endoftext|>`, `</s>`: what a base model or a wrong chat template produces.",
     # judged only when the server's refusal is given (``server_rejection``)
     "server_rejected_call": "The server's own tool-call parser refused the reply (an HTTP error naming the call it could not parse), so no assistant message came back.",
+    # judged only when the reply was streamed and its assembly problems are given (``stream_problems``)
+    "stream_assembly_error": "A streamed reply whose chunks cannot be assembled into one coherent reply: tool-call arguments that assemble to text that is not JSON (not cut by the token limit), deltas for a call index never opened, content after the final chunk.",
 }
 
 #: The labelling guide, relative to the repository root: the full rule of mode ``m`` is its section ``#m``.

@@ -27,7 +27,7 @@ __all__ = ["add_run"]
 def add_run(sub: Subparsers) -> None:
     """Register ``harness run``."""
     p = sub.add_parser("run", help="run scenarios over a matrix of models and options", description=(
-        "Run scenario files over a matrix of models, temperatures, seeds, tool modes and parser policies, "
+        "Run scenario files over a matrix of models, temperatures, seeds, tool modes, parser policies and streaming, "
         "recording every turn in the ledger. With no arguments: scenarios/list_and_report.toml on "
         "embedded:smollm2-135m with the scenario's default matrix."))  # fmt: skip
     p.add_argument("scenarios", nargs="*", type=Path, metavar="SCENARIO", help="scenario TOML files")
@@ -44,6 +44,7 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument("--parser", action="append", choices=PARSER_POLICIES, help="parser policy (repeatable)")
     p.add_argument("--think", action="append", choices=THINK_SETTINGS,
                    help="ask the model to think: default (say nothing), on or off (repeatable)")  # fmt: skip
+    p.add_argument("--stream", action="append", choices=("on", "off"), help="stream replies and assemble the chunks (repeatable)")
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
@@ -72,7 +73,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--timeout must be from 1 to 86400 seconds.")
     if args.record is not None:
         check_output_folder(args.record, option="--record")
-    overrides = MatrixOverrides(args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser, args.think)
+    streams = None if args.stream is None else list(dict.fromkeys(value == "on" for value in args.stream))
+    overrides = MatrixOverrides(
+        args.model, args.temperature, args.repeats, args.seed, args.tool_mode, args.parser, args.think, streams
+    )
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)

@@ -164,6 +164,18 @@ def m007_wire_settings(db: sqlite3.Connection) -> None:
         db.execute(f"INSERT INTO _added_columns SELECT '{table}', '{column}', COALESCE(MAX(seq), 0) FROM {table}")
 
 
+@migration
+def m008_streaming(db: sqlite3.Connection) -> None:
+    """Streaming as a matrix axis: ``runs.stream`` (1 when replies were streamed; NULL in older rows means not),
+    ``turns.stream_chunks`` (a streamed reply's raw chunks, compressed), ``turns.ttft_ms`` and ``turns.decode_tps``;
+    listed in ``_added_columns`` like ``m004``."""
+    db.execute("ALTER TABLE runs ADD COLUMN stream INTEGER")
+    db.execute("INSERT INTO _added_columns SELECT 'runs', 'stream', COALESCE(MAX(seq), 0) FROM runs")
+    for column, kind in (("stream_chunks", "TEXT"), ("ttft_ms", "REAL"), ("decode_tps", "REAL")):
+        db.execute(f"ALTER TABLE turns ADD COLUMN {column} {kind}")
+        db.execute(f"INSERT INTO _added_columns SELECT 'turns', '{column}', COALESCE(MAX(seq), 0) FROM turns")
+
+
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
 
 

@@ -9,8 +9,10 @@ records back with every JSON column decoded, so no reader parses JSON itself.
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -103,6 +105,9 @@ class RunStart:
     """Thinking setting: ``default``, ``on`` or ``off`` (None: recorded before the setting existed, i.e. ``default``)."""
     manifest_digest: str | None = None
     """Ollama's manifest digest (``sha256:<hex>`` from ``/api/tags``: names the model as served, not a hash of the weights)."""
+    """Everything else worth keeping (system prompt hash, tool names, parallelism)."""
+    stream: bool = False
+    """Whether replies were requested streamed (``--stream on``); runs recorded before ``m008_streaming`` read False."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,13 @@ class TurnRecord:
     timings: dict[str, Any] | None = None
     """The server's own timing of the reply (llama.cpp's ``timings``: ``prompt_n``, ``prompt_ms``, ``prompt_per_second``,
     ``predicted_n``, ``predicted_ms``, ``predicted_per_second``, ...), or null when it reports none."""
+    stream_chunks: list[dict[str, Any]] | None = None
+    """A streamed reply's raw chunks, ``[{"t": ms since the request, "data": text}]`` (stored zlib-compressed), from
+    which the reply is re-derived (:func:`harness.backends.streaming.assemble`); null when not streamed."""
+    ttft_ms: float | None = None
+    """Time to first token, ms: measured on a stream, else from the server's own timings; null when unknown."""
+    decode_tps: float | None = None
+    """Decode rate, completion tokens per second (measured on a stream, else the server's timings); null when unknown."""
 
 
 @dataclass(frozen=True)
@@ -355,7 +367,9 @@ def json_columns(record: Any) -> dict[str, Any]:
     values = {f.name: getattr(record, f.name) for f in fields(record)}  # shallow: no recursion into model data
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if isinstance(value, (dict, list)) or key in {"raw_reply", "tool_calls", "breach"}:
+        if key == "stream_chunks":
+            out[key] = None if value is None else pack_chunks(value)
+        elif isinstance(value, (dict, list)) or key in {"raw_reply", "tool_calls", "breach"}:
             out[key] = None if value is None else canonical_json(value)
         elif isinstance(value, bool):
             out[key] = int(value)
@@ -414,8 +428,45 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
             value = [] if f.name in _EMPTY_LIST_FIELDS else {}  # a NULL column of an older or edited row
         elif f.name == "git_dirty" and value is not None:
             value = bool(value)
+        elif f.name == "stream":
+            value = bool(value)  # NULL: recorded before the column, when nothing was streamed
+        elif f.name == "stream_chunks" and value is not None:
+            value = unpack_chunks(value, row, table)
         values[f.name] = value
     return cls(**values)
+
+
+_PACKED = "zlib+b64:"
+
+
+def pack_chunks(chunks: list[dict[str, Any]]) -> str:
+    """A stream's raw chunks as stored: ``zlib+b64:`` and the base64 of the zlib-compressed canonical JSON.
+
+    Text, not a BLOB, because the ledger holds no binary cell (``harness ledger verify`` refuses one).
+    """
+    return _PACKED + base64.b64encode(zlib.compress(canonical_json(chunks).encode("utf-8", "surrogatepass"), 6)).decode("ascii")
+
+
+def unpack_chunks(text: Any, row: Mapping[str, Any], table: str) -> list[dict[str, Any]]:
+    """The chunks :func:`pack_chunks` stored.
+
+    Raises:
+        LedgerError: the column does not hold packed chunks (the file was edited).
+    """
+    try:
+        if not isinstance(text, str) or not text.startswith(_PACKED):
+            raise ValueError("not packed")
+        chunks = json.loads(
+            zlib.decompress(base64.b64decode(text[len(_PACKED) :], validate=True)).decode("utf-8", "surrogatepass")
+        )
+        if not isinstance(chunks, list) or not all(isinstance(c, dict) for c in chunks):
+            raise ValueError("not a list of chunks")
+    except (ValueError, zlib.error) as exc:
+        where = f"run {row.get('run_id')}, turn {row.get('turn')}"
+        raise LedgerError(
+            f"the {table} row of {where} has stream chunks that cannot be read; run `harness ledger verify`."
+        ) from exc
+    return chunks
 
 
 def run_row(row: dict[str, Any]) -> RunRow:

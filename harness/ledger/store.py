@@ -78,10 +78,11 @@ __all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "de
 
 DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
 EXPORT_COLUMNS = (
-    "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn",
-    "failure_modes", "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome",
+    "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn", "failure_modes",
+    "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome", "stream", "ttft_ms", "decode_tps",
 )  # fmt: skip
 
+_TIMING_SQL = ("0 AS stream, NULL AS ttft_ms, NULL AS decode_tps", "COALESCE(r.stream, 0) AS stream, t.ttft_ms, t.decode_tps")
 ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
 
@@ -367,16 +368,18 @@ class Ledger:
         return decode(TurnRecord, rows[0], table="turns") if rows else None
 
     def export_rows(self) -> Iterator[dict[str, Any]]:
-        """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn)."""
+        """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn; ``stream`` a bool)."""
+        timing = _TIMING_SQL["ttft_ms" in self._columns["turns"]]  # the columns since m008_streaming (ms, tokens/s)
         rows = self._query(
             "SELECT t.run_id, r.scenario, r.model, r.temperature, r.tool_mode, r.parser, r.repetition, t.turn,"
             " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"
-            " t.completion_tokens, t.latency_ms, e.outcome"
+            f" t.completion_tokens, t.latency_ms, e.outcome, {timing}"
             " FROM turns t JOIN runs r USING (run_id) LEFT JOIN run_ends e USING (run_id)"
             f" LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
         )
         for row in rows:
             row["failure_modes"] = decode_labels(row["failure_modes"], row)
+            row["stream"] = bool(row["stream"])
             yield row
 
     def attempts(self, run_id: str | None = None) -> list[Attempt]:
@@ -422,12 +425,13 @@ class Ledger:
         """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
 
         Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
-        parser, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``.
+        parser, stream, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens`` (``stream`` 0 or 1).
         """
+        stream = "COALESCE(r.stream, 0)" if "stream" in self._columns["runs"] else "0"
         return self._frame(
             "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
-            " r.tool_mode, r.parser, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns, e.prompt_tokens,"
-            " e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+            f" r.tool_mode, r.parser, {stream} AS stream, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns,"
+            " e.prompt_tokens, e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
         )
 
     def turns_frame(self) -> pd.DataFrame:

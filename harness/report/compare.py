@@ -27,7 +27,7 @@ from harness.stats import holm, mcnemar_midp, newcombe_paired_diff
 
 __all__ = ["PAIR_KEYS", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
 
-PAIR_KEYS = ("scenario", "temperature", "tool_mode", "parser", "repetition", "seed")
+PAIR_KEYS = ("scenario", "temperature", "tool_mode", "parser", "stream", "repetition", "seed")
 """Run attributes that must match for two runs of different models to form a pair."""
 
 

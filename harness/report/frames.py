@@ -34,7 +34,7 @@ class LedgerFrames:
     Attributes:
         runs: one row per run, in start order. Columns: ``run_id``, ``scenario``,
             ``scenario_path``, ``scenario_hash``, ``model``, ``temperature``, ``seed``,
-            ``tool_mode``, ``parser``, ``repetition``, ``started_at``, ``ended_at`` (UTC ISO
+            ``tool_mode``, ``parser``, ``stream`` (``on``/``off``), ``repetition``, ``started_at``, ``ended_at`` (UTC ISO
             text, None if unfinished), ``outcome`` (one of :data:`harness.loop.OUTCOMES` or
             ``unfinished``), ``scored`` and ``passed`` (bool; a run is scored when its outcome
             counts and it is the newest scored run of its ``identity``), ``superseded`` (bool: an
@@ -156,6 +156,7 @@ def _finish_runs(runs: pd.DataFrame, turns: pd.DataFrame) -> pd.DataFrame:
     runs["scored"] = runs["scored"] & ~runs["superseded"]
     runs["passed"] = (runs["outcome"] == "pass") & runs["scored"]
     runs["temperature"] = runs["temperature"].astype(float)
+    runs["stream"] = np.where(pd.to_numeric(runs["stream"]).fillna(0).astype(bool), "on", "off")
     per_run = turns.groupby("run_id", observed=False).agg(
         _turns=("turn", "size"), _prompt=("prompt_tokens", "sum"), _completion=("completion_tokens", "sum"),
         latency_ms=("latency_ms", "sum"), latency_ms_median=("latency_ms", "median"),

@@ -173,7 +173,10 @@ def _pass_k(
     cells = cells[cells["scored"] > 0]
     scored = frames.runs[frames.runs["scored"]]
     repeats = (
-        scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser"])["repetition"].nunique().groupby("model").max()
+        scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser", "stream"])["repetition"]
+        .nunique()
+        .groupby("model")
+        .max()
     )
     fig = _figure()
     ax = fig.add_subplot()
