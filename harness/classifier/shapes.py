@@ -50,7 +50,9 @@ def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
     if not isinstance(params, Mapping) or not ("description" in spec or obj.get("type") == "function"):
         return False
     schema_like = params.get("type") == "object" and isinstance(params.get("properties"), Mapping)
-    return schema_like or (not params and "description" in spec)  # {"name", "description", "parameters": {}}
+    # the flat form however garbled: a described tool whose "parameters" is typed and declares properties or required
+    garbled = "description" in spec and isinstance(params.get("type"), str) and ("properties" in params or "required" in params)
+    return schema_like or garbled or (not params and "description" in spec)  # {"name", "description", "parameters": {}}
 
 
 def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list[RawCall]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -315,14 +316,19 @@ def _nearest_name(name: str, tool_names: frozenset[str]) -> str | None:
     return nearest
 
 
+_SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>")
+"""A chat-template special token (``<|channel|>``, ``<|constrain|>``): no tool is offered under a name holding one."""
+
+
 def _nameless(calls: list[ToolCall]) -> tuple[set[str], dict[str, Any]]:
-    """``unknown_tool`` for calls with no name at all, judged even when the offered tools are not known: no tool is
-    offered under no name."""
-    nameless = [call for call in calls if not call.name]
+    """``unknown_tool`` for calls with no name at all, or a name holding chat-template special tokens (harmony's header
+    misread as the name, ``assistant<|channel|>analysis``), judged even when the offered tools are not known: no tool
+    is offered under no name, nor under such a name."""
+    nameless = [call for call in calls if not call.name or _SPECIAL_TOKEN.search(call.name[:400])]
     for call in nameless:
         call.valid = False
-        call.errors.append("unknown tool ''")
-    return ({"unknown_tool"}, {"unknown_tool": {"": None}}) if nameless else (set(), {})
+        call.errors.append(f"unknown tool {call.name!r}")
+    return ({"unknown_tool"}, {"unknown_tool": {call.name: None for call in nameless}}) if nameless else (set(), {})
 
 
 def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
