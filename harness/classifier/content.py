@@ -17,7 +17,7 @@ from typing import Any
 from harness.classifier.jsonscan import scan_balanced
 from harness.classifier.shapes import payload_candidates, remove_spans, xml_spans
 from harness.classifier.types import MAX_CANDIDATES, MAX_REGIONS, MAX_SCAN_CHARS, Cand, ToolCall, get, text_of
-from harness.classifier.validate import args_from_raw
+from harness.classifier.validate import args_from_raw, shown_pairs
 
 __all__ = [
     "ContentResult",
@@ -299,7 +299,7 @@ def _recover_calls(found: list[tuple[str, Cand]]) -> _Recovered:
                 else:
                     shows(mode, cand)
             errors = list(cand.errors) + errors
-            call = ToolCall(name=raw.name, arguments=args, source=step, valid=not errors, errors=errors)
+            call = ToolCall(raw.name, args, step, valid=not errors, errors=errors, shown=shown_pairs(raw.raw_args, errors))
             out.calls.append(call)
             out.canonicals.append(call.canonical())
     return out

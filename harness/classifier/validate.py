@@ -27,13 +27,14 @@ from harness.classifier.schemakw import (
     PatternTimeout,
     budgeted_search,
 )
-from harness.classifier.types import MAX_CANDIDATES, UNPARSED_ARGUMENTS, ToolCall, get, jsonable, short
+from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, UNPARSED_ARGUMENTS, ToolCall, get, jsonable, short
 
 __all__ = [
     "MAX_PATTERN_CHECKS",
     "NO_PROPERTY",
     "PATTERN_BUDGET_S",
     "args_from_raw",
+    "shown_pairs",
     "mended_name",
     "offered_tools",
     "schema_properties",
@@ -190,6 +191,17 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
     return {}, [f"arguments are a {type(raw).__name__}, not an object"], modes
 
 
+_SHOWN_PAIR = re.compile(r'"([\w-]{1,64})"\s*:\s*"((?:[^"\\\n]|\\.){0,2000})"')
+
+
+def shown_pairs(raw: Any, errors: list[str]) -> dict[str, str]:
+    """The complete ``"key": "string"`` pairs of an argument string that no repair parsed (``{}`` otherwise): a broken
+    object's arguments are read by the pairs they show, as its keys are."""
+    if UNPARSED_ARGUMENTS not in errors or not isinstance(raw, str):
+        return {}
+    return {m.group(1): m.group(2) for m in _SHOWN_PAIR.finditer(raw[:MAX_REPAIR_CHARS])}
+
+
 def _whole_object(raw: str) -> str:
     """The object or array an argument string opens with, up to its closing bracket (the whole stripped text when
     unclosed; ``""`` when it opens with something else). Text after a complete object (``{"city": "Berlin"}`` then
@@ -267,6 +279,7 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
                 id=call_id if isinstance(call_id, str) else None,
                 valid=not errors,
                 errors=errors,
+                shown=shown_pairs(raw, errors),
             )
         )
     return calls, modes
