@@ -1,0 +1,93 @@
+"""The rule classes fixed after batch 3 was opened (docs/failure-modes.md, "Heuristics and their rationale").
+
+Each rule is tested on constructed replies written for it (not the corpus reply that showed the gap), both ways
+where the rule has a boundary; the tune-part corpus replies that showed each gap are checked at the end, by id.
+The held-out batch (``b4-*``) is never read here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.classifier import classify
+from tests.helpers import CORPUS, function_tool
+
+PATH = {"path": {"type": "string"}}
+FILES = [
+    function_tool("list_files", "List the names of the files in a directory of the working directory.", PATH),
+    function_tool("read_file", "Read a text file from the working directory.", PATH, ["path"]),
+    function_tool("write_file", "Write text to a file.", {**PATH, "content": {"type": "string"}}, ["path", "content"]),
+]
+
+
+def structured(name, arguments, tools=None):
+    call = {"type": "function", "id": "c1", "function": {"name": name, "arguments": arguments}}
+    response = {"content": None, "tool_calls": [call], "finish_reason": "tool_calls"}
+    return set(classify(response, tools=tools).failure_modes)
+
+
+def modes(content, tools=None, prompt="Do the task.", *, requires_tool=True):
+    messages = [{"role": "user", "content": prompt}]
+    return set(classify({"content": content}, tools=tools, history=messages, requires_tool=requires_tool).failure_modes)
+
+
+# --- unknown_tool: a structured name holding chat-template special tokens, tools known or not
+
+
+@pytest.mark.parametrize("name", ["assistant<|channel|>commentary", "to=functions.read_file<|constrain|>json"])
+def test_special_token_name_is_unknown_even_with_tools_unknown(name):
+    assert structured(name, '{"path": "a.txt"}') == {"unknown_tool"}
+    assert structured(name, '{"path": "a.txt"}', FILES) == {"unknown_tool"}
+
+
+def test_plain_name_with_tools_unknown_is_not_judged():
+    assert structured("read_file", '{"path": "a.txt"}') == set()
+    assert structured("exec|run", '{"path": "a.txt"}') == set()  # a bar alone is no special token
+
+
+# --- a flat tool-definition echo with a garbled typed "parameters" is no call
+
+
+def test_garbled_flat_definition_is_no_call():
+    echo = json.dumps(
+        {"type": "string", "name": "write_file", "description": "Write a file.", "parameters": {"type": "json", "required": ["path"]}}
+    )
+    got = modes(echo, FILES)
+    assert not got & {"raw_json_in_content", "schema_violation", "nonstandard_keys", "repaired_json"}
+    assert "skipped_required_tool" in got
+
+
+def test_call_with_described_arguments_is_still_a_call():
+    call = json.dumps({"name": "write_file", "parameters": {"path": "a.txt", "content": "x"}})
+    assert "raw_json_in_content" in modes(call, FILES)
+
+
+# --- sandbox_escape_attempt reads the complete pairs of arguments that no repair parsed
+
+
+def test_broken_arguments_show_an_absolute_path():
+    got = structured("read_file", '{"path": "/etc/passwd", "limit": \\n5\\n}', FILES)
+    assert got == {"invalid_json", "sandbox_escape_attempt"}
+
+
+def test_broken_arguments_with_relative_path_do_not_escape():
+    assert structured("read_file", '{"path": "docs/a.txt", "limit": \\n5\\n}', FILES) == {"invalid_json"}
+    assert structured("read_file", '{"note": "/etc/passwd", "limit": \\n5\\n}', FILES) == {"invalid_json"}  # not a path key
+
+
+TUNE = [
+    "b3-ollama11704-gptoss120b-channel-in-tool-name",  # harmony header as the call's name
+    "b3-embedded-extract_fields-t07-s30-prompt-turn1",  # garbled flat definition inside a fake result
+    "b3-openhandssdk2488-qwen35flash-backslash-n-args",  # absolute path in unparsed arguments
+]
+
+
+@pytest.mark.parametrize("entry_id", TUNE)
+def test_tune_replies(entry_id):
+    assert not entry_id.startswith("b4-"), "the held-out batch is never read here"
+    data = json.loads((CORPUS / f"{entry_id}.json").read_text(encoding="utf-8"))
+    assert data["held_out"] is False
+    result = classify(data["response"], tools=data["tools"], history=data["messages"], requires_tool=data["requires_tool"])
+    assert set(result.failure_modes) == set(data["labels"])
