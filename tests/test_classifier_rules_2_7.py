@@ -81,6 +81,7 @@ TUNE = [
     "b3-ollama11704-gptoss120b-channel-in-tool-name",  # harmony header as the call's name
     "b3-embedded-extract_fields-t07-s30-prompt-turn1",  # garbled flat definition inside a fake result
     "b3-openhandssdk2488-qwen35flash-backslash-n-args",  # absolute path in unparsed arguments
+    "b3-ohmypi92-gemini3pro-call-record-xml",  # <call_record tool=...><parameter name=...>
 ]
 
 
@@ -91,3 +92,18 @@ def test_tune_replies(entry_id):
     assert data["held_out"] is False
     result = classify(data["response"], tools=data["tools"], history=data["messages"], requires_tool=data["requires_tool"])
     assert set(result.failure_modes) == set(data["labels"])
+
+
+# --- an element that names the tool by an attribute and holds <parameter> children is the call (foreign syntax only)
+
+
+def test_named_element_with_parameters_is_a_foreign_call():
+    content = 'I will read it.\n<tool_use tool="read_file">\n<parameter name="path">a.txt</parameter>\n</tool_use>'
+    result = classify({"content": content}, tools=FILES, history=[{"role": "user", "content": "Read a.txt"}], requires_tool=True)
+    assert set(result.failure_modes) == {"foreign_call_syntax", "mixed_prose"}
+    assert [(c.name, c.arguments) for c in result.recovered_calls] == [("read_file", {"path": "a.txt"})]
+
+
+def test_named_element_without_parameters_is_no_call():
+    content = 'See <section name="read_file">the reader</section> for details.'
+    assert "foreign_call_syntax" not in modes(content, FILES)

@@ -24,7 +24,13 @@ from harness.classifier.validate import schema_types
 
 __all__ = ["arg_key_candidates", "xml_candidates", "xml_spans"]
 
-_XML_OPEN = re.compile(r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>", re.I)
+_XML_OPEN = re.compile(
+    r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>"
+    r"|<(?!invoke\b)([A-Za-z_][\w-]{0,40})\s+(?:name|tool|tool_name|function)\s*=\s*[\"']([^\"'>]+)[\"']\s*>(?=\s*<parameter[=\s])",
+    re.I,
+)
+"""The opening of an XML-style call: Qwen3-Coder's ``<function=name>``, ``<invoke name=...>``, or any element that
+names the tool by an attribute and holds ``<parameter>`` children (``<call_record tool="read">``): the call itself."""
 _XML_CLOSE = re.compile(r"</\s*(?:function|invoke)\s*>", re.I)
 _XML_STOP = re.compile(r"</\s*tool_call\s*>|<\s*tool_call\s*>", re.I)
 _XML_PARAM = re.compile(r"<parameter(?:=([^>\s]+)|\s+name\s*=\s*[\"']([^\"'>]+)[\"'])\s*>", re.I)
@@ -39,15 +45,16 @@ def xml_spans(text: str) -> list[tuple[int, int, int, int, str]]:
         m = _XML_OPEN.search(text, pos)
         if m is None:
             break
-        close = _XML_CLOSE.search(text, m.end())
+        closing = re.compile(rf"</\s*{re.escape(m.group(3))}\s*>", re.I) if m.group(3) else _XML_CLOSE
+        close = closing.search(text, m.end())
         nxt = _XML_OPEN.search(text, m.end())
         stop = _XML_STOP.search(text, m.end())
         limit = min(x.start() for x in (nxt, stop) if x is not None) if (nxt or stop) else len(text)
         if close and close.start() < limit:
-            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2)))
+            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2) or m.group(4)))
             pos = close.end()
         else:
-            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2)))
+            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2) or m.group(4)))
             pos = limit
     return spans
 
