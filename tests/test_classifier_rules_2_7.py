@@ -82,6 +82,8 @@ TUNE = [
     "b3-embedded-extract_fields-t07-s30-prompt-turn1",  # garbled flat definition inside a fake result
     "b3-openhandssdk2488-qwen35flash-backslash-n-args",  # absolute path in unparsed arguments
     "b3-ohmypi92-gemini3pro-call-record-xml",  # <call_record tool=...><parameter name=...>
+    "b3-embedded-list_and_report-t07-s30-prompt-turn1",  # a <tools> echo in a fence is no code
+    "b3-embedded-long_context-t07-s31-prompt-turn1",  # a JSON block is data
 ]
 
 
@@ -107,3 +109,23 @@ def test_named_element_with_parameters_is_a_foreign_call():
 def test_named_element_without_parameters_is_no_call():
     content = 'See <section name="read_file">the reader</section> for details.'
     assert "foreign_call_syntax" not in modes(content, FILES)
+
+
+# --- a JSON block (data, or an echo of definitions) in a reply with no call is not code handed over
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        'You can use the following to list the files:\n\n```json\n{"files": ["a.txt", "b.txt"], "count": 2}\n```',
+        'Here is how to write report.txt:\n\n```\n<tools>\n{"type": "function", "function": {"name": "write_file"}}\n</tools>\n```',
+        'Use this code to list the files:\n\n```\n[\n  "a.txt",\n  "b.txt"\n]\n```',
+    ],
+)
+def test_json_block_is_not_handed_over_code(content):
+    assert "narration_without_call" not in modes(content, FILES, "List the files.")
+
+
+def test_code_block_with_file_action_is_still_handed_over():
+    content = "You can use the following code to list the files:\n\n```python\nimport os\nprint(os.listdir('.'))\n```"
+    assert "narration_without_call" in modes(content, FILES, "List the files.")

@@ -70,6 +70,8 @@ _REMEDY = re.compile(
 _DEFINITION_ONLY = re.compile(r"[ \t]*(?:def|class|function|async def)\b[^\n]*")
 _NO_ACTION_LINE = re.compile(r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) )")
 """A comment or a package install: a block of only these shows no tool action."""
+_JSON_DATA = re.compile(r"\s*(?:<tools>\s*)?[\[{]\s*(?:[\"'\]}]|$)")
+"""A block that is JSON (an object or array, a ``<tools>`` echo of definitions): data, not code doing an action."""
 _RESULT_OPEN = re.compile(
     r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
 )
@@ -157,10 +159,10 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
     domains = tool_domains(tools)
     names = [n.lower() for n in offered_tools(tools)]
     for k, unit in enumerate(seq):
-        if not (unit.fence or is_code(unit.text)) or all(
+        if not (unit.fence or is_code(unit.text)) or _JSON_DATA.match(unit.text) or all(
             _NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines
         ):
-            continue  # prose, or comments, installs and bare signatures only: no action shown
+            continue  # prose, JSON (data: no call was found in it), or comments, installs and bare signatures only
         before = frame_before(seq, k)
         if (_OTHER.search(before) and not _REMEDY.search(before)) or _RESULT_FRAME.search(before):
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
