@@ -84,6 +84,8 @@ TUNE = [
     "b3-ohmypi92-gemini3pro-call-record-xml",  # <call_record tool=...><parameter name=...>
     "b3-embedded-list_and_report-t07-s30-prompt-turn1",  # a <tools> echo in a fence is no code
     "b3-embedded-long_context-t07-s31-prompt-turn1",  # a JSON block is data
+    # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
+    # fabricated_tool_result (a "# Listing files" comment) remains
 ]
 
 
@@ -129,3 +131,21 @@ def test_json_block_is_not_handed_over_code(content):
 def test_code_block_with_file_action_is_still_handed_over():
     content = "You can use the following code to list the files:\n\n```python\nimport os\nprint(os.listdir('.'))\n```"
     assert "narration_without_call" in modes(content, FILES, "List the files.")
+
+
+# --- a wrapper or result tag named alone in an inline code span is a mention, not markup
+
+
+def test_tag_mentioned_in_inline_code_is_no_markup():
+    content = "Put the call between `<tool_call>` and `</tool_call>`; the answer comes back in a `<tool_response>` block."
+    got = modes(content, FILES, requires_tool=False)
+    assert not got & {"tool_call_tags_in_content", "wrong_wrapper_tag", "fabricated_tool_result"}
+
+
+def test_tagged_call_in_inline_code_still_counts():
+    content = 'Calling it: `<tool_call>{"name": "read_file", "arguments": {"path": "a.txt"}}</tool_call>`'
+    assert "tool_call_tags_in_content" in modes(content, FILES)
+
+
+def test_bare_tag_markup_still_counts():
+    assert "fabricated_tool_result" in modes("<tool_response>\nreport.txt: 3 files\n</tool_response>", FILES)

@@ -67,8 +67,10 @@ _MARKERS = (
     r"|<\|action_start\|>(?:[ \t]*<\|(?:plugin|interpreter)\|>)?"  # InternLM 2/2.5
     r"|<\|tool_call>"  # Gemma 4: <|tool_call>call:name{...}<tool_call|>
 )
-_TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])", re.I)
-_TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
+_MENTION = r"(?!(?<=`)<[^<>`\n]{1,60}>`)"
+"""Not a tag alone in an inline code span (`<tool_call>`): that is a mention, not markup."""
+_TAG_OPEN = re.compile(rf"{_MENTION}<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])", re.I)
+_TAG_CLOSE = re.compile(rf"{_MENTION}<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
 _MARKER_CLOSE = re.compile(
     r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>"
     r"|<tool_call\|>",

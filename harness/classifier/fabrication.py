@@ -66,7 +66,7 @@ def _claims(content: ContentResult, seq: list[Unit]) -> str:
 # --------------------------------------------------------------------------- rule 1: result markup
 
 _MARKUP = re.compile(
-    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
+    r"(?!(?<=`)<[^<>`\n]{1,60}>`)<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython(?:<\|end_header_id\|>)?|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )
