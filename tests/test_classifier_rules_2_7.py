@@ -84,6 +84,7 @@ TUNE = [
     "b3-ohmypi92-gemini3pro-call-record-xml",  # <call_record tool=...><parameter name=...>
     "b3-embedded-list_and_report-t07-s30-prompt-turn1",  # a <tools> echo in a fence is no code
     "b3-embedded-long_context-t07-s31-prompt-turn1",  # a JSON block is data
+    "b3-embedded-extract_fields-t07-s30-native-turn1",  # "Writing to file." as the whole reply
     # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
     # fabricated_tool_result (a "# Listing files" comment) remains
 ]
@@ -149,3 +150,23 @@ def test_tagged_call_in_inline_code_still_counts():
 
 def test_bare_tag_markup_still_counts():
     assert "fabricated_tool_result" in modes("<tool_response>\nreport.txt: 3 files\n</tool_response>", FILES)
+
+
+# --- narration_without_call: a bare progressive standing as its own sentence announces the reply's own act
+
+
+@pytest.mark.parametrize("content", ["Reading the file now.", "Sure.\n\nCreating report.txt...", "Listing the files!"])
+def test_bare_progressive_sentence_is_narration(content):
+    assert "narration_without_call" in modes(content, FILES, "List the files and write report.txt.")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Listing the files is the first step of this task.",  # a gerund used as a noun
+        "I can help you with:\n\nReading files.\nWriting reports.",  # items of a list under a colon
+        "Creating report.txt:\n\nreport.txt holds the names.",  # a heading framing a block
+    ],
+)
+def test_gerund_noun_heading_or_list_item_is_not_narration(content):
+    assert "narration_without_call" not in modes(content, FILES, "List the files and write report.txt.")
