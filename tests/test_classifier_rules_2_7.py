@@ -52,7 +52,12 @@ def test_plain_name_with_tools_unknown_is_not_judged():
 
 def test_garbled_flat_definition_is_no_call():
     echo = json.dumps(
-        {"type": "string", "name": "write_file", "description": "Write a file.", "parameters": {"type": "json", "required": ["path"]}}
+        {
+            "type": "string",
+            "name": "write_file",
+            "description": "Write a file.",
+            "parameters": {"type": "json", "required": ["path"]},
+        }
     )
     got = modes(echo, FILES)
     assert not got & {"raw_json_in_content", "schema_violation", "nonstandard_keys", "repaired_json"}

@@ -185,8 +185,10 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
     domains = tool_domains(tools)
     names = [n.lower() for n in offered_tools(tools)]
     for k, unit in enumerate(seq):
-        if not (unit.fence or is_code(unit.text)) or _JSON_DATA.match(unit.text) or all(
-            _NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines
+        if (
+            not (unit.fence or is_code(unit.text))
+            or _JSON_DATA.match(unit.text)
+            or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines)
         ):
             continue  # prose, JSON (data: no call was found in it), or comments, installs and bare signatures only
         before = frame_before(seq, k)
