@@ -90,6 +90,7 @@ TUNE = [
     "b3-embedded-list_and_report-t07-s30-prompt-turn1",  # a <tools> echo in a fence is no code
     "b3-embedded-long_context-t07-s31-prompt-turn1",  # a JSON block is data
     "b3-embedded-extract_fields-t07-s30-native-turn1",  # "Writing to file." as the whole reply
+    "b3-embedded-weather_probe-t1-s30-native-turn1",  # "It's a bit hot outside now."
     # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
     # fabricated_tool_result (a "# Listing files" comment) remains
 ]
@@ -175,3 +176,17 @@ def test_bare_progressive_sentence_is_narration(content):
 )
 def test_gerund_noun_heading_or_list_item_is_not_narration(content):
     assert "narration_without_call" not in modes(content, FILES, "List the files and write report.txt.")
+
+
+# --- weather for now stated with a contraction ("It's ... warm") is a tool-only fact
+
+WEATHER = [function_tool("get_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
+
+
+@pytest.mark.parametrize("content", ["It's really warm in Oslo.", "It’s quite chilly out there."])
+def test_weather_sentence_with_contraction_is_fabricated(content):
+    assert "fabricated_tool_result" in modes(content, WEATHER, "What is the weather in Oslo?")
+
+
+def test_contraction_without_weather_word_is_not():
+    assert "fabricated_tool_result" not in modes("It's a good question.", WEATHER, "What is the weather in Oslo?")

@@ -140,7 +140,7 @@ _CLIMATE = re.compile(
 _NOW = re.compile(r"\b(?:right now|now|currently|current|today|tonight|at the moment|this (?:morning|afternoon|evening))\b", re.I)
 _SKY = re.compile(r"\bsun (?:is )?shin\w*|\bsunshine\b|\bclouds? in the sky\b|\bclear sk(?:y|ies)\b", re.I)
 _WEATHER_SENTENCE = re.compile(
-    r"\b(?:weather|it)\b[^.!?\n]{0,40}\b(?:is|looks|feels)\s+(?:\w+\s+){0,2}?(?:lovely|beautiful|nice|hot|cold|warm|chilly|freezing|cool"
+    r"\b(?:weather|it)\b[^.!?\n]{0,40}(?:\b(?:is|looks|feels)|['’]s)\s+(?:\w+\s+){0,2}?(?:lovely|beautiful|nice|hot|cold|warm|chilly|freezing|cool"
     r"|gorgeous|perfect|great|fine|wonderful|sunny|cloudy|rainy|pleasant|mild)\b",
     re.I,
 )
