@@ -91,6 +91,7 @@ TUNE = [
     "b3-embedded-long_context-t07-s31-prompt-turn1",  # a JSON block is data
     "b3-embedded-extract_fields-t07-s30-native-turn1",  # "Writing to file." as the whole reply
     "b3-embedded-weather_probe-t1-s30-native-turn1",  # "It's a bit hot outside now."
+    "b3-embedded-list_and_report-t1-s30-native-turn1",  # "Creating a report.txt file using a for loop:" then code
     # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
     # fabricated_tool_result (a "# Listing files" comment) remains
 ]
@@ -190,3 +191,16 @@ def test_weather_sentence_with_contraction_is_fabricated(content):
 
 def test_contraction_without_weather_word_is_not():
     assert "fabricated_tool_result" not in modes("It's a good question.", WEATHER, "What is the weather in Oslo?")
+
+
+# --- a gerund heading of a tool act frames the code after it as the means; a listing after it is data
+
+
+def test_gerund_heading_then_code_is_handed_over():
+    content = "Writing the names to report.txt with a loop:\n\n```\nfor name in names:\n    out.write(name)\n```"
+    assert "narration_without_call" in modes(content, FILES, "List the files and write report.txt.")
+
+
+def test_gerund_heading_then_listing_is_not_code():
+    content = "Listing files:\n\n```\na.txt\nb.txt\n```"
+    assert "narration_without_call" not in modes(content, FILES, "List the files and write report.txt.")

@@ -44,11 +44,14 @@ _NARRATION = re.compile(
     r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code|package|library|module|program)s?\b))",
     re.I,
 )
-_BARE_PROGRESSIVE = re.compile(
-    r"(?:^|(?<=[.!?]\s)|(?<=\n))[ \t]*(?:(?:now|next|first|then),?[ \t]+)?"
+_GERUND = (
     r"(?:creat|writ|mak|list|read|runn|execut|call|check|open|sav|generat|look|search|updat|edit|delet|remov|add|fetch"
     r"|gett|copy|mov|renam|inspect|examin|view|scann|find|fix|append|modify|putt|record|stor|query|retriev|load|invok)ing\b"
-    r"(?!(?:[^.!?:\n]|\.(?=\w)){0,100}\b(?:is|are|was|were|can|could|will|would|should|may|might|has|have|does|helps?|makes?)\b)"
+)
+_BARE_PROGRESSIVE = re.compile(
+    r"(?:^|(?<=[.!?]\s)|(?<=\n))[ \t]*(?:(?:now|next|first|then),?[ \t]+)?"
+    + _GERUND
+    + r"(?!(?:[^.!?:\n]|\.(?=\w)){0,100}\b(?:is|are|was|were|can|could|will|would|should|may|might|has|have|does|helps?|makes?)\b)"
     r"(?:[^.!?:\n]|\.(?=\w)){0,100}(?:\.{1,3}|…|!)[ \t]*(?=\n|$)",
     re.I,
 )
@@ -66,6 +69,9 @@ _MEANS = re.compile(
     r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function)\b",
     re.I,
 )
+_GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re.M)
+"""A gerund heading of a tool act ("Creating report.txt using a for loop:"): the means when the block after it is code
+(a listing after "Listing files:" is the block it frames, data)."""
 """A frame presenting the block after it as the way to do something ("You can use the following code to ...")."""
 _OTHER = re.compile(
     r"(?:\b(?:output|outputs|result|results|contents?)\b[ \t]+(?:of|from)[ \t]+[^:\n]{1,60}?"
@@ -196,7 +202,7 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
         shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
-        means = bool(_MEANS.search(before))
+        means = bool(_MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
         if (means and about) or (acts(unit.text) and not _inside(unit, fake)):  # a fake result's body is fabrication
             return unit.text
     return None
