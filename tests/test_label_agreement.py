@@ -17,7 +17,7 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (509, 541), "tune": (452, 470), "held-out": (57, 71)}
+EXACT = {"all": (507, 541), "tune": (452, 470), "held-out": (55, 71)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
@@ -36,8 +36,8 @@ MODE_FLOORS = {
     "unknown_tool": (1.00, 0.88),
     "schema_violation": (0.94, 0.94),
     "repeated_call": (1.00, 1.00),
-    "fabricated_tool_result": (0.97, 0.91),
-    "narration_without_call": (0.90, 0.90),
+    "fabricated_tool_result": (0.96, 0.91),
+    "narration_without_call": (0.90, 0.89),
     "empty_response": (1.00, 1.00),
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
