@@ -92,6 +92,7 @@ TUNE = [
     "b3-embedded-extract_fields-t07-s30-native-turn1",  # "Writing to file." as the whole reply
     "b3-embedded-weather_probe-t1-s30-native-turn1",  # "It's a bit hot outside now."
     "b3-embedded-list_and_report-t1-s30-native-turn1",  # "Creating a report.txt file using a for loop:" then code
+    "b3-embedded-long_context-t07-s31-native-turn1",  # a fenced JSON array of names as the whole answer
     # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
     # fabricated_tool_result (a "# Listing files" comment) remains
 ]
@@ -204,3 +205,16 @@ def test_gerund_heading_then_code_is_handed_over():
 def test_gerund_heading_then_listing_is_not_code():
     content = "Listing files:\n\n```\na.txt\nb.txt\n```"
     assert "narration_without_call" not in modes(content, FILES, "List the files and write report.txt.")
+
+
+# --- a JSON array of file names given as the whole answer to "List the files" is a bare listing
+
+
+def test_json_array_of_names_as_whole_answer_is_a_listing():
+    content = '```\n[\n  "notes.md",\n  "data.csv",\n  "main.py"\n]\n```'
+    assert "fabricated_tool_result" in modes(content, FILES, "List the files in the working directory.")
+
+
+def test_json_array_of_names_when_not_asked_to_list_is_not():
+    content = '```\n[\n  "notes.md",\n  "data.csv"\n]\n```'
+    assert "fabricated_tool_result" not in modes(content, FILES, "Summarize notes.md.", requires_tool=False)

@@ -254,12 +254,14 @@ def _said_of_files(claims: str, known: str) -> list[str]:
     return found
 
 
-_NAME_LINE = re.compile(r"[ \t]*[\w.-]+\.[A-Za-z]\w{0,4}[ \t]*")
+_NAME_LINE = re.compile(r"[ \t]*([\"']?)[\w.-]+\.[A-Za-z]\w{0,4}\1,?[ \t]*")
+"""A line holding one file name, bare or as an item of a JSON array (``"a.txt",``)."""
+_BRACKET_LINE = re.compile(r"[ \t]*[\[\]][ \t]*,?[ \t]*")
 
 
 def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
     """A bare list given as the whole answer to "List the files": it is presented as the listing."""
-    lines = [line for unit in seq for line in unit.lines]
+    lines = [line for unit in seq for line in unit.lines if not _BRACKET_LINE.fullmatch(line)]  # a JSON array's brackets
     listed = sum(bool(_LIST_LINE.match(line) or _NAME_LINE.fullmatch(line)) for line in lines)
     steps = sum(bool(_IMPERATIVE_ITEM.match(line)) for line in lines)  # a plan or an echo of the task, not a listing
     if (
