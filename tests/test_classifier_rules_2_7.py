@@ -93,6 +93,7 @@ TUNE = [
     "b3-embedded-weather_probe-t1-s30-native-turn1",  # "It's a bit hot outside now."
     "b3-embedded-list_and_report-t1-s30-native-turn1",  # "Creating a report.txt file using a for loop:" then code
     "b3-embedded-long_context-t07-s31-native-turn1",  # a fenced JSON array of names as the whole answer
+    "b3-easyllmcli57-bracket-toolcall-read-file",  # [tool_call: read_file for absolute_path '...']
     # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
     # fabricated_tool_result (a "# Listing files" comment) remains
 ]
@@ -218,3 +219,17 @@ def test_json_array_of_names_as_whole_answer_is_a_listing():
 def test_json_array_of_names_when_not_asked_to_list_is_not():
     content = '```\n[\n  "notes.md",\n  "data.csv"\n]\n```'
     assert "fabricated_tool_result" not in modes(content, FILES, "Summarize notes.md.", requires_tool=False)
+
+
+# --- a bracketed log-line call ([tool_call: name for key 'value']) is the call itself: foreign_call_syntax only
+
+
+def test_bracket_log_line_call_is_foreign_syntax():
+    content = 'Let me look at the notes first.\n\n[tool_call: read_file for path "notes/todo.md"]'
+    result = classify({"content": content}, tools=FILES, history=[{"role": "user", "content": "Read it."}], requires_tool=True)
+    assert set(result.failure_modes) == {"foreign_call_syntax", "mixed_prose"}
+    assert [(c.name, c.arguments) for c in result.recovered_calls] == [("read_file", {"path": "notes/todo.md"})]
+
+
+def test_bracket_without_arguments_is_no_call():
+    assert "foreign_call_syntax" not in modes("[tool_call: read_file for the notes]", FILES)

@@ -23,7 +23,7 @@ from harness.classifier.notations import (
     vendor_candidates,
 )
 from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_REPAIR_CHARS, Cand, RawCall, short
-from harness.classifier.xmlstyle import arg_key_candidates, xml_candidates, xml_spans
+from harness.classifier.xmlstyle import arg_key_candidates, bracket_candidates, xml_candidates, xml_spans
 
 __all__ = ["payload_candidates", "remove_spans", "xml_spans"]
 
@@ -370,6 +370,7 @@ def payload_candidates(
     cands = vendor_candidates(text, wrapped=wrapped)
     cands += [c for c in xml_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in arg_key_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
+    cands += [c for c in bracket_candidates(text) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in _react_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [
         c

@@ -22,7 +22,7 @@ from harness.classifier.notations import wrapped_json
 from harness.classifier.types import MAX_CANDIDATES, Cand, RawCall, short
 from harness.classifier.validate import schema_types
 
-__all__ = ["arg_key_candidates", "xml_candidates", "xml_spans"]
+__all__ = ["arg_key_candidates", "bracket_candidates", "xml_candidates", "xml_spans"]
 
 _XML_OPEN = re.compile(
     r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>"
@@ -134,3 +134,22 @@ def _typed(value: str, kind: Any) -> Any:
         return value
     parsed = loads(value.strip())
     return value if parsed is FAIL else parsed
+
+
+_BRACKET_CALL = re.compile(
+    r"\[[ \t]*(?:tool_call|tool_use|function_call)[ \t]*:[ \t]*([A-Za-z_][\w.-]{0,127})[ \t]+(?:for|with)[ \t]+([^\]\n]{1,2000})\]",
+    re.I,
+)
+_BRACKET_PAIR = re.compile(r"([A-Za-z_]\w{0,63})[ \t]*[=:]?[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\")")
+
+
+def bracket_candidates(text: str) -> list[Cand]:
+    """A log-line call notation: ``[tool_call: read_file for absolute_path 'requirements.txt']`` (``foreign``): the
+    bracket is the call itself, naming the tool and holding quoted key/value pairs; one without a pair is no call."""
+    cands: list[Cand] = []
+    for m, _ in zip(_BRACKET_CALL.finditer(text), range(MAX_CANDIDATES), strict=False):
+        args = {p.group(1): p.group(2) if p.group(2) is not None else p.group(3) for p in _BRACKET_PAIR.finditer(m.group(2))}
+        if args:
+            raw = RawCall(m.group(1), args, False)
+            cands.append(Cand(m.start(), m.end(), "xml_parameters", [raw], foreign=True, excerpt=short(m.group())))
+    return cands
