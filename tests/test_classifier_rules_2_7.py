@@ -94,6 +94,7 @@ TUNE = [
     "b3-embedded-list_and_report-t1-s30-native-turn1",  # "Creating a report.txt file using a for loop:" then code
     "b3-embedded-long_context-t07-s31-native-turn1",  # a fenced JSON array of names as the whole answer
     "b3-easyllmcli57-bracket-toolcall-read-file",  # [tool_call: read_file for absolute_path '...']
+    "b3-adk81-mistralsmall31-asks-city-for-time",  # asks for the city the request does not give
     # b3-embedded-list_and_report-t1-s30-prompt-turn1 lost its tag labels (`<tool_call>` named in prose); its
     # fabricated_tool_result (a "# Listing files" comment) remains
 ]
@@ -233,3 +234,24 @@ def test_bracket_log_line_call_is_foreign_syntax():
 
 def test_bracket_without_arguments_is_no_call():
     assert "foreign_call_syntax" not in modes("[tool_call: read_file for the notes]", FILES)
+
+
+# --- asking for a required argument the request does not give is the correct turn, not a skipped tool
+
+CLOCK = [function_tool("get_local_time", "Get the local time in a city.", {"city": {"type": "string"}}, ["city"])]
+
+
+def test_asking_for_a_missing_required_argument_is_not_skipped():
+    assert modes("Sure - which city do you mean?", CLOCK, "What time is it?") == set()
+
+
+@pytest.mark.parametrize(
+    "content,prompt",
+    [
+        ("Sure - which city do you mean?", "What time is it in Lisbon?"),  # the request names one
+        ("Which format do you want?", "What time is it?"),  # not a required argument
+        ("It is noon.", "What time is it?"),  # no question
+    ],
+)
+def test_other_replies_without_call_still_skip(content, prompt):
+    assert "skipped_required_tool" in modes(content, CLOCK, prompt)
