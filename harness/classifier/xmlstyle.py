@@ -137,7 +137,7 @@ def _typed(value: str, kind: Any) -> Any:
 
 
 _BRACKET_CALL = re.compile(
-    r"\[[ \t]*(?:tool_call|tool_use|function_call)[ \t]*:[ \t]*([A-Za-z_][\w.-]{0,127})[ \t]+(?:for|with)[ \t]+([^\]\n]{1,2000})\]",
+    r"\[[ \t]*(?:tool_call|tool_use|function_call)[ \t]*:[ \t]*([A-Za-z_][\w.-]{0,127})[ \t]+(?:for|with)[ \t]+([^\[\]\n]{1,500})\]",
     re.I,
 )
 _BRACKET_PAIR = re.compile(r"([A-Za-z_]\w{0,63})[ \t]*[=:]?[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\")")
