@@ -461,7 +461,7 @@ def unpack_chunks(text: Any, row: Mapping[str, Any], table: str) -> list[dict[st
         )
         if not isinstance(chunks, list) or not all(isinstance(c, dict) for c in chunks):
             raise ValueError("not a list of chunks")
-    except (ValueError, zlib.error) as exc:
+    except (ValueError, RecursionError, zlib.error) as exc:
         where = f"run {row.get('run_id')}, turn {row.get('turn')}"
         raise LedgerError(
             f"the {table} row of {where} has stream chunks that cannot be read; run `harness ledger verify`."
