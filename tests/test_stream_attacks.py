@@ -155,3 +155,19 @@ def test_rescore_of_stored_chunks_replaced_by_deeply_nested_json_is_one_sentence
     rc, _, err = cli(capsys, "rescore", "--ledger", ledger_file, "--force")
     assert_one_sentence_error(rc, err)
     assert "stream chunks that cannot be read" in err
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n", "\n"], ids=["cr", "crlf", "lf"])
+def test_every_line_end_server_sent_events_allow_is_read_even_split_between_reads(end):
+    events = [json.dumps(openai_chunk({"content": "Par"})), json.dumps(openai_chunk({"content": "is"}, finish="stop")), "[DONE]"]
+    body = "".join(f"data: {e}{end}{end}" for e in events).encode()
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        for start in range(0, len(body), 7):  # a \r\n falls between two reads
+            conn.sendall(body[start : start + 7])
+            time.sleep(0.001)
+
+    with raw_server(answer) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
+        reply = backend.generate(USER, None, GenerateOptions(stream=True))
+    assert reply.content == "Paris" and reply.stream_problems == [] and len(reply.stream_chunks) == 3

@@ -35,6 +35,7 @@ byte this way) is :attr:`Assembly.error`, for the backend to recognise as a refu
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 _MAX_PROBLEM_CHARS = 160
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -179,8 +181,8 @@ def read_stream(response: httpx.Response, deadline: float, started: float, *, ss
 
 
 def _timed_lines(response: httpx.Response, deadline: float, limit: int) -> Iterator[str]:
-    """The body's lines (split at ``\\n``, a trailing ``\\r`` dropped), checking the deadline and the size at every read,
-    so a server trickling bytes without a line end, or sending one endless line, cannot outlast either."""
+    """The body's lines (split at ``\\r\\n``, ``\\n`` or ``\\r``, as server-sent events allow), checking the deadline
+    and the size at every read, so a server trickling bytes without a line end, or one endless line, outlasts neither."""
     size, pending = 0, []  # the pieces of the unfinished line (kept apart: joining each read would be quadratic)
     for text in response.iter_text():
         size += len(text)
@@ -192,14 +194,17 @@ def _timed_lines(response: httpx.Response, deadline: float, limit: int) -> Itera
             )
         if time.monotonic() > deadline:
             raise httpx.ReadTimeout("the whole stream did not arrive in time", request=response.request)
-        if "\n" not in text:
+        if "\n" not in text and "\r" not in text:
             pending.append(text)
             continue
-        *lines, rest = ("".join(pending) + text).split("\n")
-        pending = [rest]
-        yield from (line.removesuffix("\r") for line in lines)
-    if "".join(pending):
-        yield "".join(pending).removesuffix("\r")
+        buffer = "".join(pending) + text
+        lines = _LINE_END.split(buffer)
+        pending = [lines.pop()]
+        if buffer.endswith("\r"):  # perhaps the first half of a \r\n split between two reads
+            pending = [lines.pop() + "\r"]
+        yield from lines
+    if last := "".join(pending).removesuffix("\r"):
+        yield last
 
 
 def chunk_lines(lines: Iterator[str], started: float, *, sse: bool) -> Iterator[dict[str, Any]]:
