@@ -27,8 +27,9 @@ import pytest
 from harness.backends import OllamaBackend, OpenAICompatBackend, open_backend
 from harness.backends.base import GenerateOptions
 from harness.backends.streaming import assemble
-from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ContextOverflow
+from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ContextOverflow, LedgerError
 from harness.ledger import Ledger
+from harness.ledger.packing import pack_chunks, unpack_chunks
 from harness.loop import RunOptions, RunPlan, run_once
 from tests.helpers import assert_one_sentence_error, cli
 from tests.ledger_tamper import tamper
@@ -171,3 +172,13 @@ def test_every_line_end_server_sent_events_allow_is_read_even_split_between_read
     with raw_server(answer) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
         reply = backend.generate(USER, None, GenerateOptions(stream=True))
     assert reply.content == "Paris" and reply.stream_problems == [] and len(reply.stream_chunks) == 3
+
+
+def test_stored_chunks_that_inflate_past_the_limit_are_refused_before_they_are_read_whole():
+    chunks = [{"t": 1.0, "data": "0" * 1_000_000}]
+    packed = pack_chunks(chunks)
+    assert len(packed) < 5_000 and unpack_chunks(packed, {}, "turns") == chunks
+    with pytest.raises(LedgerError, match="stream chunks that cannot be read"):
+        unpack_chunks(packed, {"run_id": "r", "turn": 1}, "turns", limit=100_000)
+    with pytest.raises(LedgerError):  # cut short
+        unpack_chunks(packed[:-40], {}, "turns")
