@@ -136,7 +136,9 @@ class OpenAICompatBackend(Backend):
             return rejected
         self._raise_for_status(response)
         if isinstance(response, Streamed):
-            return stream_reply(response.chunks, latency_ms, self._sse, self._rejection, self._reply_identity())
+            return stream_reply(
+                response.chunks, latency_ms, self._sse, (self._rejection, self._permanent_error), self._reply_identity()
+            )
         body = self._json_body(response)
         reply = self._parse_reply(body, latency_ms)
         reply.ttft_ms, reply.decode_tps = reply_speed(body)
@@ -252,9 +254,9 @@ class OpenAICompatBackend(Backend):
 
     def _rejected_reply(self, response: httpx.Response, latency_ms: float) -> Reply | None:
         """The reply a refusal of the model's tool call stands for (see :meth:`_rejection`), or ``None``."""
-        if response.status_code < 400:
+        detail = _json_error_detail(response) if response.status_code >= 400 else None
+        if detail is None:  # every parser's refusal is a JSON error body: a proxy's text page is not one
             return None
-        detail = _error_detail(response)
         found = self._rejection(response.status_code, detail)
         if found is None:
             return None
@@ -457,18 +459,23 @@ def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[st
     return settings
 
 
-def _error_detail(response: httpx.Response) -> str:
-    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
+def _json_error_detail(response: httpx.Response) -> str | None:
+    """The error text of a JSON error body (OpenAI ``error.message``, Ollama ``error``), or ``None``."""
     try:
         body = response.json()
     except (ValueError, RecursionError):
-        body = None
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
-        if isinstance(error, str):
-            return error
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return error if isinstance(error, str) else None
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
+    detail = _json_error_detail(response)
+    if detail is not None:
+        return detail
     text = response.text.strip()
     return text[:_SNIPPET_CHARS] if text else response.reason_phrase or "no body"
 

@@ -22,9 +22,11 @@ server sent: what cannot be assembled into one coherent reply is listed in
   stop at the token limit: llama.cpp, Ollama and vLLM parse a non-streamed call's arguments on the
   server and return them as JSON (or refuse the reply), so only the assembly leaves them broken;
 * deltas for a tool-call ``index`` that no delta opened (no ``id`` and no ``function.name`` first);
+* a delta giving an open tool-call ``index`` a different ``id`` (two calls interleaved on one index);
 * content or calls after the final chunk (after ``[DONE]``, a ``finish_reason``, or Ollama's
   ``done: true``);
-* a chunk that is not a JSON object, and a stream that ends without its final chunk.
+* a chunk that is not a JSON object, and a stream that ends without its final chunk (stored chunks only: a live
+  stream cut before it is the server's failure, :func:`stream_reply` raises ``BackendUnavailable``).
 
 An ``error`` object sent inside the stream (llama.cpp and Ollama report errors met after the first
 byte this way) is :attr:`Assembly.error`, for the backend to recognise as a refusal or an error.
@@ -33,6 +35,7 @@ byte this way) is :attr:`Assembly.error`, for the backend to recognise as a refu
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,7 +44,7 @@ from typing import Any
 import httpx
 
 from harness.backends.base import BackendIdentity, Reply, rejection_record
-from harness.errors import BackendResponseError
+from harness.errors import BackendError, BackendResponseError, BackendUnavailable
 
 __all__ = [
     "Assembly",
@@ -56,6 +59,7 @@ __all__ = [
 ]
 
 _MAX_PROBLEM_CHARS = 160
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Assembly:
         problems: one short sentence per assembly problem (empty when the stream is coherent).
         error: the message of an ``error`` object sent inside the stream, or ``None``.
         final: the last chunk's JSON object (Ollama's has the timings), for ``raw``.
+        whole: a final chunk (``finish_reason``, ``[DONE]``, Ollama's ``done: true``) or an ``error`` object arrived.
     """
 
     content: str | None = None
@@ -88,6 +93,7 @@ class Assembly:
     problems: list[str] = field(default_factory=list)
     error: str | None = None
     final: dict[str, Any] = field(default_factory=dict)
+    whole: bool = False
 
     def reply(
         self, chunks: list[dict[str, Any]], latency_ms: float, identity: BackendIdentity, rejection: dict[str, Any] | None
@@ -113,7 +119,7 @@ def stream_reply(
     chunks: list[dict[str, Any]],
     latency_ms: float,
     sse: bool,
-    refusal: Callable[[int, str], tuple[str, str | None] | None],
+    recognisers: tuple[Callable[[int, str], tuple[str, str | None] | None], Callable[[int, str], BackendError | None]],
     identity: BackendIdentity,
 ) -> Reply:
     """The reply a stream's raw chunks assemble to (:func:`assemble`).
@@ -122,17 +128,29 @@ def stream_reply(
         chunks: the raw chunks.
         latency_ms: the request's wall-clock time, ms.
         sse: server-sent events rather than NDJSON.
-        refusal: the backend's recogniser of a refusal of the model's call (``_rejection(status, message)``), applied
-            to an ``error`` object sent inside the stream.
+        recognisers: the backend's recognisers of a refusal of the model's call (``_rejection(status, message)``) and
+            of an error no retry can fix (``_permanent_error(status, message)``), applied to an ``error`` object sent
+            inside the stream.
         identity: what served the reply.
 
     Raises:
-        BackendResponseError: the stream carried an error object that is not a refusal of the model's call.
+        ContextOverflow, ServerConfigError: the stream carried an error object that no retry can fix.
+        BackendResponseError: the stream carried another error object that is not a refusal of the model's call.
+        BackendUnavailable: the stream ended before its final chunk (the server or the connection failed mid-reply).
     """
     got = assemble(chunks, sse=sse)
+    if not got.whole:  # the connection closed mid-reply (a close-delimited body shows no framing error): the server's
+        raise BackendUnavailable(
+            f"The server at {identity.base_url} ended the stream before its final chunk (no finish_reason, [DONE] or "
+            "done: true); check that it is still running and try again."
+        )
     rejection = None
     if got.error is not None:
+        refusal, permanent = recognisers
         found = refusal(500, got.error)
+        fatal = permanent(500, got.error) if found is None else None
+        if fatal is not None:
+            raise fatal
         if found is None:
             raise BackendResponseError(
                 f"The server at {identity.base_url} reported an error inside the stream ({got.error[:200]}); "
@@ -152,16 +170,22 @@ def read_stream(response: httpx.Response, deadline: float, started: float, *, ss
         deadline: ``time.monotonic()`` by which the whole stream must have arrived.
         started: ``time.perf_counter()`` when the request was sent (chunk times count from it).
         sse: server-sent events rather than NDJSON.
-        limit: the most characters of chunk text accepted.
+        limit: the most characters of body text accepted.
 
     Raises:
         httpx.ReadTimeout: the stream did not end by ``deadline`` (the caller translates it).
         BackendResponseError: more than ``limit`` characters.
     """
-    chunks: list[dict[str, Any]] = []
-    size = 0
-    for chunk in chunk_lines(response.iter_lines(), started, sse=sse):
-        size += len(chunk["data"])
+    chunks = list(chunk_lines(_timed_lines(response, deadline, limit), started, sse=sse))
+    return Streamed(response.status_code, request=response.request, chunks=chunks)
+
+
+def _timed_lines(response: httpx.Response, deadline: float, limit: int) -> Iterator[str]:
+    """The body's lines (split at ``\\r\\n``, ``\\n`` or ``\\r``, as server-sent events allow), checking the deadline
+    and the size at every read, so a server trickling bytes without a line end, or one endless line, outlasts neither."""
+    size, pending = 0, []  # the pieces of the unfinished line (kept apart: joining each read would be quadratic)
+    for text in response.iter_text():
+        size += len(text)
         if size > limit:
             raise BackendResponseError(
                 f"The server at {response.request.url} streamed more than {limit // 2**20} MiB for one reply; "
@@ -170,15 +194,24 @@ def read_stream(response: httpx.Response, deadline: float, started: float, *, ss
             )
         if time.monotonic() > deadline:
             raise httpx.ReadTimeout("the whole stream did not arrive in time", request=response.request)
-        chunks.append(chunk)
-    return Streamed(response.status_code, request=response.request, chunks=chunks)
+        if "\n" not in text and "\r" not in text:
+            pending.append(text)
+            continue
+        buffer = "".join(pending) + text
+        lines = _LINE_END.split(buffer)
+        pending = [lines.pop()]
+        if buffer.endswith("\r"):  # perhaps the first half of a \r\n split between two reads
+            pending = [lines.pop() + "\r"]
+        yield from lines
+    if last := "".join(pending).removesuffix("\r"):
+        yield last
 
 
 def chunk_lines(lines: Iterator[str], started: float, *, sse: bool) -> Iterator[dict[str, Any]]:
     """The raw chunks of a stream, as they arrive.
 
     Args:
-        lines: the body's lines (``httpx.Response.iter_lines``).
+        lines: the body's lines.
         started: ``time.perf_counter()`` when the request was sent.
         sse: server-sent events (OpenAI-compatible) rather than NDJSON (Ollama).
 
@@ -293,7 +326,8 @@ class _State:
             self._check_arguments(out)
         elif self.ollama_calls:
             out.tool_calls = list(self.ollama_calls)
-        if not self.ended and out.error is None:
+        out.whole = self.ended or out.error is not None
+        if not out.whole:
             self.problem("the stream ended without its final chunk")
         if self.token_times:
             out.ttft_ms = self.token_times[0]
@@ -367,6 +401,8 @@ def _call_piece(state: _State, piece: Any, number: int) -> None:
         index = len(state.calls) if (piece.get("id") or function.get("name")) else max(state.calls, default=0)
     name, arguments = _text(function.get("name")), function.get("arguments")
     call = state.calls.get(index)
+    if call is not None and piece.get("id") and call["id"] and piece.get("id") != call["id"]:
+        state.problem(f"chunk {number} gives tool-call index {index} a second id ({str(piece.get('id'))[:40]!r})")
     if call is None:
         if not (piece.get("id") or name):
             state.problem(f"chunk {number} has a delta for tool-call index {index}, which no delta opened")

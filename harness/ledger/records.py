@@ -9,10 +9,8 @@ records back with every JSON column decoded, so no reader parses JSON itself.
 
 from __future__ import annotations
 
-import base64
 import json
 import sqlite3
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -20,6 +18,7 @@ from typing import Any, TypeVar
 
 from harness.canonical import canonical_json
 from harness.errors import LedgerError
+from harness.ledger.packing import pack_chunks, unpack_chunks
 
 __all__ = [
     "Attempt",
@@ -434,39 +433,6 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
             value = unpack_chunks(value, row, table)
         values[f.name] = value
     return cls(**values)
-
-
-_PACKED = "zlib+b64:"
-
-
-def pack_chunks(chunks: list[dict[str, Any]]) -> str:
-    """A stream's raw chunks as stored: ``zlib+b64:`` and the base64 of the zlib-compressed canonical JSON.
-
-    Text, not a BLOB, because the ledger holds no binary cell (``harness ledger verify`` refuses one).
-    """
-    return _PACKED + base64.b64encode(zlib.compress(canonical_json(chunks).encode("utf-8", "surrogatepass"), 6)).decode("ascii")
-
-
-def unpack_chunks(text: Any, row: Mapping[str, Any], table: str) -> list[dict[str, Any]]:
-    """The chunks :func:`pack_chunks` stored.
-
-    Raises:
-        LedgerError: the column does not hold packed chunks (the file was edited).
-    """
-    try:
-        if not isinstance(text, str) or not text.startswith(_PACKED):
-            raise ValueError("not packed")
-        chunks = json.loads(
-            zlib.decompress(base64.b64decode(text[len(_PACKED) :], validate=True)).decode("utf-8", "surrogatepass")
-        )
-        if not isinstance(chunks, list) or not all(isinstance(c, dict) for c in chunks):
-            raise ValueError("not a list of chunks")
-    except (ValueError, zlib.error) as exc:
-        where = f"run {row.get('run_id')}, turn {row.get('turn')}"
-        raise LedgerError(
-            f"the {table} row of {where} has stream chunks that cannot be read; run `harness ledger verify`."
-        ) from exc
-    return chunks
 
 
 def run_row(row: dict[str, Any]) -> RunRow:
