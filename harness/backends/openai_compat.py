@@ -55,11 +55,13 @@ from harness.errors import (
     ModelNotFound,
 )
 
-__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "openai_request_settings", "parse_retry_after"]
+__all__ = ["DEFAULT_TIMEOUT_S", "WARM_UP_MESSAGES", "OpenAICompatBackend", "openai_request_settings", "parse_retry_after"]
 
 DEFAULT_TIMEOUT_S: float | None = None
 """No fixed deadline: each request gets :func:`~harness.backends.server_facts.default_request_timeout_s` of its
 ``max_tokens`` (60 s plus 0.2 s per token), unless ``--request-timeout`` gives one."""
+WARM_UP_MESSAGES = ({"role": "user", "content": "Hi"},)
+"""The conversation of the warm-up request (:meth:`OpenAICompatBackend.warm_up`), sent with ``max_tokens`` 1."""
 _BODY_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
 MAX_BODY_BYTES = 256 * 1024 * 1024
 """The most a reply body may hold; a server sending more is refused (a reply is kilobytes)."""
@@ -190,7 +192,7 @@ class OpenAICompatBackend(Backend):
             BackendError: as :meth:`generate`.
         """
         start = time.perf_counter()
-        self.generate([{"role": "user", "content": "Hi"}], None, GenerateOptions(max_tokens=1))
+        self.generate(list(WARM_UP_MESSAGES), None, GenerateOptions(max_tokens=1))
         return (time.perf_counter() - start) * 1000.0
 
     def close(self) -> None:
