@@ -31,8 +31,9 @@ def _describe(facts: dict[str, Any]) -> str:
     template = f"chat template `{sha[:12]}`" if isinstance(sha, str) else "no chat template"
     if facts.get("template_fallback") and isinstance(sha, str):
         template += " (the server's fallback)"
-    tools = {True: "declares tool support", False: "declares no tool support"}.get(
-        facts.get("template_tools"), "tool support not reported"
+    declared = facts.get("template_tools")
+    tools = (
+        "tool support not reported" if declared is None else "declares tool support" if declared else "declares no tool support"
     )
     parts = [f"{template}, {tools}", f"quantisation {facts.get('quantization') or 'not reported'}",
              f"parameters {facts.get('parameters') or 'not reported'}"]  # fmt: skip
