@@ -24,11 +24,16 @@ __all__ = ["model_header_lines", "model_warnings"]
 _FACT_ORDER = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "num_ctx", "stop")
 
 
+def _value(value: Any) -> str:
+    """A sampling value as short text: floats to 6 significant digits (llama.cpp sends 0.800000011920929 for 0.8)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _describe(facts: dict[str, Any]) -> str:
     if not facts:
         return "the server reported no provenance"
     sha = facts.get("template_sha256")
-    template = f"chat template `{sha[:12]}`" if isinstance(sha, str) else "no chat template"
+    template = f"chat template sha256 {sha[:12]}" if isinstance(sha, str) else "no chat template"
     if facts.get("template_fallback") and isinstance(sha, str):
         template += " (the server's fallback)"
     declared = facts.get("template_tools")
@@ -40,7 +45,7 @@ def _describe(facts: dict[str, Any]) -> str:
     sampling = facts.get("sampling_defaults")
     if isinstance(sampling, dict) and sampling:
         keys = [k for k in _FACT_ORDER if k in sampling] + sorted(k for k in sampling if k not in _FACT_ORDER)
-        parts.append("server sampling defaults " + ", ".join(f"{k}={sampling[k]}" for k in keys[:8]))
+        parts.append("server sampling defaults " + ", ".join(f"{k}={_value(sampling[k])}" for k in keys[:8]))
     return "; ".join(parts) + f" ({facts.get('source', 'server')})"
 
 
