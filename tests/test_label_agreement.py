@@ -17,30 +17,31 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (452, 470), "tune": (371, 371), "held-out": (81, 99)}
+EXACT = {"all": (507, 541), "tune": (452, 470), "held-out": (55, 71)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
-    "raw_json_in_content": (0.97, 1.00),
+    "raw_json_in_content": (0.98, 1.00),
     "code_fence": (1.00, 1.00),
-    "mixed_prose": (1.00, 0.94),
+    "mixed_prose": (1.00, 0.95),
     "tool_call_tags_in_content": (0.95, 1.00),
-    "wrong_wrapper_tag": (0.96, 1.00),
-    "foreign_call_syntax": (1.00, 0.94),
-    "multiple_calls": (1.00, 0.93),
+    "wrong_wrapper_tag": (0.96, 0.96),
+    "foreign_call_syntax": (1.00, 0.95),
+    "multiple_calls": (1.00, 0.88),
     "invalid_json": (1.00, 1.00),
-    "pseudo_code_in_arguments": (1.00, 1.00),
+    "pseudo_code_in_arguments": (1.00, 0.90),
     "repaired_json": (0.92, 1.00),
-    "nonstandard_keys": (0.97, 1.00),
+    "stringified_arguments": (1.00, 1.00),
+    "nonstandard_keys": (0.98, 0.98),
     "unknown_tool": (1.00, 0.88),
-    "schema_violation": (0.92, 1.00),
+    "schema_violation": (0.94, 0.94),
     "repeated_call": (1.00, 1.00),
-    "fabricated_tool_result": (0.98, 0.94),
-    "narration_without_call": (0.91, 0.94),
+    "fabricated_tool_result": (0.96, 0.91),
+    "narration_without_call": (0.90, 0.89),
     "empty_response": (1.00, 1.00),
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
-    "sandbox_escape_attempt": (1.00, 0.87),
+    "sandbox_escape_attempt": (1.00, 0.80),
     "skipped_required_tool": (0.99, 0.99),
     "unneeded_call": (1.00, 1.00),
     "chat_markup_leak": (1.00, 1.00),
