@@ -226,3 +226,19 @@ def test_request_timeout_ends_a_trickling_run_as_infra_error_naming_the_flag(tmp
         (row,) = ledger.runs()
     assert row.start.config["warmup_ms"] is None and "--request-timeout" in row.start.config["warmup_error"]
     assert_one_sentence_error(*cli(capsys, "run", "--request-timeout", "nan", "--dry-run")[::2])
+
+
+def test_a_stored_template_edited_behind_the_triggers_fails_verify(tmp_path, scenario):
+    from tests.ledger_tamper import tamper
+
+    with FakeServer(llamacpp_routes(LLAMACPP_TOOL_TEMPLATE, supports_tools=True)) as server:
+        run_plans(tmp_path, [RunPlan(scenario, f"openai:qwen@{server.url}/v1", 0.0)])
+    path = tmp_path / "ledger.sqlite"
+    tamper(path, "UPDATE templates SET text = text || ' '")
+    with Ledger(path, readonly=True) as ledger:
+        result = ledger.verify()
+    key = sha(LLAMACPP_TOOL_TEMPLATE)
+    assert (result.ok, result.problem) == (
+        False,
+        f"the chat template stored under {key[:16]} does not hash to its key (it was altered)",
+    )
