@@ -149,7 +149,7 @@ def _classify(
         repeat_step(calls, past),
         fabrication_step(result, calls, past, tools),
         no_call_step(result, attempts, response, tools, requires_tool),
-        requirement_step(requires_tool, attempts, past, tools),
+        requirement_step(requires_tool, attempts, past, tools, result),
         truncation_step(response),
         markup_step(result),
         escape_step(calls),

@@ -17,7 +17,7 @@ from typing import Any
 from harness.classifier.jsonscan import scan_balanced
 from harness.classifier.shapes import payload_candidates, remove_spans, xml_spans
 from harness.classifier.types import MAX_CANDIDATES, MAX_REGIONS, MAX_SCAN_CHARS, Cand, ToolCall, get, text_of
-from harness.classifier.validate import args_from_raw
+from harness.classifier.validate import args_from_raw, shown_pairs
 
 __all__ = [
     "ContentResult",
@@ -67,8 +67,10 @@ _MARKERS = (
     r"|<\|action_start\|>(?:[ \t]*<\|(?:plugin|interpreter)\|>)?"  # InternLM 2/2.5
     r"|<\|tool_call>"  # Gemma 4: <|tool_call>call:name{...}<tool_call|>
 )
-_TAG_OPEN = re.compile(rf"<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])", re.I)
-_TAG_CLOSE = re.compile(rf"<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
+_MENTION = r"(?!(?<=`)<[^<>`\n]{1,60}>`)"
+"""Not a tag alone in an inline code span (`<tool_call>`): that is a mention, not markup."""
+_TAG_OPEN = re.compile(rf"{_MENTION}<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])", re.I)
+_TAG_CLOSE = re.compile(rf"{_MENTION}<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
 _MARKER_CLOSE = re.compile(
     r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>"
     r"|<tool_call\|>",
@@ -299,7 +301,7 @@ def _recover_calls(found: list[tuple[str, Cand]]) -> _Recovered:
                 else:
                     shows(mode, cand)
             errors = list(cand.errors) + errors
-            call = ToolCall(name=raw.name, arguments=args, source=step, valid=not errors, errors=errors)
+            call = ToolCall(raw.name, args, step, valid=not errors, errors=errors, shown=shown_pairs(raw.raw_args, errors))
             out.calls.append(call)
             out.canonicals.append(call.canonical())
     return out

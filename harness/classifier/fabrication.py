@@ -66,7 +66,7 @@ def _claims(content: ContentResult, seq: list[Unit]) -> str:
 # --------------------------------------------------------------------------- rule 1: result markup
 
 _MARKUP = re.compile(
-    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
+    r"(?!(?<=`)<[^<>`\n]{1,60}>`)<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython(?:<\|end_header_id\|>)?|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )
@@ -140,7 +140,7 @@ _CLIMATE = re.compile(
 _NOW = re.compile(r"\b(?:right now|now|currently|current|today|tonight|at the moment|this (?:morning|afternoon|evening))\b", re.I)
 _SKY = re.compile(r"\bsun (?:is )?shin\w*|\bsunshine\b|\bclouds? in the sky\b|\bclear sk(?:y|ies)\b", re.I)
 _WEATHER_SENTENCE = re.compile(
-    r"\b(?:weather|it)\b[^.!?\n]{0,40}\b(?:is|looks|feels)\s+(?:\w+\s+){0,2}?(?:lovely|beautiful|nice|hot|cold|warm|chilly|freezing|cool"
+    r"\b(?:weather|it)\b[^.!?\n]{0,40}(?:\b(?:is|looks|feels)|['’]s)\s+(?:\w+\s+){0,2}?(?:lovely|beautiful|nice|hot|cold|warm|chilly|freezing|cool"
     r"|gorgeous|perfect|great|fine|wonderful|sunny|cloudy|rainy|pleasant|mild)\b",
     re.I,
 )
@@ -254,12 +254,14 @@ def _said_of_files(claims: str, known: str) -> list[str]:
     return found
 
 
-_NAME_LINE = re.compile(r"[ \t]*[\w.-]+\.[A-Za-z]\w{0,4}[ \t]*")
+_NAME_LINE = re.compile(r"[ \t]*([\"']?)[\w.-]+\.[A-Za-z]\w{0,4}\1,?[ \t]*")
+"""A line holding one file name, bare or as an item of a JSON array (``"a.txt",``)."""
+_BRACKET_LINE = re.compile(r"[ \t]*[\[\]][ \t]*,?[ \t]*")
 
 
 def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
     """A bare list given as the whole answer to "List the files": it is presented as the listing."""
-    lines = [line for unit in seq for line in unit.lines]
+    lines = [line for unit in seq for line in unit.lines if not _BRACKET_LINE.fullmatch(line)]  # a JSON array's brackets
     listed = sum(bool(_LIST_LINE.match(line) or _NAME_LINE.fullmatch(line)) for line in lines)
     steps = sum(bool(_IMPERATIVE_ITEM.match(line)) for line in lines)  # a plan or an echo of the task, not a listing
     if (

@@ -92,7 +92,7 @@ def _escapes_sandbox(path: str) -> bool:
 
 def path_values(call: ToolCall) -> list[tuple[str, str]]:
     out = []
-    for key, value in call.arguments.items():
+    for key, value in [*call.arguments.items(), *call.shown.items()]:  # a broken object's pairs read as shown
         if not _path_key(str(key)):
             continue
         if isinstance(value, str):

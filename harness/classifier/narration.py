@@ -32,15 +32,32 @@ _OWN = (
     r"(?:\bI(?:'ll|’ll| will| shall| am going to|'m going to|’m going to| need to| have to| am| 'm|'m|’m)|\blet me|\blet's|\blet’s"
     r"|\bwe(?:'ll|’ll| will| are going to|'re going to| need to)|\b(?:now|next|first|then),? I(?:'ll|’ll| will))"
 )
+_TOOL_VERB = (
+    r"(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
+    r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
+    r"|invoke|complete|handle|perform)"
+)
 _NARRATION = re.compile(
     _OWN + r"\s+(?:now\s+|first\s+|then\s+|next\s+|quickly\s+|go ahead and\s+|proceed to\s+|start by\s+|begin by\s+|have to\s+"
     r"|need to\s+|try to\s+)?"
-    r"(?:(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
-    r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
-    r"|invoke|complete|handle|perform)(?:ing)?\b|do\b"
+    r"(?:" + _TOOL_VERB + r"(?:ing)?\b|do\b"
     r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code|package|library|module|program)s?\b))",
     re.I,
 )
+_GERUND = (
+    r"(?:creat|writ|mak|list|read|runn|execut|call|check|open|sav|generat|look|search|updat|edit|delet|remov|add|fetch"
+    r"|gett|copy|mov|renam|inspect|examin|view|scann|find|fix|append|modify|putt|record|stor|query|retriev|load|invok)ing\b"
+)
+_BARE_PROGRESSIVE = re.compile(
+    r"(?:^|(?<=[.!?]\s)|(?<=\n))[ \t]*(?:(?:now|next|first|then),?[ \t]+)?"
+    + _GERUND
+    + r"(?!(?:[^.!?:\n]|\.(?=\w)){0,100}\b(?:is|are|was|were|can|could|will|would|should|may|might|has|have|does|helps?|makes?)\b)"
+    r"(?:[^.!?:\n]|\.(?=\w)){0,100}(?:\.{1,3}|…|!)[ \t]*(?=\n|$)",
+    re.I,
+)
+"""A bare progressive standing as its own sentence, whose only subject is the reply (``Writing to file.``): a gerund
+heading ending in a colon frames a block, and a gerund with a finite verb after it is a noun (``Listing files is
+...``)."""
 _NARRATION_CJK = re.compile(
     r"(?:我将|我会|我要|让我|我来|我先|我们将|我们来)[^\n。，,.!?！？]{0,4}?"
     r"(?:使用|调用|获取|查询|读取|列出|写入|创建|搜索|查看|检查|运行|执行|打开|保存)"
@@ -52,6 +69,9 @@ _MEANS = re.compile(
     r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function)\b",
     re.I,
 )
+_GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re.M)
+"""A gerund heading of a tool act ("Creating report.txt using a for loop:"): the means when the block after it is code
+(a listing after "Listing files:" is the block it frames, data)."""
 """A frame presenting the block after it as the way to do something ("You can use the following code to ...")."""
 _OTHER = re.compile(
     r"(?:\b(?:output|outputs|result|results|contents?)\b[ \t]+(?:of|from)[ \t]+[^:\n]{1,60}?"
@@ -70,6 +90,8 @@ _REMEDY = re.compile(
 _DEFINITION_ONLY = re.compile(r"[ \t]*(?:def|class|function|async def)\b[^\n]*")
 _NO_ACTION_LINE = re.compile(r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) )")
 """A comment or a package install: a block of only these shows no tool action."""
+_JSON_DATA = re.compile(r"\s*(?:<tools>\s*)?[\[{]\s*(?:[\"'\]}]|$)")
+"""A block that is JSON (an object or array, a ``<tools>`` echo of definitions): data, not code doing an action."""
 _RESULT_OPEN = re.compile(
     r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
 )
@@ -92,7 +114,8 @@ def no_call_step(
         }
     if tools == []:
         return set(), {}  # nothing offered: no tool action the text could stand in for
-    cue = _NARRATION.search(content.prose) or _NARRATION_CJK.search(content.prose)
+    prose = content.prose
+    cue = _NARRATION.search(prose) or _NARRATION_CJK.search(prose) or _bare_progressive(prose)
     if cue:
         return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
     seq = units(content.visible)
@@ -109,6 +132,17 @@ def no_call_step(
     if handed:
         return {"narration_without_call"}, {"narration_without_call": {"cue": "code: " + short(handed.strip(), 80)}}
     return set(), {}
+
+
+def _bare_progressive(prose: str) -> re.Match[str] | None:
+    """A bare progressive sentence of the reply's own (``Writing to file.``) ending a paragraph; lines of a list under
+    a colon ("I can help you with:" then ``Listing files.``, ``Reading file contents.``) are items, not acts."""
+    for m, _ in zip(_BARE_PROGRESSIVE.finditer(prose[:MAX_SCAN_CHARS]), range(50), strict=False):
+        before, after = prose[: m.start()].rstrip(" \t"), prose[m.end() :].lstrip(" \t")
+        listed = before.rstrip().endswith(":") or (before.endswith("\n") and not before.endswith("\n\n") and before.strip())
+        if not listed and (not after.strip() or after.startswith("\n\n") or after.startswith("\n\r\n")):
+            return m
+    return None
 
 
 _RESULT_FRAME = re.compile(_RESULT_OPEN.pattern + r"[ \t]*$", re.I)
@@ -157,16 +191,18 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
     domains = tool_domains(tools)
     names = [n.lower() for n in offered_tools(tools)]
     for k, unit in enumerate(seq):
-        if not (unit.fence or is_code(unit.text)) or all(
-            _NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines
+        if (
+            not (unit.fence or is_code(unit.text))
+            or _JSON_DATA.match(unit.text)
+            or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines)
         ):
-            continue  # prose, or comments, installs and bare signatures only: no action shown
+            continue  # prose, JSON (data: no call was found in it), or comments, installs and bare signatures only
         before = frame_before(seq, k)
         if (_OTHER.search(before) and not _REMEDY.search(before)) or _RESULT_FRAME.search(before):
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
         shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
-        means = bool(_MEANS.search(before))
+        means = bool(_MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
         if (means and about) or (acts(unit.text) and not _inside(unit, fake)):  # a fake result's body is fabrication
             return unit.text
     return None

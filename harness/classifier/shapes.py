@@ -23,7 +23,7 @@ from harness.classifier.notations import (
     vendor_candidates,
 )
 from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_REPAIR_CHARS, Cand, RawCall, short
-from harness.classifier.xmlstyle import arg_key_candidates, xml_candidates, xml_spans
+from harness.classifier.xmlstyle import arg_key_candidates, bracket_candidates, xml_candidates, xml_spans
 
 __all__ = ["payload_candidates", "remove_spans", "xml_spans"]
 
@@ -50,7 +50,9 @@ def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
     if not isinstance(params, Mapping) or not ("description" in spec or obj.get("type") == "function"):
         return False
     schema_like = params.get("type") == "object" and isinstance(params.get("properties"), Mapping)
-    return schema_like or (not params and "description" in spec)  # {"name", "description", "parameters": {}}
+    # the flat form however garbled: a described tool whose "parameters" is typed and declares properties or required
+    garbled = "description" in spec and isinstance(params.get("type"), str) and ("properties" in params or "required" in params)
+    return schema_like or garbled or (not params and "description" in spec)  # {"name", "description", "parameters": {}}
 
 
 def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list[RawCall]:
@@ -368,6 +370,7 @@ def payload_candidates(
     cands = vendor_candidates(text, wrapped=wrapped)
     cands += [c for c in xml_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in arg_key_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
+    cands += [c for c in bracket_candidates(text) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [c for c in _react_candidates(text, schemas) if not any(o.start <= c.start < o.end for o in cands)]
     cands += [
         c

@@ -144,6 +144,9 @@ class ToolCall:
     id: str | None = None
     valid: bool = True
     errors: list[str] = field(default_factory=list)
+    shown: dict[str, str] = field(default_factory=dict, repr=False)
+    """The complete ``"key": "string"`` pairs that arguments no repair parsed still show (read only by the lexical
+    path check; not part of the call's output)."""
 
     def canonical(self) -> str:
         """Return canonical JSON of name and arguments (sorted keys) for repeat detection.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,13 +27,14 @@ from harness.classifier.schemakw import (
     PatternTimeout,
     budgeted_search,
 )
-from harness.classifier.types import MAX_CANDIDATES, UNPARSED_ARGUMENTS, ToolCall, get, jsonable, short
+from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, UNPARSED_ARGUMENTS, ToolCall, get, jsonable, short
 
 __all__ = [
     "MAX_PATTERN_CHECKS",
     "NO_PROPERTY",
     "PATTERN_BUDGET_S",
     "args_from_raw",
+    "shown_pairs",
     "mended_name",
     "offered_tools",
     "schema_properties",
@@ -189,6 +191,17 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
     return {}, [f"arguments are a {type(raw).__name__}, not an object"], modes
 
 
+_SHOWN_PAIR = re.compile(r'"([\w-]{1,64})"\s*:\s*"((?:[^"\\\n]|\\.){0,2000})"')
+
+
+def shown_pairs(raw: Any, errors: list[str]) -> dict[str, str]:
+    """The complete ``"key": "string"`` pairs of an argument string that no repair parsed (``{}`` otherwise): a broken
+    object's arguments are read by the pairs they show, as its keys are."""
+    if UNPARSED_ARGUMENTS not in errors or not isinstance(raw, str):
+        return {}
+    return {m.group(1): m.group(2) for m in _SHOWN_PAIR.finditer(raw[:MAX_REPAIR_CHARS])}
+
+
 def _whole_object(raw: str) -> str:
     """The object or array an argument string opens with, up to its closing bracket (the whole stripped text when
     unclosed; ``""`` when it opens with something else). Text after a complete object (``{"city": "Berlin"}`` then
@@ -266,6 +279,7 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
                 id=call_id if isinstance(call_id, str) else None,
                 valid=not errors,
                 errors=errors,
+                shown=shown_pairs(raw, errors),
             )
         )
     return calls, modes
@@ -315,14 +329,19 @@ def _nearest_name(name: str, tool_names: frozenset[str]) -> str | None:
     return nearest
 
 
+_SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>")
+"""A chat-template special token (``<|channel|>``, ``<|constrain|>``): no tool is offered under a name holding one."""
+
+
 def _nameless(calls: list[ToolCall]) -> tuple[set[str], dict[str, Any]]:
-    """``unknown_tool`` for calls with no name at all, judged even when the offered tools are not known: no tool is
-    offered under no name."""
-    nameless = [call for call in calls if not call.name]
+    """``unknown_tool`` for calls with no name at all, or a name holding chat-template special tokens (harmony's header
+    misread as the name, ``assistant<|channel|>analysis``), judged even when the offered tools are not known: no tool
+    is offered under no name, nor under such a name."""
+    nameless = [call for call in calls if not call.name or _SPECIAL_TOKEN.search(call.name[:400])]
     for call in nameless:
         call.valid = False
-        call.errors.append("unknown tool ''")
-    return ({"unknown_tool"}, {"unknown_tool": {"": None}}) if nameless else (set(), {})
+        call.errors.append(f"unknown tool {call.name!r}")
+    return ({"unknown_tool"}, {"unknown_tool": {call.name: None for call in nameless}}) if nameless else (set(), {})
 
 
 def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:

@@ -22,9 +22,15 @@ from harness.classifier.notations import wrapped_json
 from harness.classifier.types import MAX_CANDIDATES, Cand, RawCall, short
 from harness.classifier.validate import schema_types
 
-__all__ = ["arg_key_candidates", "xml_candidates", "xml_spans"]
+__all__ = ["arg_key_candidates", "bracket_candidates", "xml_candidates", "xml_spans"]
 
-_XML_OPEN = re.compile(r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>", re.I)
+_XML_OPEN = re.compile(
+    r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>"
+    r"|<(?!invoke\b)([A-Za-z_][\w-]{0,40})\s+(?:name|tool|tool_name|function)\s*=\s*[\"']([^\"'>]+)[\"']\s*>(?=\s*<parameter[=\s])",
+    re.I,
+)
+"""The opening of an XML-style call: Qwen3-Coder's ``<function=name>``, ``<invoke name=...>``, or any element that
+names the tool by an attribute and holds ``<parameter>`` children (``<call_record tool="read">``): the call itself."""
 _XML_CLOSE = re.compile(r"</\s*(?:function|invoke)\s*>", re.I)
 _XML_STOP = re.compile(r"</\s*tool_call\s*>|<\s*tool_call\s*>", re.I)
 _XML_PARAM = re.compile(r"<parameter(?:=([^>\s]+)|\s+name\s*=\s*[\"']([^\"'>]+)[\"'])\s*>", re.I)
@@ -39,15 +45,16 @@ def xml_spans(text: str) -> list[tuple[int, int, int, int, str]]:
         m = _XML_OPEN.search(text, pos)
         if m is None:
             break
-        close = _XML_CLOSE.search(text, m.end())
+        closing = re.compile(rf"</\s*{re.escape(m.group(3))}\s*>", re.I) if m.group(3) else _XML_CLOSE
+        close = closing.search(text, m.end())
         nxt = _XML_OPEN.search(text, m.end())
         stop = _XML_STOP.search(text, m.end())
         limit = min(x.start() for x in (nxt, stop) if x is not None) if (nxt or stop) else len(text)
         if close and close.start() < limit:
-            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2)))
+            spans.append((m.start(), close.end(), m.end(), close.start(), m.group(1) or m.group(2) or m.group(4)))
             pos = close.end()
         else:
-            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2)))
+            spans.append((m.start(), limit, m.end(), limit, m.group(1) or m.group(2) or m.group(4)))
             pos = limit
     return spans
 
@@ -127,3 +134,22 @@ def _typed(value: str, kind: Any) -> Any:
         return value
     parsed = loads(value.strip())
     return value if parsed is FAIL else parsed
+
+
+_BRACKET_CALL = re.compile(
+    r"\[[ \t]*(?:tool_call|tool_use|function_call)[ \t]*:[ \t]*([A-Za-z_][\w.-]{0,127})[ \t]+(?:for|with)[ \t]+([^\[\]\n]{1,500})\]",
+    re.I,
+)
+_BRACKET_PAIR = re.compile(r"([A-Za-z_]\w{0,63})[ \t]*[=:]?[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\")")
+
+
+def bracket_candidates(text: str) -> list[Cand]:
+    """A log-line call notation: ``[tool_call: read_file for absolute_path 'requirements.txt']`` (``foreign``): the
+    bracket is the call itself, naming the tool and holding quoted key/value pairs; one without a pair is no call."""
+    cands: list[Cand] = []
+    for m, _ in zip(_BRACKET_CALL.finditer(text), range(MAX_CANDIDATES), strict=False):
+        args = {p.group(1): p.group(2) if p.group(2) is not None else p.group(3) for p in _BRACKET_PAIR.finditer(m.group(2))}
+        if args:
+            raw = RawCall(m.group(1), args, False)
+            cands.append(Cand(m.start(), m.end(), "xml_parameters", [raw], foreign=True, excerpt=short(m.group())))
+    return cands
