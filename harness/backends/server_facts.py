@@ -14,7 +14,7 @@ Provenance (issue 12, section 3) is read once per model, before its runs, and re
 Sources, as the servers send them:
 
 * llama.cpp's server ``GET /props`` (observed from the bundled ``xllamacpp`` 2026.10.11549, see
-  ``tests/test_provenance_embedded.py``; ``tools/server/server-context.cpp``): ``chat_template`` (the template in use:
+  ``tests/test_provenance_embedded.py``; not read from llama.cpp's source): ``chat_template`` (the template in use:
   the GGUF's ``tokenizer.chat_template`` or the ``--chat-template`` override), ``chat_template_caps.supports_tools``,
   ``default_generation_settings.params`` (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repeat_penalty``, ...),
   ``model_ftype`` (``Q4_1``); ``GET /v1/models`` ``data[0].meta.n_params``.
