@@ -30,6 +30,7 @@ from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_onc
 from harness.matrix import MatrixOverrides
 from harness.ownership import Claim, ClaimTaker, lock_folder, owned_elsewhere, take_lock
 from harness.scenarios import Scenario
+from harness.startup import start_model
 from harness.vocab import is_scored
 
 __all__ = [
@@ -217,6 +218,7 @@ class _Endpoint:
     backend: Backend
     plans: list[PlannedRun]
     parallel: int
+    start_config: dict[str, Any] = field(default_factory=dict)  # warm-up and provenance (harness.startup)
 
 
 def _open_endpoints(
@@ -369,6 +371,9 @@ def run_matrix(
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     events.planned(result)
     try:
+        for model, endpoint in endpoints.items():
+            if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
+                endpoint.start_config = start_model(endpoint.backend, ledger)
         matrix.run(endpoints, todos)
     finally:
         if not matrix.quitting:  # after a second Ctrl-C the caller exits at once; a backend's close could wait on calls in flight
@@ -429,7 +434,8 @@ class _MatrixRun:
             return
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
-        options = replace(self.options, extra_config={"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel})
+        extra = {"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
+        options = replace(self.options, extra_config=extra)
         with self.lock:
             self.running_ids.add(run_id)
         try:

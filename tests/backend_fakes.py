@@ -126,6 +126,27 @@ def slow_json_reply(seconds: float, obj: Any, release: threading.Event) -> Respo
     return respond
 
 
+def trickle(data: bytes, every_s: float, release: threading.Event) -> Responder:
+    """Answer HTTP 200 with a ``Content-Length`` of ``data`` and send it one byte every ``every_s`` seconds: each read
+    gets a byte in time, so only a deadline on the whole body ends the request."""
+
+    def respond(handler: BaseHTTPRequestHandler, body: Any) -> None:
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            for i in range(len(data)):
+                handler.wfile.write(data[i : i + 1])
+                handler.wfile.flush()
+                if release.wait(every_s):
+                    return
+        except OSError:
+            pass  # the client gave up
+
+    return respond
+
+
 def closed_port() -> int:
     """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
     with socket.socket() as sock:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from harness.backends.openai_compat import WARM_UP_MESSAGES
+
 __all__ = ["FAULTS", "LIST_AND_REPORT_SCRIPT", "FakeAgentServer"]
 
 #: fault names a ``faults`` callable may return for a request number
@@ -65,7 +67,9 @@ class FakeAgentServer:
         slow_s: how long a ``slow`` fault stalls, seconds.
 
     Attributes:
-        requests: number of chat requests received.
+        requests: number of chat requests received, the warm-up aside.
+        warmups: number of warm-up requests received (``WARM_UP_MESSAGES`` with ``max_tokens`` 1: the runner sends one
+            per model before its runs); answered without faults or delay, and not numbered for ``faults``.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class FakeAgentServer:
         self.faults = faults or (lambda n: None)
         self.slow_s = slow_s
         self.requests = 0
+        self.warmups = 0
         self._slots = threading.Semaphore(slots)
         self._count_lock = threading.Lock()
         self._closing = threading.Event()
@@ -98,6 +103,10 @@ class FakeAgentServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if body.get("messages") == list(WARM_UP_MESSAGES) and body.get("max_tokens") == 1:
+                    with server._count_lock:
+                        server.warmups += 1
+                    return server._answer(self, body, None, warm_up=True)
                 with server._count_lock:
                     server.requests += 1
                     number = server.requests
@@ -125,7 +134,7 @@ class FakeAgentServer:
         except OSError:
             pass  # the client gave up (timeout test)
 
-    def _answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any], fault: str | None) -> None:
+    def _answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any], fault: str | None, *, warm_up: bool = False) -> None:
         if fault == "drop":
             handler.close_connection = True
             handler.connection.shutdown(socket.SHUT_RDWR)
@@ -138,7 +147,7 @@ class FakeAgentServer:
             return self._send(handler, 200, b"<html>not json</html>")
         if fault == "slow":
             self._closing.wait(self.slow_s)
-        elif self.delay_s:
+        elif self.delay_s and not warm_up:
             self._closing.wait(self.delay_s)
         messages = body.get("messages") or []
         results = sum(1 for m in messages if m.get("role") == "tool" or "<tool_response>" in str(m.get("content")))

@@ -14,7 +14,8 @@ Ollama (``ollama/ollama`` at ``fb30760``, v0.33.0-rc2):
   first`` from ``handleScheduleError``).
 * :data:`OLLAMA_BUSY`: the scheduler's full queue (``ErrMaxQueue`` in ``server/sched.go``), HTTP 503 without
   ``Retry-After`` (``handleScheduleError``).
-* :func:`ollama_show`, :func:`ollama_tags`: ``ShowResponse`` (no ``digest``; ``capabilities``) and
+* :func:`ollama_show`, :func:`ollama_tags`: ``ShowResponse`` (no ``digest``; ``capabilities``; ``template``;
+  ``parameters`` as ``GetModelInfo`` in ``server/routes.go`` writes them) and
   ``ListModelResponse`` (``digest``: hex SHA-256 of the manifest file, ``manifest/manifest.go``).
 * :data:`OLLAMA_CONTEXT_OVERFLOW`: ``truncate: false`` and a prompt over ``num_ctx``: HTTP 400 ``the input length
   exceeds the context length`` (``runner/ollamarunner/runner.go``, ``errorInputTooLong``, v0.13 to v0.32).
@@ -24,6 +25,8 @@ llama.cpp's server (``ggml-org/llama.cpp`` ``tools/server/``, ``server-common.cp
 * :func:`llamacpp_chat`: a ``/v1/chat/completions`` reply with ``usage`` and ``timings`` (``result_timings``,
   ``server-task.h``); tool calls carry ``type``, ``function`` and an ``id`` (``gen_tool_call_id``, 32 letters and
   digits, ``server-common.cpp``).
+* :func:`llamacpp_props`, :func:`llamacpp_models`: ``GET /props`` and ``GET /v1/models`` as the bundled server
+  (``xllamacpp`` 2026.10.11549) answers them, observed in ``tests/test_provenance_embedded.py``.
 * :data:`LLAMACPP_NO_JINJA`, :data:`LLAMACPP_CONTEXT_OVERFLOW`: ``format_error_response`` (``server-common.cpp``):
   ``tools param requires --jinja flag`` is a ``std::runtime_error``, so HTTP 500 ``server_error``; the context
   overflow is HTTP 400 ``exceed_context_size_error`` with ``n_prompt_tokens`` and ``n_ctx``
@@ -40,8 +43,8 @@ from typing import Any
 from tests.backend_fakes import Responder, json_reply
 
 __all__ = [
-    "LLAMACPP_CONTEXT_OVERFLOW", "LLAMACPP_NO_JINJA", "OLLAMA_BUSY", "OLLAMA_CONTEXT_OVERFLOW", "llamacpp_chat",
-    "ollama_chat", "ollama_show", "ollama_tags",
+    "LLAMACPP_CONTEXT_OVERFLOW", "LLAMACPP_NO_JINJA", "LLAMACPP_TOOL_TEMPLATE", "OLLAMA_BUSY", "OLLAMA_CONTEXT_OVERFLOW",
+    "llamacpp_chat", "llamacpp_models", "llamacpp_props", "ollama_chat", "ollama_show", "ollama_tags",
 ]  # fmt: skip
 
 CREATED_AT = "2026-08-21T18:48:22.123456Z"
@@ -115,14 +118,67 @@ def ollama_chat(
     return respond
 
 
-def ollama_show(capabilities: Sequence[str]) -> Responder:
-    """``POST /api/show``: a ``ShowResponse`` with ``capabilities`` and no ``digest`` field (there is none)."""
+def ollama_show(
+    capabilities: Sequence[str], *, template: str = "{{ .Prompt }}", parameters: dict[str, Any] | None = None
+) -> Responder:
+    """``POST /api/show``: a ``ShowResponse`` with ``capabilities`` and no ``digest`` field (there is none).
+
+    Args:
+        capabilities: ``types/model/capability.go`` names.
+        template: the model's template (Ollama's stand-in for a model without one: ``{{ .Prompt }}``,
+            ``template/template.go``).
+        parameters: the model's options, written as ``GetModelInfo`` (``server/routes.go``) writes them: one
+            ``fmt.Sprintf("%-*s %#v", 30, k, v)`` line each (a list: one line per item), joined by newlines.
+    """
+    lines = []
+    for name, value in (parameters or {}).items():
+        for item in value if isinstance(value, list) else [value]:
+            lines.append(f"{name:<30} {json.dumps(item)}")  # %#v: Go syntax; strings quoted, numbers bare
     return json_reply(200, {
-        "modelfile": "FROM /models/blobs/sha256-aa\n", "template": "{{ .Prompt }}",
+        "modelfile": "FROM /models/blobs/sha256-aa\n", "template": template, "parameters": "\n".join(lines),
         "details": {"format": "gguf", "family": "qwen3", "parameter_size": "751.63M", "quantization_level": "Q4_K_M"},
         "model_info": {"general.architecture": "qwen3"}, "capabilities": list(capabilities),
         "modified_at": "2026-08-01T10:00:00Z",
     })  # fmt: skip
+
+
+LLAMACPP_TOOL_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n{%- for tool in tools %}{{ tool | tojson }}{%- endfor %}<|im_end|>\n"
+    "{%- endif %}{%- for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+"""A chat template that renders tools (shortened from Qwen2.5's), for :func:`llamacpp_props`."""
+
+
+def llamacpp_props(template: str | None, *, supports_tools: bool, ftype: str = "Q4_K_M") -> Responder:
+    """``GET /props`` of llama.cpp's server, shaped as the bundled server (``xllamacpp`` 2026.10.11549) answers it:
+    ``default_generation_settings`` (``params`` with the sampling defaults, ``n_ctx``), ``model_ftype``,
+    ``chat_template``, ``chat_template_caps`` (``supports_tools``, ...) and ``build_info``; the real body, minus the
+    fields the harness does not read, is printed by ``tests/test_provenance_embedded.py``'s server."""
+    body: dict[str, Any] = {
+        "default_generation_settings": {"params": {
+            "seed": 4294967295, "temperature": 0.800000011920929, "top_k": 40, "top_p": 0.949999988079071,
+            "min_p": 0.05000000074505806, "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "mirostat": 0, "n_predict": -1, "max_tokens": -1,
+            "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]},
+            "n_ctx": 4096},
+        "total_slots": 1, "model_alias": "/models/qwen2.5-0.5b-instruct-q4_k_m.gguf", "model_ftype": ftype,
+        "model_path": "/models/qwen2.5-0.5b-instruct-q4_k_m.gguf",
+        "chat_template_caps": {"supports_parallel_tool_calls": supports_tools, "supports_system_role": True,
+                               "supports_tool_calls": supports_tools, "supports_tools": supports_tools},
+        "bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "build_info": "b6123-006639c3", "is_sleeping": False,
+    }  # fmt: skip
+    if template is not None:
+        body["chat_template"] = template
+    return json_reply(200, body)
+
+
+def llamacpp_models(n_params: int) -> Responder:
+    """``GET /v1/models`` of llama.cpp's server: ``data[0].meta`` with ``n_params`` and ``ftype`` (as the bundled server)."""
+    return json_reply(200, {"object": "list", "data": [{
+        "id": "qwen2.5-0.5b-instruct", "object": "model", "owned_by": "llamacpp", "created": 1787000000,
+        "meta": {"vocab_type": 2, "n_vocab": 151936, "n_ctx": 4096, "n_ctx_train": 32768, "n_embd": 896,
+                 "n_params": n_params, "size": 491400032, "ftype": "Q4_K_M"}}]})  # fmt: skip
 
 
 def ollama_tags(entries: dict[str, str]) -> Responder:

@@ -155,7 +155,7 @@ def test_slow_response_times_out():
             backend.generate(MESSAGES, None, OPTIONS)
     assert (
         str(info.value)
-        == f"The server at {server.url}/v1 did not answer within 0.2 s; raise the timeout or use a smaller model or prompt."
+        == f"The server at {server.url}/v1 did not answer completely within 0.2 s; raise --request-timeout or use a smaller model or prompt."
     )
     assert isinstance(info.value.__cause__, httpx.TimeoutException)
 

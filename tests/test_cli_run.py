@@ -124,8 +124,11 @@ def test_timeout_flag_sets_how_long_one_reply_may_take(tmp_path, capsys):
     with FakeAgentServer(delay_s=2.5) as server:
         rc, out, err = cli(capsys, "run", "--model", f"openai:m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
                            "--timeout", "1", "--max-attempts", "1", "--repeats", "1")  # fmt: skip
-    assert rc == 1 and "infra_error" in out and "did not answer within 1 s" in out
+    assert rc == 1 and "infra_error" in out and "did not answer completely within 1 s; raise --request-timeout" in out
     assert_one_sentence_error(*cli(capsys, "run", "--timeout", "0", "--dry-run")[::2])
+    rc, err = cli(capsys, "run", "--request-timeout", "0", "--dry-run")[::2]
+    assert_one_sentence_error(rc, err)
+    assert "--request-timeout must be from 1 to 86400 seconds." in err
 
 
 def test_dry_run_stops_where_the_run_would_when_the_ledger_cannot_be_created(tmp_path, capsys):

@@ -69,6 +69,7 @@ ALL_MIGRATIONS = [
     "m006_turn_server_rejection",
     "m007_wire_settings",
     "m008_streaming",
+    "m009_templates",
 ]
 OLD_LEDGER = Path(__file__).resolve().parent / "data" / "ledger_m003.sqlite"
 """A ledger written by the harness before m004 (one run, two turns), kept as a real old file."""
@@ -279,6 +280,7 @@ def test_rows_written_before_a_column_was_added_still_verify(tmp_path, capsys):
             "m006_turn_server_rejection",
             "m007_wire_settings",
             "m008_streaming",
+            "m009_templates",
         ]
         assert ledger.verify().ok
         assert [t.record.reasoning for t in ledger.turns("old1")] == [None, None]
@@ -326,6 +328,7 @@ def test_a_migration_sqlite_refuses_is_one_sentence_and_applies_nothing(tmp_path
             "m006_turn_server_rejection",
             "m007_wire_settings",
             "m008_streaming",
+            "m009_templates",
         ]
 
 

@@ -8,6 +8,7 @@ processes on one ledger never run the same identity, however long a model call t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -248,7 +249,11 @@ def test_dry_run_with_a_server_down_counts_what_cannot_be_planned_and_fails_like
 
 # -- Ctrl-C --------------------------------------------------------------------------------------------------
 class _MuteServer:
-    """A socket on 127.0.0.1 that accepts connections and never answers: a model reply that never comes."""
+    """A socket on 127.0.0.1 that accepts connections and never answers: a model reply that never comes.
+
+    The one warm-up request the runner sends before a model's runs (``WARM_UP_MESSAGES``, ``max_tokens`` 1) is answered,
+    so the runs start and their model call is the one left waiting.
+    """
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -264,7 +269,21 @@ class _MuteServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(65536)
+        except OSError:
+            return
+        if b'"max_tokens":1,' in data.replace(b" ", b"") and b'"content":"Hi"' in data.replace(b" ", b""):
+            body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
+                                            "finish_reason": "length"}]}).encode()  # fmt: skip
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+            conn.close()
+            return
+        self.conns.append(conn)
 
     def close(self) -> None:
         for conn in self.conns:

@@ -75,7 +75,7 @@ def open_backend(
     spec: str,
     *,
     api_key_env: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
     parallel: int = 1,
     num_ctx: int = 4096,
 ) -> Backend:
@@ -85,7 +85,8 @@ def open_backend(
         spec: a model spec (see the module docstring).
         api_key_env: name of the environment variable holding the API key (``openai`` and
             ``ollama``); without it ``openai`` uses ``$OPENAI_API_KEY`` when set.
-        timeout_s: seconds to wait for one reply.
+        timeout_s: total deadline of one model request, seconds (``--request-timeout``); ``None``: 60 s plus
+            0.2 s per token of the request's ``max_tokens``.
         parallel: concurrent requests the embedded server must serve (its slot count).
         num_ctx: context tokens per slot for the embedded server (Ollama takes
             ``GenerateOptions.num_ctx`` per request instead).

@@ -276,6 +276,29 @@ class Backend(abc.ABC):
         """
         return None
 
+    def provenance(self) -> dict[str, Any]:
+        """What shaped the model's output, as the server reports it (:data:`harness.backends.server_facts.ModelFacts`).
+
+        Returns:
+            The chat template, its tool support, the server's sampling defaults, quantisation and parameter count;
+            ``{}`` when the server reports none of it (a replay cassette, a hosted API).
+
+        Raises:
+            BackendError: the server cannot be reached.
+        """
+        return {}
+
+    def warm_up(self) -> float | None:
+        """Send one request that makes the server load the model, so start-up stays out of the turns' latency.
+
+        Returns:
+            Its wall-clock time in ms, or ``None`` when the backend has nothing to warm (a replay cassette).
+
+        Raises:
+            BackendError: the server failed the request.
+        """
+        return None
+
     def start_run(self) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
         """Called before each run; the replay backend rewinds its cassette here."""
 

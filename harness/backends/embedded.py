@@ -21,6 +21,7 @@ import functools
 import gc
 import importlib.metadata
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class EmbeddedBackend(Backend):
         name_or_path: a known model name (``smollm2-135m``) or a path to a ``.gguf`` file.
         parallel: number of concurrent requests (llama.cpp slots).
         num_ctx: context length per slot, in tokens.
-        timeout_s: seconds to wait for one reply.
+        timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 0.2 s per token of ``max_tokens``.
         chat_template: a Jinja chat template to use instead of the one in the GGUF file (e.g. one
             that renders tools, for a model whose own template does not).
 
@@ -86,7 +87,7 @@ class EmbeddedBackend(Backend):
         *,
         parallel: int = 1,
         num_ctx: int = DEFAULT_NUM_CTX,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
         chat_template: str | None = None,
     ) -> None:
         if parallel < 1 or num_ctx < 1:
@@ -144,6 +145,26 @@ class EmbeddedBackend(Backend):
     def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
         """As for any OpenAI-compatible server (:func:`~harness.backends.openai_compat.openai_request_settings`)."""
         return openai_request_settings(options, tools=tools)
+
+    def provenance(self) -> dict[str, Any]:
+        """Start the server if needed and read its ``/props`` (:meth:`OpenAICompatBackend.provenance`): the template in
+        use is the GGUF's ``tokenizer.chat_template`` (or ``chat_template`` given here), with its tool support, the
+        server's sampling defaults, the GGUF's file type (``model_ftype``) and parameter count.
+
+        Raises:
+            BackendUnavailable: the server could not start.
+        """
+        self.start()
+        assert self._client is not None
+        return self._client.provenance()
+
+    def warm_up(self) -> float | None:
+        """Start the server (loading the model) and send it one request; its time, ms (the model load included)."""
+        started = time.perf_counter()
+        self.start()
+        assert self._client is not None
+        self._client.warm_up()
+        return (time.perf_counter() - started) * 1000.0
 
     def identity(self) -> BackendIdentity:
         """``embedded``, the model name, ``sha256:<gguf sha256>`` and ``xllamacpp <version>``.

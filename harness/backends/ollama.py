@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import httpx
 
 from harness.backends.base import BackendIdentity, GenerateOptions, Reply
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, _snippet
+from harness.backends.server_facts import REQUEST_TIMEOUT_BASE_S, ollama_facts
 from harness.backends.server_words import is_context_overflow
 from harness.errors import BackendError, BackendResponseError, ContextOverflow, ServerConfigError
 
@@ -60,7 +62,7 @@ class OllamaBackend(OpenAICompatBackend):
         model: Ollama model name, e.g. ``qwen2.5-coder:1.5b``.
         base_url: Ollama's root URL (no ``/api``), default ``http://localhost:11434``.
         api_key: sent as a Bearer token when given (for Ollama behind an auth proxy).
-        timeout_s: seconds to wait for one reply.
+        timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 0.2 s per token of ``max_tokens``.
         client: an ``httpx.Client`` to use instead of a private one.
     """
 
@@ -72,7 +74,7 @@ class OllamaBackend(OpenAICompatBackend):
         base_url: str = DEFAULT_OLLAMA_URL,
         *,
         api_key: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
         client: httpx.Client | None = None,
     ) -> None:
         super().__init__(model, base_url, api_key=api_key, timeout_s=timeout_s, client=client)
@@ -94,7 +96,7 @@ class OllamaBackend(OpenAICompatBackend):
 
         Raises:
             BackendUnavailable: Ollama is not running at the URL, or dropped the connection.
-            BackendTimeout: no complete answer within ``timeout_s``.
+            BackendTimeout: no complete answer within the request's deadline (``timeout_s``, else 60 s + 0.2 s per token).
             ModelNotFound: the model is not pulled (HTTP 404 ``model 'M' not found`` or
                 ``model "M" not found, try pulling it first``, both in ``server/routes.go``).
             ContextOverflow: the conversation is longer than ``num_ctx``.
@@ -142,6 +144,31 @@ class OllamaBackend(OpenAICompatBackend):
         if not isinstance(capabilities, list):
             return None
         return "thinking" in capabilities
+
+    def provenance(self) -> dict[str, Any]:
+        """``POST /api/show`` as :func:`~harness.backends.server_facts.ollama_facts` reads it (template, ``tools``
+        capability, ``parameters``, quantisation, parameter size); ``{}`` when Ollama answers with an error.
+
+        Raises:
+            BackendUnavailable: Ollama is not running at the URL.
+            BackendTimeout: Ollama did not answer in time.
+        """
+        return ollama_facts(self._get_json("POST", "/api/show", {"model": self.model}))
+
+    def warm_up(self) -> float | None:
+        """``POST /api/chat`` with an empty ``messages`` list: Ollama loads the model and answers ``done_reason: "load"``
+        (``server/routes.go``, ``ChatHandler``), generating nothing.
+
+        Returns:
+            Its wall-clock time, ms.
+
+        Raises:
+            BackendError: Ollama failed the request (e.g. HTTP 404: the model is not pulled).
+        """
+        start = time.perf_counter()
+        response = self._request("POST", self._chat_url(), json_body={"model": self.model, "messages": [], "stream": False})
+        self._raise_for_status(response)
+        return (time.perf_counter() - start) * 1000.0
 
     def request_settings(self, options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
         """``truncate: false`` always, and ``think: true|false`` when ``options.think`` is ``on``/``off``."""
@@ -237,7 +264,9 @@ class OllamaBackend(OpenAICompatBackend):
 
     def _get_json(self, method: str, path: str, json_body: Any = None) -> dict[str, Any]:
         """A metadata request; ``{}`` when Ollama answers with an error status or odd body."""
-        response = self._request(method, f"{self.base_url}{path}", json_body=json_body, timeout_s=self.timeout_s)
+        response = self._request(
+            method, f"{self.base_url}{path}", json_body=json_body, timeout_s=self.timeout_s or REQUEST_TIMEOUT_BASE_S
+        )
         if response.status_code >= 400:
             return {}
         try:

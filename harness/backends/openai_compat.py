@@ -41,7 +41,12 @@ from typing import Any
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
-from harness.backends.server_words import parse_retry_after, permanent_error, server_timings
+from harness.backends.server_facts import REQUEST_TIMEOUT_BASE_S, default_request_timeout_s, llamacpp_facts
+from harness.backends.server_words import error_detail as _error_detail
+from harness.backends.server_words import is_model_not_found as _is_model_not_found
+from harness.backends.server_words import json_error_detail as _json_error_detail
+from harness.backends.server_words import openai_request_settings, parse_retry_after, permanent_error, server_timings
+from harness.backends.server_words import parent_url as _parent_url
 from harness.backends.streaming import Streamed, read_stream, reply_speed, stream_reply
 from harness.errors import (
     BackendError,
@@ -51,10 +56,13 @@ from harness.errors import (
     ModelNotFound,
 )
 
-__all__ = ["DEFAULT_TIMEOUT_S", "OpenAICompatBackend", "openai_request_settings", "parse_retry_after"]
+__all__ = ["DEFAULT_TIMEOUT_S", "WARM_UP_MESSAGES", "OpenAICompatBackend", "openai_request_settings", "parse_retry_after"]
 
-#: default seconds to wait for one chat reply (small CPU models can be slow)
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S: float | None = None
+"""No fixed deadline: each request gets :func:`~harness.backends.server_facts.default_request_timeout_s` of its
+``max_tokens`` (60 s plus 0.2 s per token), unless ``--request-timeout`` gives one."""
+WARM_UP_MESSAGES = ({"role": "user", "content": "Hi"},)
+"""The conversation of the warm-up request (:meth:`OpenAICompatBackend.warm_up`), sent with ``max_tokens`` 1."""
 _BODY_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
 MAX_BODY_BYTES = 256 * 1024 * 1024
 """The most a reply body may hold; a server sending more is refused (a reply is kilobytes)."""
@@ -76,7 +84,8 @@ class OpenAICompatBackend(Backend):
         model: model name sent in the request's ``model`` field.
         base_url: API root including the version path, e.g. ``http://127.0.0.1:8080/v1``.
         api_key: sent as ``Authorization: Bearer <key>`` when given.
-        timeout_s: seconds to wait for one reply (connect, write and read each).
+        timeout_s: total deadline of one request, seconds (the whole body must arrive within it); ``None``: 60 s plus
+            0.2 s per token of the request's ``max_tokens`` (:func:`~harness.backends.server_facts.default_request_timeout_s`).
         client: an ``httpx.Client`` to use instead of a private one; it is not closed by
             :meth:`close`.
     """
@@ -90,7 +99,7 @@ class OpenAICompatBackend(Backend):
         base_url: str,
         *,
         api_key: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
         client: httpx.Client | None = None,
     ) -> None:
         self.model = model
@@ -99,7 +108,7 @@ class OpenAICompatBackend(Backend):
         self.spec = f"{self.kind}:{model}@{self.base_url}"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout_s))
+        self._client = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout_s or REQUEST_TIMEOUT_BASE_S))
         self._server_version: str | None = None
         self._identity: BackendIdentity | None = None
 
@@ -121,7 +130,7 @@ class OpenAICompatBackend(Backend):
 
         Raises:
             BackendUnavailable: the server cannot be reached or dropped the connection.
-            BackendTimeout: no complete answer within ``timeout_s``.
+            BackendTimeout: no complete answer within the request's deadline (``timeout_s``, else 60 s + 0.2 s per token).
             ModelNotFound: HTTP 404 whose body says the model does not exist.
             BackendResponseError: any other HTTP status >= 400 (but a refusal of the model's tool
                 call, returned as a reply with ``rejection`` set), or a body that is not the
@@ -129,7 +138,10 @@ class OpenAICompatBackend(Backend):
         """
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
-        response = self._request("POST", self._chat_url(), json_body=payload, stream_from=start if options.stream else None)
+        deadline_s = self.timeout_s if self.timeout_s is not None else default_request_timeout_s(options.max_tokens)
+        response = self._request(
+            "POST", self._chat_url(), json_body=payload, timeout_s=deadline_s, stream_from=start if options.stream else None
+        )
         latency_ms = (time.perf_counter() - start) * 1000.0
         rejected = self._rejected_reply(response, latency_ms)
         if rejected is not None:
@@ -162,6 +174,29 @@ class OpenAICompatBackend(Backend):
                 backend=self.kind, model=self.model, base_url=self.base_url, server_version=self._server_version
             )
         return self._identity
+
+    def provenance(self) -> dict[str, Any]:
+        """llama.cpp's ``GET /props`` and ``GET /v1/models`` as :func:`~harness.backends.server_facts.llamacpp_facts`
+        reads them; ``{}`` from a server without ``/props`` (vLLM, hosted APIs).
+
+        Raises:
+            BackendUnavailable: nothing listens at the base URL.
+        """
+        props = self._get_props()
+        return llamacpp_facts(props, self._get_metadata(f"{self.base_url}/models")) if props else {}
+
+    def warm_up(self) -> float | None:
+        """One chat request (``Hi``, ``max_tokens`` 1, temperature 0, no tools): the server loads the model now.
+
+        Returns:
+            Its wall-clock time, ms.
+
+        Raises:
+            BackendError: as :meth:`generate`.
+        """
+        start = time.perf_counter()
+        self.generate(list(WARM_UP_MESSAGES), None, GenerateOptions(max_tokens=1))
+        return (time.perf_counter() - start) * 1000.0
 
     def close(self) -> None:
         """Close the HTTP client (unless it was passed in)."""
@@ -320,7 +355,7 @@ class OpenAICompatBackend(Backend):
             BackendResponseError: a body over :data:`MAX_BODY_BYTES`, or one that cannot be read.
             BackendUnavailable: the server cannot be reached or broke the connection.
         """
-        seconds = timeout_s if timeout_s is not None else self.timeout_s
+        seconds = timeout_s if timeout_s is not None else (self.timeout_s or REQUEST_TIMEOUT_BASE_S)
         deadline = time.monotonic() + seconds
         content = None
         headers = self._headers
@@ -337,8 +372,8 @@ class OpenAICompatBackend(Backend):
                 return self._read_whole(response, deadline)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
-                f"The server at {self.base_url} did not answer within {seconds:g} s; "
-                f"raise the timeout or use a smaller model or prompt."
+                f"The server at {self.base_url} did not answer completely within {seconds:g} s; "
+                f"raise --request-timeout or use a smaller model or prompt."
             ) from exc
         except httpx.ConnectError as exc:
             raise BackendUnavailable(self._unreachable_message()) from exc
@@ -427,70 +462,29 @@ class OpenAICompatBackend(Backend):
 
     def _fetch_build_info(self) -> str | None:
         """``build_info`` from llama.cpp's ``GET /props`` next to the API root, or ``None``."""
-        url = f"{_parent_url(self.base_url)}/props"
+        value = self._get_props().get("build_info")
+        return value if isinstance(value, str) and value else None
+
+    def _get_props(self) -> dict[str, Any]:
+        """llama.cpp's ``GET /props`` next to the API root (``{}`` when there is none)."""
+        return self._get_metadata(f"{_parent_url(self.base_url)}/props")
+
+    def _get_metadata(self, url: str) -> dict[str, Any]:
+        """A best-effort ``GET`` of a JSON object within 5 s; ``{}`` on an error status, a timeout or another body.
+
+        Raises:
+            BackendUnavailable: nothing listens at the URL (connection refused).
+        """
         try:
-            response = self._client.get(url, headers=self._headers, timeout=min(self.timeout_s, _METADATA_TIMEOUT_S))
+            response = self._client.get(
+                url, headers=self._headers, timeout=min(self.timeout_s or _METADATA_TIMEOUT_S, _METADATA_TIMEOUT_S)
+            )
             data = response.json() if response.status_code == 200 else None
         except httpx.ConnectError as exc:
             raise BackendUnavailable(self._unreachable_message()) from exc
         except (httpx.HTTPError, ValueError, RecursionError):
-            return None
-        value = data.get("build_info") if isinstance(data, dict) else None
-        return value if isinstance(value, str) and value else None
-
-
-def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
-    """What an OpenAI-compatible request sends beyond messages and sampling options.
-
-    Args:
-        options: the run's options.
-        tools: whether the request offers tools.
-
-    Returns:
-        ``{"parallel_tool_calls": True}`` when tools are offered (OpenAI's API refuses the field without tools),
-        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``,
-        plus ``{"stream_options": {"include_usage": True}}`` when streaming (the final chunk carries the counts).
-    """
-    settings: dict[str, Any] = {"parallel_tool_calls": True} if tools else {}
-    if options.think != "default":
-        settings["chat_template_kwargs"] = {"enable_thinking": options.think == "on"}
-    if options.stream:
-        settings["stream_options"] = {"include_usage": True}
-    return settings
-
-
-def _json_error_detail(response: httpx.Response) -> str | None:
-    """The error text of a JSON error body (OpenAI ``error.message``, Ollama ``error``), or ``None``."""
-    try:
-        body = response.json()
-    except (ValueError, RecursionError):
-        return None
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    return error if isinstance(error, str) else None
-
-
-def _error_detail(response: httpx.Response) -> str:
-    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
-    detail = _json_error_detail(response)
-    if detail is not None:
-        return detail
-    text = response.text.strip()
-    return text[:_SNIPPET_CHARS] if text else response.reason_phrase or "no body"
-
-
-def _is_model_not_found(detail: str) -> bool:
-    text = detail.lower()
-    return "model" in text and ("not found" in text or "does not exist" in text or "model_not_found" in text)
-
-
-def _parent_url(base_url: str) -> str:
-    """``http://h:1/v1`` -> ``http://h:1``; a URL without a path is returned unchanged."""
-    url = httpx.URL(base_url)
-    path = url.path.rstrip("/")
-    parent = path.rsplit("/", 1)[0] if path else ""
-    return str(url.copy_with(path=parent or "/")).rstrip("/")
+            return {}
+        return data if isinstance(data, dict) else {}
 
 
 def _snippet(obj: Any) -> str:

@@ -18,9 +18,15 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+
+from harness.backends.base import GenerateOptions
 from harness.errors import BackendError, ContextOverflow, ServerConfigError
 
-__all__ = ["is_context_overflow", "parse_retry_after", "permanent_error", "server_timings"]
+__all__ = [
+    "error_detail", "is_context_overflow", "is_model_not_found", "json_error_detail", "openai_request_settings", "parent_url",
+    "parse_retry_after", "permanent_error", "server_timings",
+]  # fmt: skip
 
 _CONTEXT_OVERFLOW_WORDINGS = (
     "exceeds the available context size",  # llama.cpp, exceed_context_size_error (HTTP 400); also Ollama 0.33, which passes it on
@@ -120,3 +126,61 @@ def parse_retry_after(value: str | None) -> float | None:
             when = when.replace(tzinfo=UTC)
         seconds = (when - datetime.now(UTC)).total_seconds()
     return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+
+
+SNIPPET_CHARS = 200
+"""Characters of an unexpected body quoted in error messages."""
+
+
+def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[str, Any]:
+    """What an OpenAI-compatible request sends beyond messages and sampling options.
+
+    Args:
+        options: the run's options.
+        tools: whether the request offers tools.
+
+    Returns:
+        ``{"parallel_tool_calls": True}`` when tools are offered (OpenAI's API refuses the field without tools),
+        plus ``{"chat_template_kwargs": {"enable_thinking": true|false}}`` when ``options.think`` is ``on``/``off``,
+        plus ``{"stream_options": {"include_usage": True}}`` when streaming (the final chunk carries the counts).
+    """
+    settings: dict[str, Any] = {"parallel_tool_calls": True} if tools else {}
+    if options.think != "default":
+        settings["chat_template_kwargs"] = {"enable_thinking": options.think == "on"}
+    if options.stream:
+        settings["stream_options"] = {"include_usage": True}
+    return settings
+
+
+def json_error_detail(response: httpx.Response) -> str | None:
+    """The error text of a JSON error body (OpenAI ``error.message``, Ollama ``error``), or ``None``."""
+    try:
+        body = response.json()
+    except (ValueError, RecursionError):
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return error if isinstance(error, str) else None
+
+
+def error_detail(response: httpx.Response) -> str:
+    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
+    detail = json_error_detail(response)
+    if detail is not None:
+        return detail
+    text = response.text.strip()
+    return text[:SNIPPET_CHARS] if text else response.reason_phrase or "no body"
+
+
+def is_model_not_found(detail: str) -> bool:
+    text = detail.lower()
+    return "model" in text and ("not found" in text or "does not exist" in text or "model_not_found" in text)
+
+
+def parent_url(base_url: str) -> str:
+    """``http://h:1/v1`` -> ``http://h:1``; a URL without a path is returned unchanged."""
+    url = httpx.URL(base_url)
+    path = url.path.rstrip("/")
+    parent = path.rsplit("/", 1)[0] if path else ""
+    return str(url.copy_with(path=parent or "/")).rstrip("/")

@@ -51,9 +51,9 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument(
         "--max-attempts", type=int, default=4, metavar="N", help="attempts per model call on server errors (default 4)"
     )
-    p.add_argument(
-        "--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds to wait for one model reply (default 300)"
-    )
+    p.add_argument("--request-timeout", "--timeout", dest="timeout", type=float, metavar="SECONDS",
+                   help="total deadline of one model request, the whole reply included (default 60 plus 0.2 per token of "
+                        "max_tokens); --timeout is the same flag")  # fmt: skip
     p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
     p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
@@ -69,8 +69,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.jobs <= 256 or not 1 <= args.max_attempts <= 100:
         raise UsageError("--jobs must be from 1 to 256 and --max-attempts from 1 to 100.")
-    if not 1 <= args.timeout <= 86_400:  # also refuses nan
-        raise UsageError("--timeout must be from 1 to 86400 seconds.")
+    if args.timeout is not None and not 1 <= args.timeout <= 86_400:  # also refuses nan
+        raise UsageError("--request-timeout must be from 1 to 86400 seconds.")
     if args.record is not None:
         check_output_folder(args.record, option="--record")
     streams = None if args.stream is None else list(dict.fromkeys(value == "on" for value in args.stream))
@@ -126,7 +126,7 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
     return 1 if unplanned else 0
 
 
-def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float) -> MatrixResult:
+def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None) -> MatrixResult:
     """Run the matrix with progress on the terminal; a second Ctrl-C quits the process at once."""
     from harness.backends import open_backend
     from harness.console import Progress, plural, print_run_summary

@@ -30,9 +30,10 @@ from harness.ledger.anchor import Anchor, anchor_problem
 from harness.ledger.blobs import BLOB_COLUMNS, blobs_problem
 from harness.ledger.chain import verify_chains
 from harness.ledger.migrations import CHAINED_TABLES
+from harness.ledger.queries import template_key
 from harness.ledger.records import VerifyResult
 
-__all__ = ["migrations_problem", "schema_problem", "sequence_problem", "storage_problem", "verify_ledger"]
+__all__ = ["migrations_problem", "schema_problem", "sequence_problem", "storage_problem", "templates_problem", "verify_ledger"]
 
 _KINDS = {"table": "table", "index": "index", "trigger": "trigger", "view": "view"}
 
@@ -144,8 +145,22 @@ def storage_problem(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]]
     return None
 
 
+def templates_problem(db: sqlite3.Connection) -> str | None:
+    """A stored chat template whose text no longer hashes to its key (``templates``, since ``m009_templates``), or None.
+
+    Runs name their template by key in their chained ``config``, so the text is covered once it matches its key.
+    """
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='templates'").fetchone():
+        return None
+    for key, text in db.execute("SELECT sha256, text FROM templates ORDER BY sha256"):
+        if not isinstance(text, str) or template_key(text) != key:
+            return f"the chat template stored under {str(key)[:16]} does not hash to its key (it was altered)"
+    return None
+
+
 def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], anchor: Anchor | None = None) -> VerifyResult:
-    """Every check in order: the migration record, the schema, every chain, the row counters, the blobs, then the anchor.
+    """Every check in order: the migration record, the schema, every chain, the row counters, the blobs, the templates,
+    then the anchor.
 
     Args:
         db: an open ledger connection.
@@ -166,6 +181,7 @@ def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
             return result
         problem = sequence_problem(db, [t for t in CHAINED_TABLES if columns[t]])
         problem = problem or blobs_problem(db, [t for t in BLOB_COLUMNS if "blob_refs" in columns.get(t, ())])
+        problem = problem or templates_problem(db)
         if problem is None and anchor is not None:
             problem = anchor_problem(db, anchor)
     except sqlite3.Error as exc:

@@ -176,6 +176,14 @@ def m008_streaming(db: sqlite3.Connection) -> None:
         db.execute(f"INSERT INTO _added_columns SELECT 'turns', '{column}', COALESCE(MAX(seq), 0) FROM turns")
 
 
+@migration
+def m009_templates(db: sqlite3.Connection) -> None:
+    """Store each chat template a run's server reported once: ``templates`` (SHA-256 hex of the UTF-8 text -> text,
+    append-only); runs name theirs in ``config.provenance.template_sha256`` (:mod:`harness.ledger.queries`)."""
+    db.execute("CREATE TABLE templates (sha256 TEXT PRIMARY KEY, text TEXT NOT NULL)")
+    _append_only_triggers(db, "templates")
+
+
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
 
 

@@ -32,6 +32,7 @@ Tables (all columns of JSON type hold canonical JSON text)::
     attempts   one row per failed model-call attempt (infrastructure errors and their retries)
     attestations  one row per human review of a run: reviewer, notes, SHA-256 of the review frame
     blobs      each large payload of turns, run_ends and labels, once, by SHA-256 (:mod:`harness.ledger.blobs`)
+    templates  each chat template a run's server reported, once, by SHA-256 (:mod:`harness.ledger.queries`)
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from harness.ledger.chain import GENESIS_HASH, row_hash, storable
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_readonly, connect_writable, not_writable
+from harness.ledger.queries import NEWEST_LABELS, RUN_END_COLUMNS, SCORED_SQL, TIMING_SQL, model_runs, store_template
 from harness.ledger.records import (
     Attempt,
     Attestation,
@@ -69,7 +71,6 @@ from harness.ledger.records import (
     run_row,
     turn_row,
 )
-from harness.vocab import SCORED_OUTCOMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,24 +83,8 @@ EXPORT_COLUMNS = (
     "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome", "stream", "ttft_ms", "decode_tps",
 )  # fmt: skip
 
-_TIMING_SQL = ("0 AS stream, NULL AS ttft_ms, NULL AS decode_tps", "COALESCE(r.stream, 0) AS stream, t.ttft_ms, t.decode_tps")
 ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
-
-_SCORED_SQL = "(" + ", ".join(f"'{o}'" for o in SCORED_OUTCOMES) + ")"
-_RUN_END_COLUMNS = (
-    "e.seq AS end_seq, e.outcome, e.turns AS end_turns, e.prompt_tokens AS end_prompt_tokens,"
-    " e.completion_tokens AS end_completion_tokens, e.breach, e.error, e.checks, e.final_answer, e.escape_attempts,"
-    " e.files_written, e.ended_at"
-)
-"""The end columns of a run read together with its start row (renamed where ``runs`` has a column of the same name)."""
-
-
-_NEWEST_LABELS = (
-    "(SELECT run_id, turn, failure_modes, classifier_version FROM labels"
-    " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
-)
-"""The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
 
 
 class Ledger:
@@ -280,6 +265,20 @@ class Ledger:
         """Append a reviewer's attestation of one run's review frame (``harness attest``)."""
         self._append("attestations", json_columns(record))
 
+    def record_template(self, text: str) -> str:
+        """Store a chat template once (``templates``, keyed by the SHA-256 of its UTF-8 bytes); its key (hex)."""
+        try:
+            with self._transaction() as db:
+                return store_template(db, text)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"could not append to the ledger {self.path} (templates): {exc}.") from exc
+
+    def model_runs(self) -> list[dict[str, Any]]:
+        """Per run, what the report's model header needs (:func:`harness.ledger.queries.model_runs`), in start order."""
+        with self._lock:
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            return model_runs(self._db, "templates" in tables, "manifest_digest" in self._columns["runs"])
+
     def record_attempt(self, record: Attempt) -> None:
         """Append one failed model-call attempt."""
         self._append("attempts", json_columns(record))
@@ -302,7 +301,7 @@ class Ledger:
 
     def _run_rows(self, where: str = "", params: Sequence[Any] = (), limit: int | None = None) -> list[RunRow]:
         refs = ", e.blob_refs AS end_blob_refs" if self._has_blobs("run_ends") else ""
-        sql = f"SELECT r.*, {_RUN_END_COLUMNS}{refs} FROM runs r LEFT JOIN run_ends e USING (run_id) {where} ORDER BY r.seq"
+        sql = f"SELECT r.*, {RUN_END_COLUMNS}{refs} FROM runs r LEFT JOIN run_ends e USING (run_id) {where} ORDER BY r.seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [run_row(row) for row in self._query(sql, params, payloads="run_ends", refs="end_blob_refs")]
@@ -328,7 +327,7 @@ class Ledger:
         rows = self._query(
             "SELECT t.*, COALESCE(l.failure_modes, t.failure_modes) AS newest_labels,"
             " COALESCE(l.classifier_version, t.classifier_version) AS labels_version"
-            f" FROM turns t LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) {where} ORDER BY t.seq",
+            f" FROM turns t LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn) {where} ORDER BY t.seq",
             params,
             payloads="turns",
         )
@@ -353,7 +352,7 @@ class Ledger:
         """
         rows = self._query(
             "SELECT r.identity, COUNT(*) AS n FROM runs r JOIN run_ends e USING (run_id)"
-            f" WHERE e.outcome IN {_SCORED_SQL} GROUP BY r.identity"
+            f" WHERE e.outcome IN {SCORED_SQL} GROUP BY r.identity"
         )
         return {row["identity"]: row["n"] for row in rows}
 
@@ -369,13 +368,13 @@ class Ledger:
 
     def export_rows(self) -> Iterator[dict[str, Any]]:
         """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn; ``stream`` a bool)."""
-        timing = _TIMING_SQL["ttft_ms" in self._columns["turns"]]  # the columns since m008_streaming (ms, tokens/s)
+        timing = TIMING_SQL["ttft_ms" in self._columns["turns"]]  # the columns since m008_streaming (ms, tokens/s)
         rows = self._query(
             "SELECT t.run_id, r.scenario, r.model, r.temperature, r.tool_mode, r.parser, r.repetition, t.turn,"
             " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"
             f" t.completion_tokens, t.latency_ms, e.outcome, {timing}"
             " FROM turns t JOIN runs r USING (run_id) LEFT JOIN run_ends e USING (run_id)"
-            f" LEFT JOIN {_NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
+            f" LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
         )
         for row in rows:
             row["failure_modes"] = decode_labels(row["failure_modes"], row)

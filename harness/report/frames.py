@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,8 @@ class LedgerFrames:
         ledger_path: the file read.
         runs_chain_head: ``row_hash`` of the newest ``runs`` row (identifies the ledger's
             content), or None when empty.
+        model_runs: per run, in start order, what the model header shows (:meth:`harness.ledger.Ledger.model_runs`:
+            ``model``, ``backend``, ``digest``, ``tool_mode``, ``provenance``, ``warmup_ms`` in ms, ``template``).
     """
 
     runs: pd.DataFrame
@@ -61,6 +64,7 @@ class LedgerFrames:
     run_modes: pd.DataFrame
     ledger_path: Path
     runs_chain_head: str | None
+    model_runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -103,6 +107,7 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
         runs = ledger.runs_frame()
         turns = ledger.turns_frame()
         labels = ledger.newest_labels_frame()
+        model_runs = ledger.model_runs()
     if not labels.empty:
         turns = turns.merge(labels, on=["run_id", "turn"], how="left", suffixes=("", "_new"), sort=False)
         newer = turns["failure_modes_new"].notna()
@@ -122,7 +127,7 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     turn_modes = _explode_modes(turns, codes, decoded)
     run_modes = turn_modes.groupby(["run_id", "mode"], observed=True, sort=True).size().rename("turns_with_mode").reset_index()
     runs = _finish_runs(runs, turns)
-    return LedgerFrames(runs, turns, turn_modes, run_modes, path, head)
+    return LedgerFrames(runs, turns, turn_modes, run_modes, path, head, model_runs)
 
 
 def _explode_modes(turns: pd.DataFrame, codes: np.ndarray, decoded: list[tuple[str, ...]]) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 from harness.errors import UsageError
 from harness.report.frames import LedgerFrames, load_frames
+from harness.report.models import model_header_lines
 from harness.report.tables import CELL_AXES, failure_mode_table, lenient_rescue, parse_axes, shortest_examples, summary_table
 
 __all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_report"]
@@ -163,6 +164,7 @@ def _markdown(
     if runs.empty:
         lines += ["**The ledger holds no runs yet: nothing to compare.** Run `harness run`, then report again.", ""]
         return "\n".join(lines)
+    lines += model_header_lines(frames.model_runs, cell_text)
     lines += _summary_lines(summary, runs, by)
     lines += _failure_lines(frames, failures)
     rescue = lenient_rescue(frames)

@@ -1,0 +1,76 @@
+"""SQL text shared by the ledger's reads, and the chat templates stored once each (``templates``, since
+``m009_templates``).
+
+A run records the facts its model's server reported (:mod:`harness.backends.server_facts`) in its ``config`` under
+``provenance``, with the template replaced by ``template_sha256``; the template text is stored once in ``templates``
+under the SHA-256 of its UTF-8 bytes, however many runs use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from typing import Any
+
+from harness.vocab import SCORED_OUTCOMES
+
+__all__ = ["NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "TIMING_SQL", "model_runs", "store_template", "template_key"]
+
+TIMING_SQL = ("0 AS stream, NULL AS ttft_ms, NULL AS decode_tps", "COALESCE(r.stream, 0) AS stream, t.ttft_ms, t.decode_tps")
+"""The export's timing columns: before ``m008_streaming`` (index 0) and since (index 1)."""
+SCORED_SQL = "(" + ", ".join(f"'{o}'" for o in SCORED_OUTCOMES) + ")"
+RUN_END_COLUMNS = (
+    "e.seq AS end_seq, e.outcome, e.turns AS end_turns, e.prompt_tokens AS end_prompt_tokens,"
+    " e.completion_tokens AS end_completion_tokens, e.breach, e.error, e.checks, e.final_answer, e.escape_attempts,"
+    " e.files_written, e.ended_at"
+)
+"""The end columns of a run read together with its start row (renamed where ``runs`` has a column of the same name)."""
+NEWEST_LABELS = (
+    "(SELECT run_id, turn, failure_modes, classifier_version FROM labels"
+    " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
+)
+"""The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
+
+
+def template_key(text: str) -> str:
+    """The key a template is stored under: the SHA-256 (hex) of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def store_template(db: sqlite3.Connection, text: str) -> str:
+    """Insert a template unless it is stored already (inside the caller's transaction).
+
+    Returns:
+        Its key (:func:`template_key`).
+    """
+    key = template_key(text)
+    db.execute("INSERT OR IGNORE INTO templates (sha256, text) VALUES (?, ?)", (key, text))
+    return key
+
+
+def model_runs(db: sqlite3.Connection, has_templates: bool, has_manifest: bool) -> list[dict[str, Any]]:
+    """One dict per run for the report's model header: ``model``, ``backend``, ``digest`` (the model file's, else
+    Ollama's manifest digest, else None), ``tool_mode``, ``provenance`` (the ``config`` entry, ``{}`` when the run
+    recorded none), ``warmup_ms`` (ms or None) and ``template`` (the stored text, or None)."""
+    manifest = "r.manifest_digest" if has_manifest else "NULL"
+    rows = db.execute(
+        f"SELECT r.model, r.backend, COALESCE(r.model_digest, {manifest}) AS digest, r.tool_mode, r.config FROM runs r ORDER BY r.seq"
+    ).fetchall()
+    texts: dict[str, str] = {}
+    if has_templates:
+        texts = {k: t for k, t in db.execute("SELECT sha256, text FROM templates")}
+    out = []
+    for model, backend, digest, tool_mode, config_text in rows:
+        try:
+            config = json.loads(config_text) if config_text else {}
+        except ValueError:
+            config = {}
+        config = config if isinstance(config, dict) else {}
+        found = config.get("provenance")
+        facts: dict[str, Any] = found if isinstance(found, dict) else {}
+        warmup = config.get("warmup_ms")
+        out.append({"model": model, "backend": backend, "digest": digest, "tool_mode": tool_mode, "provenance": facts,
+                    "warmup_ms": float(warmup) if isinstance(warmup, (int, float)) and not isinstance(warmup, bool) else None,
+                    "template": texts.get(str(facts.get("template_sha256")))})  # fmt: skip
+    return out
