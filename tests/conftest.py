@@ -5,6 +5,7 @@ Helpers that tests import (cassette builders, paths) live in ``tests/helpers.py`
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ import pytest
 from harness.scenarios import load_scenario
 from tests.helpers import SCENARIO_FILE
 from tests.ledger_builders import build_two_model_ledger
+
+# Tests send Ctrl-C (SIGINT) to harness processes they start. A shell that starts pytest in the
+# background (`nohup pytest &`) ignores SIGINT, and children inherit an ignored signal, so those
+# processes would never see it. Children get the default action when this process handles it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

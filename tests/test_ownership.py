@@ -44,6 +44,18 @@ def _harness(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
+def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The next line of ``proc``'s stdout; kills the process and fails the test after ``timeout`` seconds."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    if not lines:
+        proc.kill()
+        pytest.fail(f"no line from the process within {timeout} s")
+    return lines[0]
+
+
 def _finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
     """Wait for a harness process (a hang guard, not a speed assertion)."""
     try:
@@ -359,7 +371,7 @@ def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(t
                                 cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the model call")
         proc.send_signal(signal.SIGINT)
-        line = proc.stdout.readline()  # the first Ctrl-C is being reported
+        line = _readline(proc, timeout=60)  # the first Ctrl-C is being reported
         assert line.strip() == "stopping"
         proc.send_signal(signal.SIGINT)
         rc, out, err = _finish(proc, timeout=60)
@@ -443,7 +455,7 @@ def test_two_ctrl_cs_that_arrive_together_still_quit_at_once(tmp_path):
                 "--ledger", str(ledger_path)]  # fmt: skip
         proc = subprocess.Popen([sys.executable, "-c", BUSY_WORKER, *args], cwd=REPO, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        assert proc.stdout.readline().strip() == "busy"
+        assert _readline(proc, timeout=60).strip() == "busy"
         rc, out, err = _double_ctrl_c(proc)
     assert rc == 130 and "1 run in flight recorded as interrupted" in err, err
     with Ledger(ledger_path, readonly=True) as ledger:
