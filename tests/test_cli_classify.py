@@ -191,3 +191,29 @@ def test_the_readme_classify_example_runs_as_written(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["failure_modes"] == ["code_fence", "mixed_prose"] and result["recovered_by"] == "fenced"
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"requires_tool": "yes"}, '"requires_tool" must be true or false'),
+        ({"server_rejection": 500}, '"server_rejection" must be a string'),
+        ({"stream_problems": "oops"}, '"stream_problems" must be a list of strings'),
+        ({"stream_problems": ["ok", 3]}, '"stream_problems" must be a list of strings'),
+    ],
+)
+def test_a_wrongly_typed_flag_is_one_sentence_not_silently_absent(tmp_path, capsys, flags, words):
+    # a newcomer's "requires_tool": "yes" was read as "not judged" and exited 0
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps({"response": {"content": "The weather is sunny."}, **flags}), encoding="utf-8")
+    assert main(["classify", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and words in captured.err and captured.err.count("\n") == 1
+
+
+def test_null_flags_are_left_out(tmp_path, capsys):
+    path = tmp_path / "doc.json"
+    doc = {"response": {"content": "hi"}, "requires_tool": None, "server_rejection": None, "stream_problems": None}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert main(["classify", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["failure_modes"] == []

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
@@ -151,5 +152,22 @@ def _cmd_classify(args: argparse.Namespace) -> int:
         raise UsageError(
             f'{where} has no "response" object; expected {{"tools": [...], "messages": [...], "response": {{"content": ..., "tool_calls": ...}}}}.'
         )
+    _check_flags(doc, where)
     print(json.dumps(classify_document(doc), indent=2, ensure_ascii=True))
     return 0
+
+
+def _check_flags(doc: dict[str, Any], where: str) -> None:
+    """Refuse a wrongly typed input flag, which would otherwise be silently read as absent.
+
+    Raises:
+        UsageError: ``requires_tool`` not a boolean, ``server_rejection`` not a string, or ``stream_problems``
+            not a list of strings (each may be null or left out).
+    """
+    expected = {"requires_tool": ("true or false", bool), "server_rejection": ("a string", str)}
+    for key, (words, kind) in expected.items():
+        if doc.get(key) is not None and not isinstance(doc[key], kind):
+            raise UsageError(f'{where}: "{key}" must be {words} (or left out), not {json.dumps(doc[key])[:60]}.')
+    problems = doc.get("stream_problems")
+    if problems is not None and not (isinstance(problems, list) and all(isinstance(p, str) for p in problems)):
+        raise UsageError(f'{where}: "stream_problems" must be a list of strings (or left out), not {json.dumps(problems)[:60]}.')
