@@ -65,3 +65,22 @@ def test_a_deleted_template_row_still_named_by_a_run_fails_verify(tmp_path, scen
         result = ledger.verify()
     assert not result.ok and result.problem is not None
     assert result.problem.endswith("which is not stored (it was deleted)")
+
+
+def test_hostile_server_facts_cannot_break_or_inject_into_the_models_section(tmp_path, scenario):
+    from harness.report import write_report
+    from tests.test_provenance import ollama_routes
+
+    hostile = "Q4|`<script>alert(1)</script>\n# heading ![x](http://evil.example/p.png) [click](javascript:alert(1))"
+    show = json_reply(200, {"template": "{{ .Prompt }}|`\n<b>", "capabilities": "tools", "details": {"quantization_level": hostile,
+                            "parameter_size": "7B|\r\n| x |"}, "parameters": 'stop "<|im_end|>"\n[a](b) `1`'})  # fmt: skip
+    with FakeServer(ollama_routes(show, digest="ab|`<x>\n[y](z)")) as server:
+        run_plans(tmp_path, [RunPlan(scenario, f"ollama:qwen3:0.6b@{server.url}", 0.0)])
+    (report,) = write_report(tmp_path / "ledger.sqlite", tmp_path / "out", formats=("md",))
+    text = report.read_text()
+    section = text[text.index("## Models") : text.index("## Summary")]
+    lines = [line for line in section.splitlines() if line]
+    assert lines[0] == "## Models" and lines[1].startswith("- ollama:qwen3:0.6b@") and len(lines) == 2  # one bullet, whole
+    for line in lines[1:]:
+        assert "<script" not in line and "<b>" not in line and "](" not in line.replace("\\](", "")
+        assert "|" not in line.replace("\\|", "") and "`" not in line
