@@ -470,19 +470,20 @@ class OpenAICompatBackend(Backend):
         return self._get_metadata(f"{_parent_url(self.base_url)}/props")
 
     def _get_metadata(self, url: str) -> dict[str, Any]:
-        """A best-effort ``GET`` of a JSON object within 5 s; ``{}`` on an error status, a timeout or another body.
+        """A best-effort ``GET`` of a JSON object within 5 s in total (a trickling server cannot hold it longer) and
+        :data:`MAX_BODY_BYTES`; ``{}`` on an error status, a timeout, a broken connection or another body.
 
         Raises:
             BackendUnavailable: nothing listens at the URL (connection refused).
         """
         try:
-            response = self._client.get(
-                url, headers=self._headers, timeout=min(self.timeout_s or _METADATA_TIMEOUT_S, _METADATA_TIMEOUT_S)
-            )
+            response = self._request("GET", url, timeout_s=min(self.timeout_s or _METADATA_TIMEOUT_S, _METADATA_TIMEOUT_S))
             data = response.json() if response.status_code == 200 else None
-        except httpx.ConnectError as exc:
-            raise BackendUnavailable(self._unreachable_message()) from exc
-        except (httpx.HTTPError, ValueError, RecursionError):
+        except BackendUnavailable as exc:
+            if isinstance(exc.__cause__, httpx.ConnectError):
+                raise
+            return {}
+        except (BackendError, ValueError, RecursionError):
             return {}
         return data if isinstance(data, dict) else {}
 

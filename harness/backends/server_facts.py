@@ -60,8 +60,27 @@ def default_request_timeout_s(max_tokens: int) -> float:
     return REQUEST_TIMEOUT_BASE_S + REQUEST_TIMEOUT_PER_TOKEN_S * max(0, max_tokens)
 
 
-def _text(value: Any) -> str | None:
+#: characters kept of one short fact (quantisation, parameter count, a sampling value): a server could send megabytes
+FACT_CHARS = 200
+#: options kept of Ollama's ``parameters`` (and values kept of one repeated option, ``stop``)
+MAX_FACTS = 64
+
+
+def _template(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _text(value: Any) -> str | None:
+    return value[:FACT_CHARS] if isinstance(value, str) and value else None
+
+
+def _fact(value: Any) -> Any:
+    """A sampling value as recorded: numbers, booleans and null as sent; anything else as text of at most
+    :data:`FACT_CHARS` characters (a list of stop strings as JSON)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text[:FACT_CHARS]
 
 
 def llamacpp_facts(props: dict[str, Any], models: dict[str, Any] | None = None) -> ModelFacts:
@@ -80,7 +99,7 @@ def llamacpp_facts(props: dict[str, Any], models: dict[str, Any] | None = None) 
     tools = caps.get("supports_tools") if isinstance(caps, dict) else None
     settings = props.get("default_generation_settings")
     params = settings.get("params") if isinstance(settings, dict) else None
-    sampling = {k: params[k] for k in _LLAMACPP_SAMPLING if k in params} if isinstance(params, dict) else None
+    sampling = {k: _fact(params[k]) for k in _LLAMACPP_SAMPLING if k in params} if isinstance(params, dict) else None
     parameters = None
     data = models.get("data") if isinstance(models, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict) and isinstance(data[0].get("meta"), dict):
@@ -88,7 +107,7 @@ def llamacpp_facts(props: dict[str, Any], models: dict[str, Any] | None = None) 
         parameters = str(count) if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
     return {
         "source": "llama.cpp /props",
-        "chat_template": _text(props.get("chat_template")),
+        "chat_template": _template(props.get("chat_template")),
         "template_tools": tools if isinstance(tools, bool) else None,
         "sampling_defaults": sampling or None,
         "quantization": _text(props.get("model_ftype")),
@@ -115,11 +134,12 @@ def parse_ollama_parameters(text: Any) -> dict[str, Any] | None:
             value: Any = json.loads(raw.strip())
         except ValueError:
             value = raw.strip()
+        name, value = name[:FACT_CHARS], _fact(value)
         if name in out:
             out[name] = [*out[name], value] if isinstance(out[name], list) else [out[name], value]
-        else:
+        elif len(out) < MAX_FACTS:
             out[name] = value
-    return out or None
+    return {k: v[:MAX_FACTS] if isinstance(v, list) else v for k, v in out.items()} or None
 
 
 def ollama_facts(show: dict[str, Any]) -> ModelFacts:
@@ -136,7 +156,7 @@ def ollama_facts(show: dict[str, Any]) -> ModelFacts:
     capabilities = show.get("capabilities")
     found = show.get("details")
     details: dict[str, Any] = found if isinstance(found, dict) else {}
-    template = _text(show.get("template"))
+    template = _template(show.get("template"))
     return {
         "source": "ollama /api/show",
         "chat_template": template,

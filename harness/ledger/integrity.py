@@ -21,6 +21,7 @@ rows and the counter): that needs an outside anchor (:mod:`harness.ledger.anchor
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -152,9 +153,19 @@ def templates_problem(db: sqlite3.Connection) -> str | None:
     """
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='templates'").fetchone():
         return None
+    stored = set()
     for key, text in db.execute("SELECT sha256, text FROM templates ORDER BY sha256"):
         if not isinstance(text, str) or template_key(text) != key:
             return f"the chat template stored under {str(key)[:16]} does not hash to its key (it was altered)"
+        stored.add(key)
+    for seq, config in db.execute("SELECT seq, config FROM runs ORDER BY seq"):
+        try:
+            facts = json.loads(config).get("provenance") if config else None
+        except (ValueError, AttributeError):
+            continue  # the chain check covers the config text itself
+        key = facts.get("template_sha256") if isinstance(facts, dict) else None
+        if isinstance(key, str) and key not in stored:
+            return f"runs row seq={seq} names the chat template {key[:16]}, which is not stored (it was deleted)"
     return None
 
 

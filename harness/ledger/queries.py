@@ -44,6 +44,8 @@ def store_template(db: sqlite3.Connection, text: str) -> str:
     Returns:
         Its key (:func:`template_key`).
     """
+    # a lone surrogate (a server's "\\ud800") cannot be SQLite text: stored as its escape, and keyed as stored
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     key = template_key(text)
     db.execute("INSERT OR IGNORE INTO templates (sha256, text) VALUES (?, ?)", (key, text))
     return key

@@ -75,6 +75,11 @@ def model_warnings(rows: list[dict[str, Any]]) -> list[str]:
     return warnings
 
 
+def _no_links(cell: Callable[[str], str]) -> Callable[[str], str]:
+    """``cell`` and then ``[``/``]`` escaped: a server's ``[x](url)`` or ``![](url)`` shows as text, not a link or image."""
+    return lambda text: cell(text).replace("[", "\\[").replace("]", "\\]")
+
+
 def model_header_lines(rows: list[dict[str, Any]], cell: Callable[[str], str]) -> list[str]:
     """The ``## Models`` section: one bullet per model (its newest run's provenance, distinct templates, warm-up),
     then the warnings in bold; ``[]`` when the ledger has no runs.
@@ -85,6 +90,7 @@ def model_header_lines(rows: list[dict[str, Any]], cell: Callable[[str], str]) -
     """
     if not rows:
         return []
+    cell = _no_links(cell)
     by_model: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_model.setdefault(row["model"], []).append(row)
