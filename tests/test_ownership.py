@@ -371,7 +371,7 @@ def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(t
                                 cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the model call")
         proc.send_signal(signal.SIGINT)
-        line = _readline(proc, timeout=60)  # the first Ctrl-C is being reported
+        line = _readline(proc, timeout=120)  # the first Ctrl-C is being reported
         assert line.strip() == "stopping"
         proc.send_signal(signal.SIGINT)
         rc, out, err = _finish(proc, timeout=60)
