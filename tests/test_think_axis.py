@@ -136,3 +136,15 @@ def test_a_ledger_recorded_before_think_reads_default_everywhere(tmp_path, capsy
     rc, _, err = cli(capsys, "report", "--ledger", ledger, "--out", tmp_path / "r", "--by", "think", "--format", "csv")
     assert rc == 0, err
     assert (tmp_path / "r" / "summary.csv").read_text().splitlines()[1].startswith("default,16,")
+
+
+def test_a_default_unstreamed_run_keeps_its_review_frame_and_so_its_attestation(tmp_path, capsys):
+    from harness.review import review_frame
+
+    ledger = tmp_path / "l.sqlite"
+    _run(capsys, ledger, "--repeats", "1")
+    with Ledger(ledger, readonly=True) as db:
+        [run] = db.runs()
+    frame = review_frame(ledger, run.run_id)
+    assert set(frame["run"]) == {"run_id", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "repetition"}
+    assert "native/lenient · think default · stream off · repetition 0" in review_text(ledger, run.run_id)
