@@ -42,18 +42,20 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
 
 
 def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
-    """One row per cell (scenario, model, temperature, tool mode, parser, stream) with outcome counts (the ``stream``
-    column only when some run streamed).
+    """One row per cell (scenario, model, temperature, tool mode, parser, think, stream) with outcome counts (the
+    ``think`` column only when some run set thinking on or off, the ``stream`` column only when some run streamed).
 
     ``pass_rate`` is passes / scored runs (:func:`harness.vocab.is_scored`; in [0, 1], or None when none).
     """
     cells: dict[tuple[Any, ...], dict[str, Any]] = {}
     streamed = any(s.plan.stream for s in summaries)
+    thought = any(s.plan.think != "default" for s in summaries)
     for s in summaries:
         p = s.plan
-        key = (p.scenario.name, p.model, p.temperature, p.tool_mode, p.parser, p.stream)
+        key = (p.scenario.name, p.model, p.temperature, p.tool_mode, p.parser, p.think, p.stream)
         row = cells.setdefault(key, {
             "scenario": key[0], "model": key[1], "temperature": key[2], "tool_mode": key[3], "parser": key[4],
+            **({"think": p.think} if thought else {}),
             **({"stream": "on" if p.stream else "off"} if streamed else {}),
             "runs": 0, "pass": 0, "task_failed": 0, "turn_limit": 0, "token_limit": 0, "infra_error": 0, "interrupted": 0,
             "context_overflow": 0,

@@ -114,7 +114,10 @@ def _frame(ledger: Ledger, run_id: str) -> dict[str, Any]:
     }  # fmt: skip
     frame = {
         "run": {"run_id": start.run_id, "scenario": start.scenario, "model": start.model, "temperature": start.temperature,
-                "seed": start.seed, "tool_mode": start.tool_mode, "parser": start.parser, "repetition": start.repetition},
+                "seed": start.seed, "tool_mode": start.tool_mode, "parser": start.parser, "repetition": start.repetition,
+                # only when set, so the frames (and attestations) of runs with neither stay as they were
+                **({"think": start.think} if start.think not in (None, "default") else {}),
+                **({"stream": "on"} if start.stream else {})},
         "promise": _promise(run, ledger.path),
         "acceptance": [{"check": c.get("check"), "passed": bool(c.get("passed")), "detail": c.get("detail")} for c in end.checks]
         if end else [],
@@ -219,7 +222,8 @@ def format_frame(frame: dict[str, Any], attestations: list[Attestation] | None =
     run, promise, diff = frame["run"], frame["promise"], frame["diff"]
     lines = [f"# Review of run {run['run_id']}", "",
              f"{run['scenario']} · {run['model']} · temperature {run['temperature']:g} · seed {run['seed']} · "
-             f"{run['tool_mode']}/{run['parser']} · repetition {run['repetition']}", "", "## 1. The promise", ""]  # fmt: skip
+             f"{run['tool_mode']}/{run['parser']} · think {run.get('think', 'default')} · stream {run.get('stream', 'off')} · "
+             f"repetition {run['repetition']}", "", "## 1. The promise", ""]  # fmt: skip
     if promise["status"] == "unchanged":
         lines += [f"- What it does: {promise['what_it_does']}", f"- What it does not: {promise['what_it_does_not']}",
                   f"- Done looks like: {promise['done_looks_like']}",

@@ -165,7 +165,7 @@ def test_report_markdown_plots_and_csv(two, tmp_path):
     md = (tmp_path / "r" / "report.md").read_text()
     low, high = wilson_by_hand(3, 10)
     assert f"30.0% [{100 * low:.1f}, {100 * high:.1f}]" in md  # 30.0% [10.8, 60.3]
-    assert "Same in every row: scenario = `s`, tool_mode = `native`, parser = `lenient`, stream = `off`." in md
+    assert "Same in every row: scenario = `s`, tool_mode = `native`, parser = `lenient`, think = `default`, stream = `off`." in md
     assert f"15/20 = 75.0% [{100 * wilson_by_hand(15, 20)[0]:.1f}, {100 * wilson_by_hand(15, 20)[1]:.1f}]" in md
     assert "run `small-t0.7-r0` turn 1 (39 chars)" in md
     for name in ("pass_rate.png", "failure_modes.png", "outcomes.png", "pass_k.png"):

@@ -22,7 +22,7 @@ def add_report(sub: Subparsers) -> None:
         "--by",
         default=None,
         metavar="AXES",
-        help="summary grouping, comma-separated from scenario,model,temperature,tool_mode,parser,stream (default: all)",
+        help="summary grouping, comma-separated from scenario,model,temperature,tool_mode,parser,think,stream (default: all)",
     )
     p.add_argument("--format", default="md,png", metavar="FORMATS", help="comma-separated from md, png, csv (default: md,png)")
     p.set_defaults(func=_cmd_report_write)

@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from harness.vocab import SCORED_OUTCOMES
 
-__all__ = ["NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "TIMING_SQL", "model_runs", "store_template", "template_key"]
+__all__ = [
+    "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "export_sql", "model_runs", "runs_frame_sql", "store_template",
+    "template_key",
+]  # fmt: skip
 
-TIMING_SQL = ("0 AS stream, NULL AS ttft_ms, NULL AS decode_tps", "COALESCE(r.stream, 0) AS stream, t.ttft_ms, t.decode_tps")
-"""The export's timing columns: before ``m008_streaming`` (index 0) and since (index 1)."""
 SCORED_SQL = "(" + ", ".join(f"'{o}'" for o in SCORED_OUTCOMES) + ")"
 RUN_END_COLUMNS = (
     "e.seq AS end_seq, e.outcome, e.turns AS end_turns, e.prompt_tokens AS end_prompt_tokens,"
@@ -31,6 +33,35 @@ NEWEST_LABELS = (
     " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
 )
 """The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
+
+
+def axis_sql(run_columns: Sequence[str]) -> str:
+    """``stream`` (0 or 1) and ``think`` (``default``/``on``/``off``) of a run as SQL columns over ``runs r``: runs
+    recorded before ``m008_streaming`` read 0 (not streamed), before ``m007_wire_settings`` (or with NULL) ``default``."""
+    stream = "COALESCE(r.stream, 0)" if "stream" in run_columns else "0"
+    think = "COALESCE(r.think, 'default')" if "think" in run_columns else "'default'"
+    return f"{stream} AS stream, {think} AS think"
+
+
+def runs_frame_sql(run_columns: Sequence[str]) -> str:
+    """The query behind :meth:`harness.ledger.Ledger.runs_frame`."""
+    return (
+        "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
+        f" r.tool_mode, r.parser, {axis_sql(run_columns)}, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns,"
+        " e.prompt_tokens, e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+    )
+
+
+def export_sql(run_columns: Sequence[str], turn_columns: Sequence[str]) -> str:
+    """The query behind :meth:`harness.ledger.Ledger.export_rows` (timings NULL before ``m008_streaming``)."""
+    timing = "t.ttft_ms, t.decode_tps" if "ttft_ms" in turn_columns else "NULL AS ttft_ms, NULL AS decode_tps"
+    return (
+        "SELECT t.run_id, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser, r.repetition, t.turn,"
+        " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"
+        f" t.completion_tokens, t.latency_ms, e.outcome, {axis_sql(run_columns)}, {timing}"
+        " FROM turns t JOIN runs r USING (run_id) LEFT JOIN run_ends e USING (run_id)"
+        f" LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
+    )
 
 
 def template_key(text: str) -> str:

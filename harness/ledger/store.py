@@ -52,7 +52,15 @@ from harness.ledger.chain import GENESIS_HASH, row_hash, storable
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_readonly, connect_writable, not_writable
-from harness.ledger.queries import NEWEST_LABELS, RUN_END_COLUMNS, SCORED_SQL, TIMING_SQL, model_runs, store_template
+from harness.ledger.queries import (
+    NEWEST_LABELS,
+    RUN_END_COLUMNS,
+    SCORED_SQL,
+    export_sql,
+    model_runs,
+    runs_frame_sql,
+    store_template,
+)
 from harness.ledger.records import (
     Attempt,
     Attestation,
@@ -79,8 +87,9 @@ __all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "de
 
 DEFAULT_LEDGER_PATH = Path("results") / "ledger.sqlite"
 EXPORT_COLUMNS = (
-    "run_id", "scenario", "model", "temperature", "tool_mode", "parser", "repetition", "turn", "failure_modes",
-    "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome", "stream", "ttft_ms", "decode_tps",
+    "run_id", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "think", "repetition", "turn",
+    "failure_modes", "finish_reason", "prompt_tokens", "completion_tokens", "latency_ms", "outcome", "stream", "ttft_ms",
+    "decode_tps",
 )  # fmt: skip
 
 ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
@@ -367,18 +376,11 @@ class Ledger:
         return decode(TurnRecord, rows[0], table="turns") if rows else None
 
     def export_rows(self) -> Iterator[dict[str, Any]]:
-        """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn; ``stream`` a bool)."""
-        timing = TIMING_SQL["ttft_ms" in self._columns["turns"]]  # the columns since m008_streaming (ms, tokens/s)
-        rows = self._query(
-            "SELECT t.run_id, r.scenario, r.model, r.temperature, r.tool_mode, r.parser, r.repetition, t.turn,"
-            " COALESCE(l.failure_modes, t.failure_modes) AS failure_modes, t.finish_reason, t.prompt_tokens,"
-            f" t.completion_tokens, t.latency_ms, e.outcome, {timing}"
-            " FROM turns t JOIN runs r USING (run_id) LEFT JOIN run_ends e USING (run_id)"
-            f" LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn) ORDER BY t.seq"
-        )
-        for row in rows:
+        """One dict per turn with :data:`EXPORT_COLUMNS` (newest labels; the run's outcome on every turn; ``stream``
+        ``on``/``off`` and ``think`` ``default``/``on``/``off`` as the reports write them)."""
+        for row in self._query(export_sql(self._columns["runs"], self._columns["turns"])):
             row["failure_modes"] = decode_labels(row["failure_modes"], row)
-            row["stream"] = bool(row["stream"])
+            row["stream"] = "on" if row["stream"] else "off"
             yield row
 
     def attempts(self, run_id: str | None = None) -> list[Attempt]:
@@ -424,14 +426,10 @@ class Ledger:
         """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
 
         Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
-        parser, stream, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens`` (``stream`` 0 or 1).
+        parser, stream, think, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``
+        (``stream`` 0 or 1; ``think`` ``default``, ``on`` or ``off``, ``default`` for runs recorded before it existed).
         """
-        stream = "COALESCE(r.stream, 0)" if "stream" in self._columns["runs"] else "0"
-        return self._frame(
-            "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
-            f" r.tool_mode, r.parser, {stream} AS stream, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns,"
-            " e.prompt_tokens, e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
-        )
+        return self._frame(runs_frame_sql(self._columns["runs"]))
 
     def turns_frame(self) -> pd.DataFrame:
         """One row per turn in ledger order, with the loop's own labels (JSON text; see :meth:`newest_labels_frame`).

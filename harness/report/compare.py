@@ -1,7 +1,7 @@
 """Paired comparison of two models (``harness compare``) over the runs they share.
 
-Two runs pair when they agree on scenario, temperature, tool mode, parser, repetition and
-seed: the same task under the same conditions, so per-pair differences isolate the model.
+Two runs pair when they agree on scenario, temperature, tool mode, parser, think, stream, repetition and seed
+(:data:`PAIR_KEY_TEXT`): the same task under the same conditions, so per-pair differences isolate the model.
 Only scored runs pair (``infra_error``, ``interrupted`` and unfinished runs say nothing about
 the model); when a model has several scored runs for one key (a re-run), the newest counts.
 
@@ -25,10 +25,12 @@ from harness.report.frames import LedgerFrames
 from harness.report.markdown import cell_text
 from harness.stats import holm, mcnemar_midp, newcombe_paired_diff
 
-__all__ = ["PAIR_KEYS", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
+__all__ = ["PAIR_KEYS", "PAIR_KEY_TEXT", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
 
-PAIR_KEYS = ("scenario", "temperature", "tool_mode", "parser", "stream", "repetition", "seed")
+PAIR_KEYS = ("scenario", "temperature", "tool_mode", "parser", "think", "stream", "repetition", "seed")
 """Run attributes that must match for two runs of different models to form a pair."""
+PAIR_KEY_TEXT = "scenario, temperature, tool mode, parser, think, stream, repetition and seed"
+""":data:`PAIR_KEYS` in words, as the "Pairs:" line, the README and docs/reports.md say it."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,7 @@ def format_comparison(c: Comparison) -> str:
     if c.pairs == 0:
         return "\n".join(lines)
     n = c.pairs
-    lines.append(f"Pairs: {n} (same scenario, temperature, tool mode, parser, repetition and seed; scored runs only; "
+    lines.append(f"Pairs: {n} (same {PAIR_KEY_TEXT}; scored runs only; "
                  f"unpaired scored runs: {c.unpaired_a} of {c.model_a}, {c.unpaired_b} of {c.model_b}).")  # fmt: skip
     lines.append("")
     rows = [

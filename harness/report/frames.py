@@ -35,7 +35,7 @@ class LedgerFrames:
     Attributes:
         runs: one row per run, in start order. Columns: ``run_id``, ``scenario``,
             ``scenario_path``, ``scenario_hash``, ``model``, ``temperature``, ``seed``,
-            ``tool_mode``, ``parser``, ``stream`` (``on``/``off``), ``repetition``, ``started_at``, ``ended_at`` (UTC ISO
+            ``tool_mode``, ``parser``, ``think`` (``default``/``on``/``off``), ``stream`` (``on``/``off``), ``repetition``, ``started_at``, ``ended_at`` (UTC ISO
             text, None if unfinished), ``outcome`` (one of :data:`harness.loop.OUTCOMES` or
             ``unfinished``), ``scored`` and ``passed`` (bool; a run is scored when its outcome
             counts and it is the newest scored run of its ``identity``), ``superseded`` (bool: an

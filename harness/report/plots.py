@@ -173,7 +173,7 @@ def _pass_k(
     cells = cells[cells["scored"] > 0]
     scored = frames.runs[frames.runs["scored"]]
     repeats = (
-        scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser", "stream"])["repetition"]
+        scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser", "think", "stream"])["repetition"]
         .nunique()
         .groupby("model")
         .max()

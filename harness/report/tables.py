@@ -26,7 +26,7 @@ __all__ = [
     "summary_table",
 ]
 
-CELL_AXES = ("scenario", "model", "temperature", "tool_mode", "parser", "stream")
+CELL_AXES = ("scenario", "model", "temperature", "tool_mode", "parser", "think", "stream")
 """The axes that define a cell; runs of one cell differ only in repetition and seed."""
 EXCERPT_CHARS = 120
 
@@ -61,7 +61,7 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     """One row per group of runs (default: per cell) with rates, pass^k, counts and medians.
 
     pass^k (Yao et al. 2024) is the mean over the group's cells of ``C(c, k) / C(n, k)``, each
-    cell (scenario × model × temperature × tool mode × parser × stream) being one tau-bench task whose
+    cell (scenario × model × temperature × tool mode × parser × think × stream) being one tau-bench task whose
     scored runs are its trials; it is NaN when a cell has fewer than k scored runs.
 
     Args:
@@ -225,7 +225,7 @@ def _truncate(text: str, max_chars: int) -> str:
 def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
     """Per model, pass rate under the lenient parser minus under strict, on matching cells.
 
-    Only (model, scenario, temperature, tool mode) combinations that ran under both parser
+    Only (model, scenario, temperature, tool mode, think, stream) combinations that ran under both parser
     policies count, so the two rates compare like with like.
 
     Returns:
@@ -244,7 +244,7 @@ def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
         "rescued",
     ]
     runs = frames.runs[frames.runs["scored"]]
-    keys = ["model", "scenario", "temperature", "tool_mode", "stream"]
+    keys = ["model", "scenario", "temperature", "tool_mode", "think", "stream"]
     both = runs.groupby(keys)["parser"].transform(lambda s: {"strict", "lenient"} <= set(s))
     runs = runs[both.astype(bool)] if not runs.empty else runs
     if runs.empty:
