@@ -56,5 +56,5 @@ def test_harness_run_on_the_embedded_model_records_every_turn(tmp_path):
     exported = harness("export", "--ledger", str(ledger), "--format", "csv", cwd=tmp_path)
     assert exported.returncode == 0
     header = exported.stdout.splitlines()[0]
-    assert header.startswith("run_id,scenario,model,temperature,tool_mode,parser,repetition,turn,failure_modes")
+    assert header.startswith("run_id,scenario,model,temperature,seed,tool_mode,parser,think,repetition,turn,failure_modes")
     assert len(exported.stdout.splitlines()) == 1 + len(turns)

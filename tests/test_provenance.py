@@ -173,9 +173,10 @@ def test_a_model_without_a_chat_template_is_warned_llamacpp_and_ollama_fallback(
     ):
         specs = [f"openai:base@{llama.url}/v1", f"ollama:{MODEL}@{ollama.url}"]
         _result, runs, _turns, model_runs = run_plans(tmp_path, [RunPlan(scenario, s, 0.0, tool_mode="prompt") for s in specs])
-    assert runs[0].start.config["provenance"]["template_sha256"] is None
-    assert runs[1].start.config["provenance"]["template_sha256"] == sha("{{ .Prompt }}")
-    assert runs[1].start.config["provenance"]["template_fallback"] is True
+    by_backend = {run.start.backend: run.start.config["provenance"] for run in runs}  # the two models run concurrently
+    assert by_backend["openai"]["template_sha256"] is None
+    assert by_backend["ollama"]["template_sha256"] == sha("{{ .Prompt }}")
+    assert by_backend["ollama"]["template_fallback"] is True
     assert ollama.posts("/api/chat")[0] == {"model": MODEL, "messages": [], "stream": False}  # Ollama's load request
     assert model_warnings(model_runs) == [
         f"{s} has no chat template of its own (a base model, or the server's fallback template), so its replies were "
