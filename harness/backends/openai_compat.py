@@ -47,7 +47,7 @@ from harness.backends.server_words import is_model_not_found as _is_model_not_fo
 from harness.backends.server_words import json_error_detail as _json_error_detail
 from harness.backends.server_words import openai_request_settings, parse_retry_after, permanent_error, server_timings
 from harness.backends.server_words import parent_url as _parent_url
-from harness.backends.streaming import Streamed, read_stream, reply_speed, stream_reply
+from harness.backends.streaming import Streamed, bounded_reads, read_stream, reply_speed, stream_reply
 from harness.errors import (
     BackendError,
     BackendResponseError,
@@ -391,19 +391,7 @@ class OpenAICompatBackend(Backend):
 
     def _read_whole(self, response: httpx.Response, deadline: float) -> httpx.Response:
         """The streamed ``response`` read to its end by ``deadline`` and at most :data:`MAX_BODY_BYTES`, as a plain response."""
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise BackendResponseError(
-                    f"The server at {self.base_url} sent more than {MAX_BODY_BYTES // 2**20} MiB for one reply; "
-                    "check the URL and the server's log.",
-                    status_code=response.status_code,
-                )
-            if time.monotonic() > deadline:
-                raise httpx.ReadTimeout("the whole body did not arrive in time", request=response.request)
-            chunks.append(chunk)
+        chunks = list(bounded_reads(response, response.iter_bytes(), deadline, MAX_BODY_BYTES))
         decoded = [(k, v) for k, v in response.headers.raw if k.lower() not in _BODY_FRAMING]  # the chunks are decoded already
         return httpx.Response(response.status_code, headers=decoded, content=b"".join(chunks), request=response.request)
 

@@ -37,19 +37,22 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from harness.backends.base import BackendIdentity, Reply, rejection_record
 from harness.errors import BackendError, BackendResponseError, BackendUnavailable
 
+_Piece = TypeVar("_Piece", str, bytes)
+
 __all__ = [
     "Assembly",
     "Streamed",
     "assemble",
+    "bounded_reads",
     "chunk_lines",
     "read_stream",
     "rederive",
@@ -180,20 +183,33 @@ def read_stream(response: httpx.Response, deadline: float, started: float, *, ss
     return Streamed(response.status_code, request=response.request, chunks=chunks)
 
 
-def _timed_lines(response: httpx.Response, deadline: float, limit: int) -> Iterator[str]:
-    """The body's lines (split at ``\\r\\n``, ``\\n`` or ``\\r``, as server-sent events allow), checking the deadline
-    and the size at every read, so a server trickling bytes without a line end, or one endless line, outlasts neither."""
-    size, pending = 0, []  # the pieces of the unfinished line (kept apart: joining each read would be quadratic)
-    for text in response.iter_text():
-        size += len(text)
+def bounded_reads(response: httpx.Response, pieces: Iterable[_Piece], deadline: float, limit: int) -> Iterator[_Piece]:
+    """``pieces`` of ``response``'s body (its ``iter_bytes()`` or ``iter_text()``), checking the total size and the
+    deadline at every read, so a server that trickles bytes or sends an endless body outlasts neither.
+
+    Raises:
+        BackendResponseError: more than ``limit`` bytes or characters.
+        httpx.ReadTimeout: ``time.monotonic()`` passed ``deadline`` before the body ended.
+    """
+    size = 0
+    for piece in pieces:
+        size += len(piece)
         if size > limit:
             raise BackendResponseError(
-                f"The server at {response.request.url} streamed more than {limit // 2**20} MiB for one reply; "
+                f"The server at {response.request.url} sent more than {limit // 2**20} MiB for one reply; "
                 "check the URL and the server's log.",
                 status_code=response.status_code,
             )
         if time.monotonic() > deadline:
-            raise httpx.ReadTimeout("the whole stream did not arrive in time", request=response.request)
+            raise httpx.ReadTimeout("the whole reply did not arrive in time", request=response.request)
+        yield piece
+
+
+def _timed_lines(response: httpx.Response, deadline: float, limit: int) -> Iterator[str]:
+    """The body's lines (split at ``\r\n``, ``\n`` or ``\r``, as server-sent events allow), checking the deadline
+    and the size at every read (:func:`bounded_reads`)."""
+    pending: list[str] = []  # the pieces of the unfinished line (kept apart: joining each read would be quadratic)
+    for text in bounded_reads(response, response.iter_text(), deadline, limit):
         if "\n" not in text and "\r" not in text:
             pending.append(text)
             continue
