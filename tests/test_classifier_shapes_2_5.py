@@ -10,36 +10,17 @@ here name the envelope, payload and validation modes and the recovered calls.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from harness.classifier import classify
+from harness.classifier import FAILURE_MODES, classify
+from tests.helpers import CORPUS, function_tool
 
-ENTRIES = Path(__file__).resolve().parent / "corpus" / "entries"
-SHAPE_MODES = frozenset(
-    {
-        "raw_json_in_content",
-        "code_fence",
-        "mixed_prose",
-        "tool_call_tags_in_content",
-        "wrong_wrapper_tag",
-        "foreign_call_syntax",
-        "multiple_calls",
-        "invalid_json",
-        "pseudo_code_in_arguments",
-        "repaired_json",
-        "stringified_arguments",
-        "nonstandard_keys",
-        "unknown_tool",
-        "schema_violation",
-        "repeated_call",
-        "sandbox_escape_attempt",
-    }
-)
+#: the envelope, payload and validation modes, repeated_call, and sandbox_escape_attempt: what these rulings touch
+_ORDER = list(FAILURE_MODES)
+SHAPE_MODES = frozenset([*_ORDER[: _ORDER.index("repeated_call") + 1], "sandbox_escape_attempt"])
 
 
 def tool(name, props=None, required=()):
-    schema = {"type": "object", "properties": props or {}, "required": list(required)}
-    return {"type": "function", "function": {"name": name, "description": f"{name}.", "parameters": schema}}
+    return function_tool(name, f"{name}.", props, required)
 
 
 TOOLS = [
@@ -67,7 +48,7 @@ def calls(result):
 
 
 def entry(entry_id):
-    data = json.loads((ENTRIES / f"{entry_id}.json").read_text(encoding="utf-8"))
+    data = json.loads((CORPUS / f"{entry_id}.json").read_text(encoding="utf-8"))
     assert not data["held_out"], "only tune-part replies may pin a rule"
     return data
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.classifier.behaviour import fabrication_step, markup_step, no_call_step, requirement_step
+from harness.classifier.behaviour import markup_step, requirement_step
 from harness.classifier.content import ContentResult, analyse_content, envelope_step, multiple_calls_step, response_content
 from harness.classifier.evidence import evidence_for
+from harness.classifier.fabrication import fabrication_step
 from harness.classifier.heuristics import escape_step, repeat_step, scan_history, truncation_step
+from harness.classifier.narration import no_call_step
 from harness.classifier.types import (
     CLASSIFIER_VERSION,
     FAILURE_MODES,

@@ -1,6 +1,6 @@
 """Behaviour checks that read the reply's text: chat-template markup and the scenario's tool
-requirement here; fabricated tool results (:mod:`harness.classifier.fabrication`) and narration
-instead of a call (:mod:`harness.classifier.narration`) in their own modules, re-exported.
+requirement (fabricated tool results are :mod:`harness.classifier.fabrication`'s, narration
+instead of a call :mod:`harness.classifier.narration`'s).
 
 Each ``*_step`` returns ``(modes, evidence)``; the rules are docs/failure-modes.md's.
 """
@@ -11,13 +11,10 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.fabrication import fabrication_step
 from harness.classifier.heuristics import History
-from harness.classifier.narration import no_call_step
-from harness.classifier.readings import tool_domains
 from harness.classifier.types import short
 
-__all__ = ["fabrication_step", "markup_step", "no_call_step", "requirement_step", "tool_domains"]
+__all__ = ["markup_step", "requirement_step"]
 
 
 # --------------------------------------------------------------------------- markup and requirement
