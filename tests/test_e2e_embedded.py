@@ -21,8 +21,10 @@ def harness(*args: str, cwd) -> subprocess.CompletedProcess:
 
 def test_harness_run_on_the_embedded_model_records_every_turn(tmp_path):
     ledger = tmp_path / "ledger.sqlite"
+    # a generous deadline: on a busy 2-core machine the default (60 s + 0.2 s per token) can pass mid-reply
     done = harness("run", str(REPO / "scenarios" / "list_and_report.toml"), "--repeats", "1", "--temperature", "0",
-                   "--ledger", str(ledger), "--record", str(tmp_path / "cassettes"), cwd=tmp_path)  # fmt: skip
+                   "--ledger", str(ledger), "--record", str(tmp_path / "cassettes"), "--request-timeout", "600",
+                   cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "[1/1] list_and_report embedded:smollm2-135m T=0 seed=0 prompt/lenient rep=0 -> " in done.stdout
     assert "| list_and_report | embedded:smollm2-135m |" in done.stdout
