@@ -201,6 +201,15 @@ def test_the_default_deadline_is_60_s_plus_a_fifth_of_a_second_per_token():
     assert (default_request_timeout_s(0), default_request_timeout_s(512), default_request_timeout_s(100)) == (60.0, 162.4, 80.0)
 
 
+# a fresh-clone quick start: one SmolLM2 reply decoded at 2.4 tokens/s on a busy machine passed 60 s + 0.2 s per token
+def test_the_embedded_model_gets_a_second_per_token_since_it_decodes_on_this_cpu():
+    from harness.backends.server_facts import EMBEDDED_PER_TOKEN_S
+
+    assert default_request_timeout_s(256, EMBEDDED_PER_TOKEN_S) == 316.0
+    with OpenAICompatBackend("m", "http://127.0.0.1:9/v1", timeout_s=None, per_token_s=EMBEDDED_PER_TOKEN_S) as backend:
+        assert backend.per_token_s == 1.0
+
+
 def test_a_server_trickling_one_byte_a_second_cannot_hold_a_request_past_its_deadline():
     with FakeServer() as server:
         server.routes[("POST", "/v1/chat/completions")] = trickle(b'{"choices": []}' * 20, 1.0, server.release)

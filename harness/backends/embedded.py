@@ -28,6 +28,7 @@ from typing import Any
 from harness.backends import models
 from harness.backends.base import DEFAULT_NUM_CTX, Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, openai_request_settings
+from harness.backends.server_facts import EMBEDDED_PER_TOKEN_S
 from harness.errors import BackendUnavailable, ModelCacheError, UsageError
 
 __all__ = ["EmbeddedBackend", "resolve_model"]
@@ -70,7 +71,8 @@ class EmbeddedBackend(Backend):
         name_or_path: a known model name (``smollm2-135m``) or a path to a ``.gguf`` file.
         parallel: number of concurrent requests (llama.cpp slots).
         num_ctx: context length per slot, in tokens.
-        timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 0.2 s per token of ``max_tokens``.
+        timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 1 s per token of ``max_tokens``
+            (:data:`~harness.backends.server_facts.EMBEDDED_PER_TOKEN_S`).
         chat_template: a Jinja chat template to use instead of the one in the GGUF file (e.g. one
             that renders tools, for a model whose own template does not).
 
@@ -120,7 +122,9 @@ class EmbeddedBackend(Backend):
         with self._lock:
             if self._client is None:
                 self._server, address = self._start_server()
-                self._client = OpenAICompatBackend(self.name, f"{address.rstrip('/')}/v1", timeout_s=self.timeout_s)
+                self._client = OpenAICompatBackend(
+                    self.name, f"{address.rstrip('/')}/v1", timeout_s=self.timeout_s, per_token_s=EMBEDDED_PER_TOKEN_S
+                )
             return self._client.base_url
 
     def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:

@@ -41,7 +41,12 @@ from typing import Any
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
-from harness.backends.server_facts import REQUEST_TIMEOUT_BASE_S, default_request_timeout_s, llamacpp_facts
+from harness.backends.server_facts import (
+    REQUEST_TIMEOUT_BASE_S,
+    REQUEST_TIMEOUT_PER_TOKEN_S,
+    default_request_timeout_s,
+    llamacpp_facts,
+)
 from harness.backends.server_words import error_detail as _error_detail
 from harness.backends.server_words import is_model_not_found as _is_model_not_found
 from harness.backends.server_words import json_error_detail as _json_error_detail
@@ -101,10 +106,12 @@ class OpenAICompatBackend(Backend):
         api_key: str | None = None,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         client: httpx.Client | None = None,
+        per_token_s: float = REQUEST_TIMEOUT_PER_TOKEN_S,
     ) -> None:
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.per_token_s = per_token_s
         self.spec = f"{self.kind}:{model}@{self.base_url}"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_client = client is None
@@ -138,7 +145,9 @@ class OpenAICompatBackend(Backend):
         """
         payload = self._build_payload(messages, tools, options)
         start = time.perf_counter()
-        deadline_s = self.timeout_s if self.timeout_s is not None else default_request_timeout_s(options.max_tokens)
+        deadline_s = (
+            self.timeout_s if self.timeout_s is not None else default_request_timeout_s(options.max_tokens, self.per_token_s)
+        )
         response = self._request(
             "POST", self._chat_url(), json_body=payload, timeout_s=deadline_s, stream_from=start if options.stream else None
         )
