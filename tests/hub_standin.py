@@ -46,12 +46,14 @@ class HubStandIn:
     Attributes:
         files: bytes served per resolve path.
         etags: the SHA-256 advertised per resolve path when it is not the bytes' own (a corrupt CDN).
+        sizes: the size advertised (``X-Linked-Size``) per resolve path when it is not the bytes' own.
         cut_after: close GET responses after this many body bytes (a list: one entry per coming GET, then whole).
         served: every request answered, in order.
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
     etags: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
     cut_after: list[int] = field(default_factory=list)
     served: list[Served] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
@@ -116,7 +118,7 @@ def _handler_for(hub: HubStandIn) -> type[BaseHTTPRequestHandler]:
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("X-Linked-Etag", f'"{sha}"')
-            self.send_header("X-Linked-Size", str(len(data)))
+            self.send_header("X-Linked-Size", str(hub.sizes.get(path, len(data))))
             self.send_header("ETag", f'"{sha}"')
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Content-Length", str(len(data) - start))

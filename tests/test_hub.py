@@ -126,6 +126,15 @@ def test_checksum_mismatch_is_one_sentence_and_caches_nothing(hub, tmp_path, cap
         models.resolve(REF, fetch=False)
 
 
+def test_a_file_bigger_than_the_free_disk_is_refused_before_downloading(hub, tmp_path, capsys):
+    hub.sizes[f"/{REPO}/resolve/main/{FILE}"] = 10**18  # the hub says 1 EB
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 1 and "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith(f"harness: Model '{REF}' needs 1000000000.0 GB more but ")
+    assert "free disk space or set HARNESS_CACHE to a bigger disk." in err
+    assert hub.gets() == []
+
+
 def test_a_verified_file_is_used_offline_with_no_request(hub, tmp_path, monkeypatch, smollm2_bytes):
     path, digest = models.resolve(REF, progress=False)
     hub.stop()  # the endpoint is down: its port refuses connections

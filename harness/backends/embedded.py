@@ -75,7 +75,8 @@ class EmbeddedBackend(Backend):
                                      GenerateOptions(max_tokens=16))
 
     Args:
-        name_or_path: a known model name (``smollm2-135m``) or a path to a ``.gguf`` file.
+        name_or_path: a known model name (``smollm2-135m``, ``qwen2.5-coder-7b-instruct``), a path to a ``.gguf``
+            file or ``hf:OWNER/REPO/FILE.gguf[@REVISION]``.
         parallel: number of concurrent requests (llama.cpp slots).
         num_ctx: context length per slot, in tokens.
         timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 1 s per token of ``max_tokens``
@@ -84,8 +85,8 @@ class EmbeddedBackend(Backend):
             that renders tools, for a model whose own template does not).
 
     Raises:
-        UsageError: the model is neither a ``.gguf`` file nor a known name.
-        ModelCacheError: a known model could not be fetched or verified.
+        UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference.
+        ModelCacheError: a known model or hub file could not be fetched or verified.
     """
 
     kind = "embedded"

@@ -92,8 +92,8 @@ def _offline() -> bool:
 def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progress: bool) -> str:
     """Download one file to ``path`` (resuming a partial one), verify it, and record its SHA-256; return it."""
     url, expected, size = _hub_facts(source, file, label=label)
-    _make_room(path, size, label=label)
     partial = path.with_name(f".{path.name}.{expected[:16]}.incomplete")
+    _make_room(partial, size, label=label)
     if progress:
         _log.info(
             "downloading %s (%.0f MB) from %s at %s for model '%s'...", file.path, size / 1e6, source.repo, source.revision, label
@@ -162,17 +162,24 @@ def _hub_facts(source: HubSource, file: HubFile, *, label: str) -> tuple[str, st
     return url, hub_sha, int(meta.size)
 
 
-def _make_room(path: Path, size: int, *, label: str) -> None:
+def _make_room(partial: Path, size: int, *, label: str) -> None:
+    """Create the folder and check it has room for the bytes still missing from ``partial``.
+
+    Raises:
+        ModelCacheError: the folder cannot be created, or the disk has less free space than is missing.
+    """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(path.parent).free
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(partial.parent).free
+        have = partial.stat().st_size if partial.exists() else 0
     except OSError as exc:
         raise ModelCacheError(
-            f"Cannot create the model cache {path.parent} ({exc}); set HARNESS_CACHE to a writable folder."
+            f"Cannot create the model cache {partial.parent} ({exc}); set HARNESS_CACHE to a writable folder."
         ) from exc
-    if free < size:
+    missing = max(size - have, 0)
+    if free < missing:
         raise ModelCacheError(
-            f"Model '{label}' needs {size / 1e9:.1f} GB but {path.parent} has {free / 1e9:.1f} GB free; "
+            f"Model '{label}' needs {missing / 1e9:.1f} GB more but {partial.parent} has {free / 1e9:.1f} GB free; "
             f"free disk space or set HARNESS_CACHE to a bigger disk."
         )
 
