@@ -137,7 +137,7 @@ def _hub_facts(source: HubSource, file: HubFile, *, label: str) -> tuple[str, st
     import httpx2
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-    endpoint = os.environ.get("HF_ENDPOINT") or None
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or None  # read now: huggingface_hub reads it once, at import
     url = hf_hub_url(source.repo, file.path, revision=source.revision, endpoint=endpoint)
     where = f"{file.path} in {source.repo} at {source.revision}"
     try:
