@@ -5,7 +5,9 @@ Helpers that tests import (cassette builders, paths) live in ``tests/helpers.py`
 
 from __future__ import annotations
 
+import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,15 @@ from tests.ledger_builders import build_two_model_ledger
 # processes would never see it. Children get the default action when this process handles it.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# huggingface_hub reads its settings once, when first imported: its cache folder (HF_HOME), whether it is offline
+# and whether it sends telemetry (which in 2.x includes fetching an agent registry from the endpoint and caching it
+# in HF_HOME). Fix them for the whole session before anything imports it, so no test touches the user's hub cache
+# or contacts the hub; tests/test_hub.py points HF_ENDPOINT (read at call time) at a local stand-in.
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="harness-tests-hf-home-")
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+for _name in ("HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_TOKEN"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,8 @@ Open a backend from a model spec string with :func:`open_backend`::
                                   http://localhost:11434 (MODEL may contain ':')
     openai:MODEL@BASE_URL         any OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
     embedded:NAME_OR_GGUF_PATH    llama.cpp started in-process (known name or .gguf file)
+    embedded:hf:OWNER/REPO/FILE.gguf[@REVISION]
+                                  a GGUF file fetched from the Hugging Face hub into the model cache
     replay:CASSETTE.jsonl         replies read from a cassette file
 """
 
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.embedded import EmbeddedBackend
+from harness.backends.hub import HUB_PREFIX, parse_hub_spec
 from harness.backends.ollama import DEFAULT_OLLAMA_URL, OllamaBackend
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend
 from harness.backends.replay import CassetteRecorder, ReplayBackend, write_cassette_line
@@ -38,7 +41,10 @@ __all__ = [
 ]
 
 #: the accepted model spec forms, quoted in usage errors
-SPEC_FORMS = "ollama:MODEL[@URL], openai:MODEL@BASE_URL, embedded:NAME_OR_GGUF_PATH or replay:CASSETTE.jsonl"
+SPEC_FORMS = (
+    "ollama:MODEL[@URL], openai:MODEL@BASE_URL, embedded:NAME_OR_GGUF_PATH, embedded:hf:OWNER/REPO/FILE.gguf[@REVISION] "
+    "or replay:CASSETTE.jsonl"
+)
 
 _KINDS = ("ollama", "openai", "embedded", "replay")
 _OLLAMA_PORT = 11434
@@ -48,7 +54,8 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
     """Split a model spec into its kind, model and URL.
 
     Only the first ``:`` separates the kind (Ollama names contain ``:``); for ``ollama`` and
-    ``openai`` the URL follows the first ``@``. A URL without a scheme gets ``http://``.
+    ``openai`` the URL follows the first ``@``. A URL without a scheme gets ``http://``. An
+    ``embedded:hf:...`` reference is checked here (nothing is fetched).
 
     Args:
         spec: e.g. ``ollama:qwen2.5-coder:1.5b@http://h:1``.
@@ -57,11 +64,13 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
         ``(kind, model, url_or_None)``; ``model`` is the name, ``.gguf`` path or cassette path.
 
     Raises:
-        UsageError: unknown kind, empty model, or a missing or malformed URL.
+        UsageError: unknown kind, empty model, a missing or malformed URL, or a malformed ``hf:`` reference.
     """
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in _KINDS or not rest:
         raise _bad_spec(spec)
+    if kind == "embedded" and rest.startswith(HUB_PREFIX):
+        parse_hub_spec(rest[len(HUB_PREFIX) :])
     if kind in ("embedded", "replay"):
         return kind, rest, None
     model, at, url = rest.partition("@")

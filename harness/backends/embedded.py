@@ -5,8 +5,8 @@ to 127.0.0.1 on a free port; requests go to it over real HTTP through an
 :class:`OpenAICompatBackend`. So the embedded path exercises exactly the client code used
 against external servers, and its replies carry the same ``raw`` bodies.
 
-* The model is a path to a ``.gguf`` file or a known name from :mod:`harness.backends.models`
-  (fetched into the cache on first use).
+* The model is a path to a ``.gguf`` file, a known name from :mod:`harness.backends.models` or an
+  ``hf:OWNER/REPO/FILE.gguf[@REVISION]`` reference (both fetched into the cache on first use).
 * The server starts lazily on the first :meth:`EmbeddedBackend.generate` (or an explicit
   :meth:`EmbeddedBackend.start`), under a lock so parallel workers start it once.
 * ``n_ctx = num_ctx * parallel``: llama.cpp splits the context between its slots, so each of
@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.backends import models
 from harness.backends.base import DEFAULT_NUM_CTX, Backend, BackendIdentity, GenerateOptions, Reply
+from harness.backends.hub import HUB_PREFIX
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, openai_request_settings
 from harness.backends.server_facts import EMBEDDED_PER_TOKEN_S
 from harness.errors import BackendUnavailable, ModelCacheError, UsageError
@@ -38,24 +39,30 @@ def resolve_model(name_or_path: str, *, fetch: bool = True) -> tuple[Path, str |
     """Find the GGUF file for an ``embedded:`` spec.
 
     Args:
-        name_or_path: a path to an existing ``.gguf`` file, or a known model name.
-        fetch: download a known model that is not cached yet.
+        name_or_path: a path to an existing ``.gguf`` file, a known model name (``smollm2-135m``,
+            ``qwen2.5-coder-7b-instruct``) or ``hf:OWNER/REPO/FILE.gguf[@REVISION]`` (a split model named by
+            its first part).
+        fetch: download a known model or hub file that is not cached yet.
 
     Returns:
-        ``(path, sha256)``: the file, and its verified SHA-256 (hex) for known models or
-        ``None`` for a plain path (hashed later, on demand).
+        ``(path, sha256)``: the file (a split model's first part), and its verified digest (hex) for known
+        models and hub files (:attr:`~harness.backends.models.ModelInfo.sha256`), or ``None`` for a plain path
+        (hashed later, on demand).
 
     Raises:
-        UsageError: neither an existing ``.gguf`` file nor a known model name.
-        ModelCacheError: a known model could not be fetched or verified.
+        UsageError: neither an existing ``.gguf`` file, a known model name nor a valid ``hf:`` reference.
+        ModelCacheError: a known model or hub file could not be fetched or verified.
     """
-    if name_or_path in models.KNOWN_MODELS:
-        return models.model_path(name_or_path, fetch=fetch), models.KNOWN_MODELS[name_or_path].sha256
+    if name_or_path in models.KNOWN_MODELS or name_or_path.startswith(HUB_PREFIX):
+        return models.resolve(name_or_path, fetch=fetch)
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() == ".gguf" and path.is_file():
         return path, None
     known = ", ".join(sorted(models.KNOWN_MODELS))
-    raise UsageError(f"embedded:{name_or_path} is neither an existing .gguf file nor a known model ({known}).")
+    raise UsageError(
+        f"embedded:{name_or_path} is neither an existing .gguf file nor a known model ({known}) "
+        f"nor a Hugging Face file reference {HUB_PREFIX}OWNER/REPO/FILE.gguf[@REVISION]."
+    )
 
 
 class EmbeddedBackend(Backend):
@@ -68,7 +75,8 @@ class EmbeddedBackend(Backend):
                                      GenerateOptions(max_tokens=16))
 
     Args:
-        name_or_path: a known model name (``smollm2-135m``) or a path to a ``.gguf`` file.
+        name_or_path: a known model name (``smollm2-135m``, ``qwen2.5-coder-7b-instruct``), a path to a ``.gguf``
+            file or ``hf:OWNER/REPO/FILE.gguf[@REVISION]``.
         parallel: number of concurrent requests (llama.cpp slots).
         num_ctx: context length per slot, in tokens.
         timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 1 s per token of ``max_tokens``
@@ -77,8 +85,8 @@ class EmbeddedBackend(Backend):
             that renders tools, for a model whose own template does not).
 
     Raises:
-        UsageError: the model is neither a ``.gguf`` file nor a known name.
-        ModelCacheError: a known model could not be fetched or verified.
+        UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference.
+        ModelCacheError: a known model or hub file could not be fetched or verified.
     """
 
     kind = "embedded"

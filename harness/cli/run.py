@@ -35,7 +35,7 @@ def add_run(sub: Subparsers) -> None:
         "--model",
         action="append",
         metavar="SPEC",
-        help="model spec (repeatable): ollama:M[@URL], openai:M@URL, embedded:NAME|PATH, replay:FILE",
+        help="model spec (repeatable): ollama:M[@URL], openai:M@URL, embedded:NAME|PATH|hf:OWNER/REPO/FILE.gguf[@REV], replay:FILE",
     )
     p.add_argument("--temperature", action="append", type=float, metavar="T", help="temperature (repeatable)")
     p.add_argument("--seed", action="append", type=int, metavar="N", help="base seed (repeatable); repetition r sends seed N + r")

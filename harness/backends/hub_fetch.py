@@ -1,0 +1,234 @@
+"""Fetch GGUF files from the Hugging Face hub into the harness model cache: resumable, verified, with progress.
+
+Requests, all made by ``huggingface_hub`` (its default endpoint, or ``$HF_ENDPOINT`` read at call time):
+
+1. ``HEAD {endpoint}/{repo}/resolve/{revision}/{path}``, through :func:`huggingface_hub.get_hf_file_metadata`:
+   the hub answers with the file's LFS SHA-256 (``X-Linked-Etag``), its size (``X-Linked-Size``) and the
+   commit (``X-Repo-Commit``).
+2. ``GET`` of the same URL (the hub redirects it to its file CDN), through ``huggingface_hub``'s ``http_get``,
+   which shows a tqdm progress bar and, when the connection breaks mid-body, asks again for the rest with
+   ``Range: bytes=N-`` (up to 5 times).
+
+The bytes go to ``.FILE.<sha256[:16]>.incomplete`` beside the final file, held under an exclusive ``flock``
+(a second process pulling the same file gets a clear error, not a corrupt file). A download that fails
+or is interrupted leaves that file in place, and the next pull resumes it with ``Range``. When the
+bytes are complete the file is hashed; only if its SHA-256 equals the one the hub reports (and the
+harness's pin, for a ladder model) is it renamed to its final name and recorded in ``FILE.sha256``.
+On a mismatch the partial file is deleted: nothing is left under the final name or for resuming.
+
+A file whose sidecar is present and matches is used without any request, so ``HF_HUB_OFFLINE=1``, a
+down endpoint or no network at all do not matter once a model is cached.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from tqdm import tqdm
+
+from harness.backends.hub import HubFile, HubSource, is_sha256, model_digest
+from harness.backends.models import file_sha256, hub_paths, recorded_sha256, write_sidecar
+from harness.errors import ModelCacheError
+
+__all__ = ["fetch_source"]
+
+_log = logging.getLogger(__name__)
+"""Download progress (INFO); the CLI shows it on stderr."""
+
+_METADATA_TIMEOUT_S = 30.0
+
+
+class _SilentBar(tqdm):
+    """A progress bar that never draws (``progress=False``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["disable"] = True
+        super().__init__(*args, **kwargs)
+
+
+def fetch_source(source: HubSource, *, label: str, fetch: bool = True, progress: bool = True) -> tuple[Path, str]:
+    """Make sure every file of a hub model is verified in the cache; download what is missing.
+
+    Args:
+        source: the repository, revision and file(s); pinned sizes and SHA-256 values are enforced.
+        label: the name the user gave (an alias or the ``hf:`` reference), quoted in messages.
+        fetch: download files that are not cached; if ``False``, raise instead.
+        progress: log progress (INFO) and draw ``huggingface_hub``'s progress bar on stderr.
+
+    Returns:
+        ``(path of the first file, model digest)`` (:func:`harness.backends.hub.model_digest`).
+
+    Raises:
+        ModelCacheError: not cached and ``fetch`` is false or ``HF_HUB_OFFLINE`` is set; the hub cannot be
+            reached or has no such file; the hub's SHA-256 or size differs from the pin; the download fails
+            (partial bytes are kept for the next pull); the downloaded bytes do not hash to the expected
+            SHA-256 (nothing is kept); or the cache folder cannot be written.
+    """
+    paths = hub_paths(source)
+    recorded = [recorded_sha256(p, f.sha256, f.size) for p, f in zip(paths, source.files, strict=True)]
+    missing = [(f, p) for f, p, sha in zip(source.files, paths, recorded, strict=True) if sha is None]
+    if missing and not fetch:
+        raise ModelCacheError(f"Model '{label}' is not in the cache {paths[0].parent}; run `harness models pull {label}`.")
+    if missing and _offline():
+        raise ModelCacheError(
+            f"Model '{label}' is not in the cache {paths[0].parent} and HF_HUB_OFFLINE is set; "
+            f"unset it and run `harness models pull {label}` on a machine that can reach the Hugging Face hub."
+        )
+    for file, path in missing:
+        recorded[source.files.index(file)] = _download(source, file, path, label=label, progress=progress)
+    digest = model_digest([(f.name, sha or "") for f, sha in zip(source.files, recorded, strict=True)])
+    return paths[0], digest
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progress: bool) -> str:
+    """Download one file to ``path`` (resuming a partial one), verify it, and record its SHA-256; return it."""
+    url, expected, size = _hub_facts(source, file, label=label)
+    partial = path.with_name(f".{path.name}.{expected[:16]}.incomplete")
+    _make_room(partial, size, label=label)
+    if progress:
+        _log.info(
+            "downloading %s (%.0f MB) from %s at %s for model '%s'...", file.path, size / 1e6, source.repo, source.revision, label
+        )
+    try:
+        with open(partial, "ab") as sink:
+            _lock(sink, file, label=label)
+            _transfer(url, sink, size, name=path.name, label=label, progress=progress)
+            sink.flush()
+            os.fsync(sink.fileno())
+        actual = file_sha256(partial)
+    except OSError as exc:
+        raise ModelCacheError(
+            f"Cannot write {partial} ({exc}); free disk space or set HARNESS_CACHE to a writable folder."
+        ) from exc
+    if actual != expected:
+        partial.unlink(missing_ok=True)
+        raise ModelCacheError(
+            f"{file.path} downloaded from {source.repo} at {source.revision} has SHA-256 {actual}, but the Hugging Face hub "
+            f"reports {expected}; nothing was cached, run `harness models pull {label}` again."
+        )
+    try:
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+        write_sidecar(path, actual)
+    except OSError as exc:
+        raise ModelCacheError(
+            f"Cannot write the model to {path.parent} ({exc}); set HARNESS_CACHE to a writable folder."
+        ) from exc
+    if progress:
+        _log.info("%s verified (sha256 %s) and cached at %s", file.path, actual, path)
+    return actual
+
+
+def _hub_facts(source: HubSource, file: HubFile, *, label: str) -> tuple[str, str, int]:
+    """Ask the hub for the file's URL, SHA-256 and size; check them against the pins.
+
+    Raises:
+        ModelCacheError: the hub is unreachable or refuses, reports no SHA-256 or size, or disagrees with a pin.
+    """
+    import httpx2
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or None  # read now: huggingface_hub reads it once, at import
+    url = hf_hub_url(source.repo, file.path, revision=source.revision, endpoint=endpoint)
+    where = f"{file.path} in {source.repo} at {source.revision}"
+    try:
+        meta = get_hf_file_metadata(url, timeout=_METADATA_TIMEOUT_S, endpoint=endpoint)
+    except (OSError, httpx2.HTTPError) as exc:  # HfHubHTTPError (404, 401, 5xx) and OfflineModeIsEnabled are OSErrors
+        raise ModelCacheError(
+            f"Could not get {where} from the Hugging Face hub ({_short(exc)}); check the name, your network "
+            f"(or HF_ENDPOINT) and, for a gated model, your token, then run `harness models pull {label}` again."
+        ) from exc
+    hub_sha = (meta.etag or "").strip('"').lower()
+    if not is_sha256(hub_sha) or not meta.size:
+        raise ModelCacheError(
+            f"The Hugging Face hub reports no SHA-256 and size for {where} (etag {meta.etag!r}), so it cannot be "
+            f"verified; only files stored with Git LFS, as GGUF models are, can be fetched."
+        )
+    for what, pinned, reported in (("SHA-256", file.sha256, hub_sha), ("size", file.size, meta.size)):
+        if pinned is not None and pinned != reported:
+            raise ModelCacheError(
+                f"The Hugging Face hub reports {what} {reported} for {where}, but the harness pins {pinned} for "
+                f"model '{label}'; nothing was downloaded, the harness's model table needs fixing."
+            )
+    return url, hub_sha, int(meta.size)
+
+
+def _make_room(partial: Path, size: int, *, label: str) -> None:
+    """Create the folder and check it has room for the bytes still missing from ``partial``.
+
+    Raises:
+        ModelCacheError: the folder cannot be created, or the disk has less free space than is missing.
+    """
+    try:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(partial.parent).free
+        have = partial.stat().st_size if partial.exists() else 0
+    except OSError as exc:
+        raise ModelCacheError(
+            f"Cannot create the model cache {partial.parent} ({exc}); set HARNESS_CACHE to a writable folder."
+        ) from exc
+    missing = max(size - have, 0)
+    if free < missing:
+        raise ModelCacheError(
+            f"Model '{label}' needs {missing / 1e9:.1f} GB more but {partial.parent} has {free / 1e9:.1f} GB free; "
+            f"free disk space or set HARNESS_CACHE to a bigger disk."
+        )
+
+
+def _lock(sink: IO[bytes], file: HubFile, *, label: str) -> None:
+    try:
+        fcntl.flock(sink.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ModelCacheError(
+            f"Another process is downloading {file.path} for model '{label}' into the cache; wait for it to finish and try again."
+        ) from None
+
+
+def _transfer(url: str, sink: BinaryIO, size: int, *, name: str, label: str, progress: bool) -> None:
+    """Append the missing bytes of ``url`` to ``sink`` (opened for appending), resuming from its current length.
+
+    Raises:
+        ModelCacheError: the transfer failed after ``huggingface_hub``'s retries; the bytes so far stay in ``sink``.
+    """
+    import httpx2
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    have = sink.seek(0, os.SEEK_END)
+    if have > size:  # not a prefix of this file: start again
+        sink.truncate(0)
+        have = 0
+    if have:
+        _log.info("resuming %s at %d of %d bytes", name, have, size)
+    try:
+        http_get(
+            url,
+            sink,
+            resume_size=have,
+            headers=build_hf_headers(),
+            expected_size=size,
+            displayed_filename=name,
+            tqdm_class=None if progress else _SilentBar,
+        )
+    except (OSError, httpx2.HTTPError) as exc:
+        sink.flush()
+        done = sink.tell()
+        raise ModelCacheError(
+            f"Downloading {name} from the Hugging Face hub stopped at {done} of {size} bytes ({_short(exc)}); "
+            f"run `harness models pull {label}` again to resume."
+        ) from exc
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an exception's message (``huggingface_hub``'s messages run over several lines)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
