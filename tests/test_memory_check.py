@@ -69,7 +69,9 @@ def test_a_model_larger_than_the_memory_available_is_refused_before_loading(tmp_
     if mem.memory_available_bytes() is None:
         pytest.skip("this system reports no MemAvailable")
     huge = sparse(tmp_path / "huge.gguf", 1 << 40)  # 1 TiB: more than this test machine's MemAvailable
-    with pytest.raises(UsageError, match=r"^huge\.gguf needs about 1209\.\d\d GB of memory to load .* \(MemAvailable in /proc/meminfo\)"):
+    with pytest.raises(
+        UsageError, match=r"^huge\.gguf needs about 1209\.\d\d GB of memory to load .* \(MemAvailable in /proc/meminfo\)"
+    ):
         EmbeddedBackend(str(huge), num_ctx=512)
 
 
