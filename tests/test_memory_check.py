@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends import EmbeddedBackend
+from harness.backends import EmbeddedBackend, open_backend
 from harness.backends import memory as mem
 from harness.errors import UsageError
 from harness.ledger import Ledger
+from harness.loop import RunOptions, RunPlan
+from harness.runner import run_matrix
 from tests.helpers import SCENARIO_FILE, assert_one_sentence_error, cli
 
 SMOLLM2_BYTES = 98_362_432
@@ -94,3 +96,20 @@ def test_the_cli_says_one_sentence_and_records_nothing_for_a_model_over_the_limi
     # the dry run says the same before anything would run
     rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--dry-run")
     assert rc == 2 and "needs about 1.09 GB of memory to load" in err
+
+
+def test_memory_taken_after_the_backend_opened_stops_the_matrix_before_any_run(tmp_path, monkeypatch, scenario):
+    """The second check, just before the server starts: e.g. another model of the matrix took the memory meanwhile."""
+    monkeypatch.delenv(mem.LIMIT_ENV, raising=False)
+    model = sparse(tmp_path / "model.gguf", 600 * 1024**2)
+
+    def open_then_shrink(spec, **kwargs):
+        backend = open_backend(spec, **kwargs)  # fits the real MemAvailable when opened
+        monkeypatch.setenv(mem.LIMIT_ENV, "512M")
+        return backend
+
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        with pytest.raises(UsageError, match=r"^model\.gguf needs about 1\.09 GB .* \(set by HARNESS_MEMORY_LIMIT\)"):
+            run_matrix([RunPlan(scenario, f"embedded:{model}", 0.0)], ledger, RunOptions(runs_dir=tmp_path / "runs"),
+                       backend_factory=open_then_shrink)  # fmt: skip
+        assert ledger.runs() == []  # refused before loading: no run recorded as an infrastructure failure

@@ -9,8 +9,10 @@ picks its Hermes tool-call parser and returns the model's call as structured ``t
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import tomllib
 
 import httpx
 import pytest
@@ -50,6 +52,14 @@ def test_the_tools_alias_is_the_same_file_with_the_shipped_template_and_its_own_
     digest = "sha256:" + plain.sha256  # the same file, so the same digest: the spec alone tells the runs apart
     ids = {RunPlan(scenario, f"embedded:{name}", 0.0, tool_mode="native").identity(digest) for name in (plain.name, tools.name)}
     assert len(ids) == 2
+
+
+def test_the_shipped_template_is_package_data_of_the_wheel():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["harness"]
+    assert any(fnmatch.fnmatch("backends/templates/chatml_tools.jinja", pattern) for pattern in patterns)
+    assert "<tool_call>" in TEMPLATE_FILE.read_text(encoding="utf-8")  # what makes llama.cpp pick its Hermes parser
+    assert not TEMPLATE_FILE.read_bytes().endswith(b"\n")  # the server trims a final newline: the recorded hash is the file's
 
 
 @pytest.mark.slow
