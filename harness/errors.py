@@ -3,7 +3,7 @@
 Hierarchy::
 
     HarnessError                    root: the CLI turns any of these into one sentence + exit code
-    ├── UsageError                  bad command-line input (unknown model spec, bad flag value)
+    ├── UsageError                  bad command-line input (unknown model spec, bad flag value, a model too big for memory)
     ├── ScenarioError               a scenario file is missing, unreadable or has a wrong field
     ├── LedgerError                 the ledger cannot be opened, is corrupt, or fails verification
     ├── ModelCacheError             the embedded model cannot be fetched, extracted or verified
@@ -54,7 +54,8 @@ class HarnessError(Exception):
 
 
 class UsageError(HarnessError):
-    """Bad command-line input, e.g. an unknown model spec or an out-of-range flag."""
+    """Bad command-line input, e.g. an unknown model spec or an out-of-range flag, or an embedded model that does not
+    fit in the memory available (:func:`harness.backends.memory.check_fits`): refused before anything runs."""
 
 
 class ScenarioError(HarnessError):

@@ -6,7 +6,11 @@ to 127.0.0.1 on a free port; requests go to it over real HTTP through an
 against external servers, and its replies carry the same ``raw`` bodies.
 
 * The model is a path to a ``.gguf`` file, a known name from :mod:`harness.backends.models` or an
-  ``hf:OWNER/REPO/FILE.gguf[@REVISION]`` reference (both fetched into the cache on first use).
+  ``hf:OWNER/REPO/FILE.gguf[@REVISION]`` reference (both fetched into the cache on first use). A known model
+  that names a ``chat_template`` gets that template, shipped
+  under ``harness/backends/templates/``, instead of the GGUF's own (:func:`shipped_template`).
+* Before loading, the model must fit in the memory available (:func:`harness.backends.memory.check_fits`): checked
+  when the backend is opened and again just before the server starts.
 * The server starts lazily on the first :meth:`EmbeddedBackend.generate` (or an explicit
   :meth:`EmbeddedBackend.start`), under a lock so parallel workers start it once.
 * ``n_ctx = num_ctx * parallel``: llama.cpp splits the context between its slots, so each of
@@ -20,19 +24,43 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.metadata
+import importlib.resources
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from harness.backends import models
+from harness.backends import memory, models
 from harness.backends.base import DEFAULT_NUM_CTX, Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.hub import HUB_PREFIX
 from harness.backends.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatBackend, openai_request_settings
 from harness.backends.server_facts import EMBEDDED_PER_TOKEN_S
 from harness.errors import BackendUnavailable, ModelCacheError, UsageError
 
-__all__ = ["EmbeddedBackend", "resolve_model"]
+__all__ = ["EmbeddedBackend", "resolve_model", "shipped_template"]
+
+
+def shipped_template(name_or_path: str) -> str | None:
+    """The chat template a known model names (:attr:`ModelInfo.chat_template <harness.backends.models.ModelInfo>`),
+    read from the harness's package data (``harness/backends/templates/``).
+
+    Returns:
+        The template text, byte for byte as shipped; ``None`` for a path or a model that names no template.
+
+    Raises:
+        ModelCacheError: the shipped file is missing or unreadable (a broken installation).
+    """
+    info = models.KNOWN_MODELS.get(name_or_path)
+    if info is None or info.chat_template is None:
+        return None
+    resource = importlib.resources.files("harness.backends").joinpath("templates", info.chat_template)
+    try:
+        return resource.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelCacheError(
+            f"The chat template {info.chat_template} of model '{name_or_path}' is missing from the harness "
+            f"installation ({exc}); reinstall the harness."
+        ) from exc
 
 
 def resolve_model(name_or_path: str, *, fetch: bool = True) -> tuple[Path, str | None]:
@@ -82,11 +110,13 @@ class EmbeddedBackend(Backend):
         timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 1 s per token of ``max_tokens``
             (:data:`~harness.backends.server_facts.EMBEDDED_PER_TOKEN_S`).
         chat_template: a Jinja chat template to use instead of the one in the GGUF file (e.g. one
-            that renders tools, for a model whose own template does not).
+            that renders tools, for a model whose own template does not); ``None``: the one the known model names
+            (:func:`shipped_template`), else the GGUF's.
 
     Raises:
-        UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference.
-        ModelCacheError: a known model or hub file could not be fetched or verified.
+        UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference, or it
+            does not fit in the memory available (:func:`harness.backends.memory.check_fits`).
+        ModelCacheError: a known model, hub file or shipped template could not be fetched or verified.
     """
 
     kind = "embedded"
@@ -106,9 +136,10 @@ class EmbeddedBackend(Backend):
         self.parallel = parallel
         self.num_ctx = num_ctx
         self.timeout_s = timeout_s
-        self.chat_template = chat_template
         self.spec = f"embedded:{name_or_path}"
         self.model_file, self._sha256 = resolve_model(name_or_path)
+        self.chat_template = chat_template if chat_template is not None else shipped_template(name_or_path)
+        memory.check_fits(self.model_file, num_ctx * parallel)  # one sentence now, not an out-of-memory kill later
         self._server: Any = None
         self._client: OpenAICompatBackend | None = None
         self._lock = threading.Lock()
@@ -125,6 +156,7 @@ class EmbeddedBackend(Backend):
             The OpenAI API root, e.g. ``http://127.0.0.1:45039/v1``.
 
         Raises:
+            UsageError: the model no longer fits in the memory available (another model may have taken it).
             BackendUnavailable: llama.cpp could not load the model or start the server.
         """
         with self._lock:
@@ -213,6 +245,7 @@ class EmbeddedBackend(Backend):
     def _start_server(self) -> tuple[Any, str]:
         import xllamacpp  # heavy native import: only when a server is really needed
 
+        memory.check_fits(self.model_file, self.num_ctx * self.parallel)
         params = xllamacpp.CommonParams()
         params.model.path = str(self.model_file)
         params.port = 0

