@@ -19,10 +19,11 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.contradiction import CONDITION, COUNT, TEMPERATURE, contradictions
+from harness.classifier.contradiction import CONDITION, COUNT, contradictions
 from harness.classifier.heuristics import FILE_TOKEN, History, tools_text
 from harness.classifier.readings import (
     DOMAIN_WORDS,
+    MEANS,
     Unit,
     acts,
     drop_code_lines,
@@ -35,7 +36,7 @@ from harness.classifier.readings import (
     units,
 )
 from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, ToolCall, short
-from harness.classifier.values import temperature_given, temperatures
+from harness.classifier.values import TEMPERATURE, temperature_given, temperatures
 
 __all__ = ["fabrication_step", "result_markup", "tool_only_facts"]
 
@@ -274,10 +275,6 @@ def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
     return []
 
 
-_MEANS = re.compile(
-    r"\b(?:code|script|command|function|snippet|program|solution|guide|steps?|how to|how you|implementation|example|syntax)\b",
-    re.I,
-)
 _FUTURE = re.compile(r"\bwill (?:have|contain|look|hold|include)\b", re.I)
 _CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads)\b", re.I)
 _LISTED = re.compile(
@@ -348,13 +345,13 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
     tool-only fact: ``file content``, ``listing``, ``output``."""
     frame = f"{before} {after}"
     names_file = "file" in domains and bool(re.search(r"\bfile\b", frame, re.I) or next(iter(FILE_TOKEN.finditer(frame)), None))
-    if "file" in domains and _CONTENTS.search(frame) and names_file and not _MEANS.search(before):
+    if "file" in domains and _CONTENTS.search(frame) and names_file and not MEANS.search(before):
         if not _FUTURE.search(frame) or _valued(unit.text, ""):  # a file it will write: only with values in it
             return "file content"  # an existing file's contents count whatever they hold
-    here_is_file = names_file and re.search(r"\bhere(?:'s| is)\b", before, re.I) and not _MEANS.search(before)
+    here_is_file = names_file and re.search(r"\bhere(?:'s| is)\b", before, re.I) and not MEANS.search(before)
     if here_is_file and not is_code(unit.text) and _valued(unit.text, ""):
         return "file content"  # "Here is the report.txt:" then what it holds
-    means = _MEANS.search(before) and not _OUTPUT_VERB.search(before)  # "In this code ... it will output:" presents output
+    means = MEANS.search(before) and not _OUTPUT_VERB.search(before)  # "In this code ... it will output:" presents output
     if means or is_code(unit.text) or len(_IMPERATIVE_ITEM.findall(unit.text)) * 2 >= max(len(unit.lines), 1):
         return None  # the way to do the task (code, steps), not a fact
     about = any(DOMAIN_WORDS[d].search(frame) for d in domains) or bool(next(iter(FILE_TOKEN.finditer(frame)), None))

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.readings import DOMAIN_WORDS, Unit, acts, frame_before, is_code, tool_domains, units
+from harness.classifier.readings import DOMAIN_WORDS, MEANS, Unit, acts, frame_before, is_code, tool_domains, units
 from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
@@ -64,15 +64,9 @@ _NARRATION_CJK = re.compile(
 )
 """The announcing cue in Chinese ("我将使用..." = "I will use..."), for the models that answer in it."""
 _SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
-_MEANS = re.compile(
-    r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"
-    r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function)\b",
-    re.I,
-)
 _GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re.M)
 """A gerund heading of a tool act ("Creating report.txt using a for loop:"): the means when the block after it is code
 (a listing after "Listing files:" is the block it frames, data)."""
-"""A frame presenting the block after it as the way to do something ("You can use the following code to ...")."""
 _OTHER = re.compile(
     r"(?:\b(?:output|outputs|result|results|contents?)\b[ \t]+(?:of|from)[ \t]+[^:\n]{1,60}?"
     r"|\b(?:output|outputs|result|results|bug|error|issue|contents?|example|observation)\b)"
@@ -202,7 +196,7 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
         shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
-        means = bool(_MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
+        means = bool(MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
         if (means and about) or (acts(unit.text) and not _inside(unit, fake)):  # a fake result's body is fabrication
             return unit.text
     return None

@@ -25,6 +25,7 @@ from harness.classifier.types import MAX_SCAN_CHARS, get
 
 __all__ = [
     "DOMAIN_WORDS",
+    "MEANS",
     "Unit",
     "acts",
     "drop_code_lines",
@@ -48,6 +49,14 @@ HEDGE = re.compile(
 """Words that mark a value as unknown, possible or an example, and what a reply says its own code will do
 ("This will write ... to a file named x.json": the code's effect, not a result): such a sentence states no result."""
 
+MEANS = re.compile(
+    r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"
+    r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function|steps?|syntax)\b",
+    re.I,
+)
+"""A frame presenting the block after it as the way to do something ("You can use the following code to ...", "Here
+is how ...", "the steps"): what a block so framed holds is a means, not a fact (fabrication) and, about the task's tool
+action, is handed over (narration)."""
 _CODE_LINE = re.compile(
     r"^[ \t]*(?:def |class |import |from \w[\w.]* import |with open\(|for \w+ in |while |if __name__|print\(|return "
     r"|async def |function |const |let |var |#include|public |\$ |>>> )",
