@@ -17,7 +17,7 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (519, 541), "tune": (464, 470), "held-out": (55, 71)}
+EXACT = {"all": (531, 541), "tune": (465, 470), "held-out": (66, 71)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
@@ -25,7 +25,7 @@ MODE_FLOORS = {
     "code_fence": (1.00, 1.00),
     "mixed_prose": (1.00, 1.00),
     "tool_call_tags_in_content": (1.00, 1.00),
-    "wrong_wrapper_tag": (1.00, 0.96),
+    "wrong_wrapper_tag": (1.00, 1.00),
     "foreign_call_syntax": (1.00, 1.00),
     "multiple_calls": (1.00, 0.94),
     "invalid_json": (1.00, 1.00),
@@ -36,8 +36,8 @@ MODE_FLOORS = {
     "unknown_tool": (1.00, 1.00),
     "schema_violation": (1.00, 0.94),
     "repeated_call": (1.00, 1.00),
-    "fabricated_tool_result": (0.96, 0.94),
-    "narration_without_call": (0.96, 0.92),
+    "fabricated_tool_result": (0.98, 0.98),
+    "narration_without_call": (0.97, 0.96),
     "empty_response": (1.00, 1.00),
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
