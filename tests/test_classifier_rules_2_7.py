@@ -412,3 +412,23 @@ def test_stripped_harmony_header_without_arguments_is_a_wrapper():
 
 def test_harmony_header_named_in_a_sentence_is_not():
     assert "wrong_wrapper_tag" not in modes("gpt-oss writes to=functions.get_weather before its arguments.", WEATHER, NOW)
+
+
+@pytest.mark.parametrize("line", ["notes.txt: owner=Dana, due 2024-05-01", "The summary file: 4 lines, 120 words"])
+def test_a_value_on_a_line_labelled_by_a_file_is_its_content(line):
+    assert "fabricated_tool_result" in modes(line, FILES, "Read notes.txt and summarise it in summary.md.")
+
+
+@pytest.mark.parametrize("line", ["The output file: summary.md", "The summary file: one sentence per paragraph"])
+def test_a_file_label_naming_a_file_or_describing_it_states_no_content(line):
+    assert "fabricated_tool_result" not in modes(line, FILES, "Read notes.txt and summarise it in summary.md.")
+
+
+def test_broken_call_object_in_content_shows_an_absolute_path():
+    reply = '{"name": "write_file", "arguments": {"path": "/srv/www/a.html", "content": "<p class="x">hi</p>"}}'
+    assert {"invalid_json", "raw_json_in_content", "sandbox_escape_attempt"} <= modes(reply, FILES, LIST)
+
+
+def test_broken_call_object_with_a_relative_path_does_not_escape():
+    reply = '{"name": "write_file", "arguments": {"path": "www/a.html", "content": "<p class="x">hi</p>"}}'
+    assert "sandbox_escape_attempt" not in modes(reply, FILES, LIST)

@@ -176,6 +176,7 @@ def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tool
         found += _file_sentences(content, claims, known, code_in_prompt=past.user_code)
         found += _said_of_files(claims, known)
         found += _bare_listing(seq, "\n".join(past.prompt_parts))
+        found += _inline_file_content(claims)
     if "ticket" in domains:
         found += [f"ticket: {m.group()}" for m in _TICKET.finditer(claims) if m.group().lower() not in known][:4]
     found += _presented_blocks(content, seq, domains)
@@ -295,6 +296,23 @@ def _said_of_files(claims: str, known: str) -> list[str]:
 _NAME_LINE = re.compile(r"[ \t]*([\"']?)[\w.-]+\.[A-Za-z]\w{0,4}\1,?[ \t]*")
 """A line holding one file name, bare or as an item of a JSON array (``"a.txt",``)."""
 _BRACKET_LINE = re.compile(r"[ \t]*[\[\]][ \t]*,?[ \t]*")
+
+
+_INLINE_FILE = re.compile(
+    r"^[ \t*#>-]*+(?:the[ \t]+)?(?:[\w-]+[ \t]+file|[\w-]+\.[A-Za-z]\w{0,4})[ \t*]*:[ \t]*(?P<value>\S[^\n]*)$", re.I | re.M
+)
+"""A file's contents given on the label's own line ("The report file: 0001-05A0F: 7", "notes.txt: owner=Dana")."""
+
+
+def _inline_file_content(claims: str) -> list[str]:
+    """A value on a line labelled by a file (its name, or "the report file"): a number or a ``key: value`` in it, not
+    only another file's name."""
+    for m, _ in zip(_INLINE_FILE.finditer(claims[:MAX_REPAIR_CHARS]), range(200), strict=False):
+        value = m.group("value").strip()
+        shaped = re.search(r"\d", value) or re.match(r"\w+\s*[:=]\s*\w", value)
+        if shaped and _specific(value) and not _NAME_LINE.fullmatch(value):
+            return [f"file content: {short(m.group().strip(), 60)}"]
+    return []
 
 
 def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
