@@ -432,3 +432,14 @@ def test_broken_call_object_in_content_shows_an_absolute_path():
 def test_broken_call_object_with_a_relative_path_does_not_escape():
     reply = '{"name": "write_file", "arguments": {"path": "www/a.html", "content": "<p class="x">hi</p>"}}'
     assert "sandbox_escape_attempt" not in modes(reply, FILES, LIST)
+
+
+def test_tool_invoked_as_an_argument_of_other_code_is_a_call():
+    code = "```python\ndef report():\n    names = sorted(list_files())\n    return len(names)\n```"
+    got = modes(code, FILES, LIST)
+    assert {"foreign_call_syntax", "code_fence"} <= got and "narration_without_call" not in got
+
+
+def test_tool_named_in_a_sentence_inside_a_wrapper_is_still_prose():
+    got = modes("<tool_call>Here I would use list_files() for you</tool_call>", FILES, LIST)
+    assert "foreign_call_syntax" not in got
