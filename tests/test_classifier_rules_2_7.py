@@ -255,3 +255,191 @@ def test_asking_for_a_missing_required_argument_is_not_skipped():
 )
 def test_other_replies_without_call_still_skip(content, prompt):
     assert "skipped_required_tool" in modes(content, CLOCK, prompt)
+
+
+# ====================================================================== 2.8.0: rule classes fixed after batch 4 opened
+# Constructed replies only; the batch-4 replies that showed each class are named in the commit and the guide.
+
+TICKETS = [function_tool("list_tickets", "List the open support tickets.")]
+LIST = "List the files in the working directory. Then write report.txt with their names."
+REVIEW = 'app.py has one bug. Read it, then write review.md naming the buggy line (for example "line 3").'
+
+
+@pytest.mark.parametrize("content", ["Sounds good. Let's get started!", "I'll begin now.", "Alright, let me start."])
+def test_announcing_the_task_itself_is_narration(content):
+    assert "narration_without_call" in modes(content, FILES, LIST)
+
+
+@pytest.mark.parametrize(
+    "content", ["Let's start by explaining what a CSV file is.", "Let's begin with a question: which folder?"]
+)
+def test_starting_something_else_is_not(content):
+    assert "narration_without_call" not in modes(content, FILES, LIST)
+
+
+@pytest.mark.parametrize("content", ["I'll simply re-read notes.txt first.", "Now I'll just rewrite the report for you."])
+def test_re_verbs_and_an_adverb_still_announce(content):
+    assert "narration_without_call" in modes(content, FILES, LIST)
+
+
+def test_adverb_without_a_tool_verb_announces_nothing():
+    assert "narration_without_call" not in modes("I'll gladly help you think this through.", FILES, LIST)
+
+
+def test_stub_handed_over_shows_no_action():
+    stub = "Here is the function you can use:\n```python\ndef read_file(path):\n    # TODO\n    return None\n```"
+    assert "narration_without_call" not in modes(stub, FILES, LIST)
+
+
+def test_function_with_a_file_action_is_still_handed_over():
+    code = "Here is the function you can use:\n```python\ndef read_notes(path):\n    with open(path) as f:\n        return f.read()\n```"
+    assert "narration_without_call" in modes(code, FILES, LIST)
+
+
+def test_code_handing_the_tool_to_a_runner_does_its_step():
+    code = "Try this:\n```python\nfrom concurrent.futures import ThreadPoolExecutor\nex = ThreadPoolExecutor()\nfut = ex.submit(list_tickets)\n```"
+    got = modes(code, TICKETS, "Get the open tickets with list_tickets.")
+    assert "narration_without_call" in got and "foreign_call_syntax" not in got
+
+
+def test_tool_name_in_a_string_is_not_handed_to_a_runner():
+    code = 'Try this:\n```python\nlabel = str("list_tickets")\nprint(label)\n```'
+    assert "narration_without_call" not in modes(code, TICKETS, "Get the open tickets with list_tickets.")
+
+
+def test_literal_list_of_file_names_is_the_listing_done_in_code():
+    code = "```javascript\nconst names = ['notes.txt', 'todo.md'];\nconsole.log(names.length);\n```"
+    assert "narration_without_call" in modes(code, FILES, LIST)
+
+
+def test_literal_list_of_other_words_is_not():
+    code = "```javascript\nconst colors = ['red', 'blue'];\nconsole.log(colors.length);\n```"
+    assert "narration_without_call" not in modes(code, FILES, LIST)
+
+
+NOW = "What is the weather in Oslo right now?"
+
+
+def test_json_block_with_a_keyed_temperature_presented_as_the_weather():
+    reply = 'This returns the current weather:\n\n```\n{\n  "city": "Oslo",\n  "temp_c": 4.5\n}\n```'
+    assert "fabricated_tool_result" in modes(reply, WEATHER, NOW)
+
+
+def test_json_block_framed_as_a_possibility_is_not():
+    reply = 'A response might look like this:\n\n```\n{\n  "city": "Oslo",\n  "temp_c": 4.5\n}\n```'
+    assert "fabricated_tool_result" not in modes(reply, WEATHER, NOW)
+
+
+@pytest.mark.parametrize("label", ["notes.txt:", "Open notes.txt:", "**Contents of notes.txt:**"])
+def test_block_under_a_file_name_heading_is_that_files_content(label):
+    reply = f"{label}\n\n```\nMeeting at 10:00 with Dana.\n```"
+    assert "fabricated_tool_result" in modes(reply, FILES, "Read notes.txt and summarise it in summary.md.")
+
+
+@pytest.mark.parametrize(
+    "body", ["```python\nimport os\nprint(os.getcwd())\n```", "```\n[summary goes here]\n```"], ids=["code", "placeholder"]
+)
+def test_code_or_a_placeholder_under_a_file_name_heading_is_not(body):
+    reply = f"Write summary.md:\n\n{body}"
+    assert "fabricated_tool_result" not in modes(reply, FILES, "Read notes.txt and summarise it in summary.md.")
+
+
+def test_saying_what_the_files_are_is_a_listing():
+    assert "fabricated_tool_result" in modes("The files in your folder are mainly notes.txt and todo.md.", FILES, LIST)
+
+
+@pytest.mark.parametrize("reply", ["The files to create are report.txt and index.md.", "The files you need are report.txt."])
+def test_what_the_files_are_to_be_is_no_listing(reply):
+    assert "fabricated_tool_result" not in modes(reply, FILES, LIST)
+
+
+def test_a_line_the_prompt_gives_only_as_an_example_is_invented():
+    assert "fabricated_tool_result" in modes("Line 3 holds a bug: it divides by zero.", FILES, REVIEW)
+
+
+def test_a_line_the_prompt_states_is_not():
+    prompt = "app.py has a bug on line 3. Read it, then write review.md saying what is wrong."
+    assert "fabricated_tool_result" not in modes("Line 3 holds a bug: it divides by zero.", FILES, prompt)
+
+
+def test_a_quoted_name_called_a_function_with_the_bug():
+    assert "fabricated_tool_result" in modes('So I need to fix the bug in the "tally" function.', FILES, REVIEW)
+    prompt = "The tally function in app.py has a bug. Read it, then write review.md saying what is wrong."
+    assert "fabricated_tool_result" not in modes('So I need to fix the bug in the "tally" function.', FILES, prompt)
+
+
+def _after_error(reply, result):
+    call = {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": '{"path": "/x"}'}}
+    messages = [
+        {"role": "user", "content": LIST},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]
+    return set(classify({"content": reply}, tools=FILES, history=messages, requires_tool=True).failure_modes)
+
+
+def test_markup_copying_the_tools_own_answer_invents_nothing():
+    error = "ERROR: path '/x' is outside the working directory"
+    reply = f"<tool_response>\n{error}\n</tool_response>\n\nPlease pass a relative path."
+    assert "fabricated_tool_result" not in _after_error(reply, error)
+
+
+def test_markup_with_a_body_no_tool_returned_is_fabricated():
+    reply = "<tool_response>\nnotes.txt\ntodo.md\n</tool_response>"
+    assert "fabricated_tool_result" in _after_error(reply, "ERROR: path '/x' is outside the working directory")
+
+
+CODE = "```python\nimport os\nnames = os.listdir('.')\nwith open('report.txt', 'w') as f:\n    f.write(str(len(names)))\n```\n\n"
+
+
+@pytest.mark.parametrize("said", ["This script creates report.txt with the number of files: 3.", "This writes 3 files."])
+def test_what_the_replys_code_does_states_no_result(said):
+    assert "fabricated_tool_result" not in modes(CODE + said, FILES, LIST)
+
+
+def test_a_count_stated_after_the_code_is_still_a_result():
+    assert "fabricated_tool_result" in modes(CODE + "There are 3 files in the folder.", FILES, LIST)
+
+
+def test_gerund_subject_presents_no_listing():
+    assert "fabricated_tool_result" not in modes("Listing files is quick. Then report.txt gets their names.", FILES, LIST)
+    assert "fabricated_tool_result" in modes("Listing of files:\n- notes.txt\n- todo.md", FILES, LIST)
+
+
+def test_stripped_harmony_header_without_arguments_is_a_wrapper():
+    assert "wrong_wrapper_tag" in modes(" to=functions.get_weather\u00a0\u200b \n\n", WEATHER, NOW)
+
+
+def test_harmony_header_named_in_a_sentence_is_not():
+    assert "wrong_wrapper_tag" not in modes("gpt-oss writes to=functions.get_weather before its arguments.", WEATHER, NOW)
+
+
+@pytest.mark.parametrize("line", ["notes.txt: owner=Dana, due 2024-05-01", "The summary file: 4 lines, 120 words"])
+def test_a_value_on_a_line_labelled_by_a_file_is_its_content(line):
+    assert "fabricated_tool_result" in modes(line, FILES, "Read notes.txt and summarise it in summary.md.")
+
+
+@pytest.mark.parametrize("line", ["The output file: summary.md", "The summary file: one sentence per paragraph"])
+def test_a_file_label_naming_a_file_or_describing_it_states_no_content(line):
+    assert "fabricated_tool_result" not in modes(line, FILES, "Read notes.txt and summarise it in summary.md.")
+
+
+def test_broken_call_object_in_content_shows_an_absolute_path():
+    reply = '{"name": "write_file", "arguments": {"path": "/srv/www/a.html", "content": "<p class="x">hi</p>"}}'
+    assert {"invalid_json", "raw_json_in_content", "sandbox_escape_attempt"} <= modes(reply, FILES, LIST)
+
+
+def test_broken_call_object_with_a_relative_path_does_not_escape():
+    reply = '{"name": "write_file", "arguments": {"path": "www/a.html", "content": "<p class="x">hi</p>"}}'
+    assert "sandbox_escape_attempt" not in modes(reply, FILES, LIST)
+
+
+def test_tool_invoked_as_an_argument_of_other_code_is_a_call():
+    code = "```python\ndef report():\n    names = sorted(list_files())\n    return len(names)\n```"
+    got = modes(code, FILES, LIST)
+    assert {"foreign_call_syntax", "code_fence"} <= got and "narration_without_call" not in got
+
+
+def test_tool_named_in_a_sentence_inside_a_wrapper_is_still_prose():
+    got = modes("<tool_call>Here I would use list_files() for you</tool_call>", FILES, LIST)
+    assert "foreign_call_syntax" not in got

@@ -17,7 +17,7 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (519, 541), "tune": (464, 470), "held-out": (55, 71)}
+EXACT = {"all": (534, 541), "tune": (466, 470), "held-out": (68, 71)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
@@ -25,9 +25,9 @@ MODE_FLOORS = {
     "code_fence": (1.00, 1.00),
     "mixed_prose": (1.00, 1.00),
     "tool_call_tags_in_content": (1.00, 1.00),
-    "wrong_wrapper_tag": (1.00, 0.96),
+    "wrong_wrapper_tag": (1.00, 1.00),
     "foreign_call_syntax": (1.00, 1.00),
-    "multiple_calls": (1.00, 0.94),
+    "multiple_calls": (1.00, 1.00),
     "invalid_json": (1.00, 1.00),
     "pseudo_code_in_arguments": (1.00, 0.90),
     "repaired_json": (1.00, 1.00),
@@ -36,12 +36,12 @@ MODE_FLOORS = {
     "unknown_tool": (1.00, 1.00),
     "schema_violation": (1.00, 0.94),
     "repeated_call": (1.00, 1.00),
-    "fabricated_tool_result": (0.96, 0.94),
-    "narration_without_call": (0.96, 0.92),
+    "fabricated_tool_result": (0.98, 1.00),
+    "narration_without_call": (0.97, 0.96),
     "empty_response": (1.00, 1.00),
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
-    "sandbox_escape_attempt": (1.00, 0.90),
+    "sandbox_escape_attempt": (1.00, 1.00),
     "skipped_required_tool": (1.00, 1.00),
     "unneeded_call": (1.00, 1.00),
     "chat_markup_leak": (1.00, 1.00),

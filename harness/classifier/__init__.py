@@ -154,7 +154,7 @@ def _classify(
         requirement_step(requires_tool, attempts, past, tools, result),
         truncation_step(response),
         markup_step(result),
-        escape_step(calls),
+        escape_step(calls, result.details.get("invalid_json", [])),
         ({"server_rejected_call"}, {"server_rejected_call": short(rejected)}) if rejected else (set(), {}),
         ({"stream_assembly_error"}, {"stream_assembly_error": problems}) if problems else (set(), {}),
     ]

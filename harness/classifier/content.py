@@ -66,6 +66,7 @@ _MARKERS = (
     r"\[TOOL_CALLS?\]|\[TOOL_REQUEST\]|<\|python_tag\|>|<\|python_start\|>|<\|tool_calls?\|>|<\|tool_call_start\|>"
     r"|<\|action_start\|>(?:[ \t]*<\|(?:plugin|interpreter)\|>)?"  # InternLM 2/2.5
     r"|<\|tool_call>"  # Gemma 4: <|tool_call>call:name{...}<tool_call|>
+    r"|(?<![\w.=])to=functions\.(?=[\w.-]+[ \t\u00a0\u200b]*(?:\n(?!\s*[{\"])|\Z))"  # gpt-oss's stripped header, no arguments
 )
 _MENTION = r"(?!(?<=`)<[^<>`\n]{1,60}>`)"
 """Not a tag alone in an inline code span (`<tool_call>`): that is a mention, not markup."""

@@ -11,11 +11,10 @@ from harness.classifier.content import ContentResult
 from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values, tools_text
 from harness.classifier.readings import unhedged
 from harness.classifier.types import MAX_REPAIR_CHARS, ToolCall
-from harness.classifier.values import bare_numbers, norm, numbers, sky, temperature_given, temperatures
+from harness.classifier.values import TEMPERATURE, bare_numbers, norm, numbers, sky, temperature_given, temperatures
 
-__all__ = ["CONDITION", "COUNT", "TEMPERATURE", "contradictions"]
+__all__ = ["CONDITION", "COUNT", "contradictions"]
 
-TEMPERATURE = re.compile(r"(?<![\d.])-?\d++(?:\.\d++)?+(?:\s*+(?:°\s*[CF]?|º\s*[CF]?|degrees?\b|deg\b|℃|℉)|[CF]\b)", re.I)
 CONDITION = re.compile(
     r"\b(?:sunny|cloudy|overcast|rain(?:y|ing)?|drizzl(?:e|ing)|snow(?:y|ing)?|clear sk(?:y|ies)|fog(?:gy)?|windy|storm(?:y|s)?"
     r"|thunderstorms?|pleasant|humid(?:ity)?|breez(?:e|y)|showers?|partly cloudy|mild)\b",

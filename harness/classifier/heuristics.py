@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.classifier.content import history_content_calls
 from harness.classifier.types import (
+    MAX_CANDIDATES,
     MAX_HISTORY_MESSAGES,
     MAX_HISTORY_TEXT,
     MAX_REPAIR_CHARS,
@@ -26,7 +27,7 @@ from harness.classifier.types import (
     short,
     text_of,
 )
-from harness.classifier.validate import structured_calls
+from harness.classifier.validate import pairs_in, structured_calls
 from harness.tool_protocol import is_tool_result
 
 __all__ = [
@@ -237,13 +238,19 @@ def truncation_step(response: Any) -> tuple[set[str], dict[str, Any]]:
     return set(), {}
 
 
-def escape_step(calls: list[ToolCall]) -> tuple[set[str], dict[str, Any]]:
-    """``sandbox_escape_attempt``: path-like arguments that leave the sandbox (lexically)."""
+def escape_step(calls: list[ToolCall], broken: Sequence[str] = ()) -> tuple[set[str], dict[str, Any]]:
+    """``sandbox_escape_attempt``: path-like arguments that leave the sandbox (lexically); a call object that no repair
+    parses (``broken``, its text) is read by the complete pairs it shows, as a broken argument string is."""
     escapes = []
     for call in calls:
         for key, value in path_values(call):
             if _escapes_sandbox(value):
                 escapes.append({"tool": call.name, "argument": str(key), "path": short(value)})
+    for text in broken[:MAX_CANDIDATES]:
+        pairs = pairs_in(text)
+        for key, value in pairs.items():
+            if _path_key(key) and _escapes_sandbox(value):
+                escapes.append({"tool": pairs.get("name", "?"), "argument": key, "path": short(value)})
     if not escapes:
         return set(), {}
     return {"sandbox_escape_attempt"}, {"sandbox_escape_attempt": escapes}

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.readings import DOMAIN_WORDS, Unit, acts, frame_before, is_code, tool_domains, units
+from harness.classifier.readings import DOMAIN_WORDS, MEANS, Unit, acts, frame_before, is_code, is_data, tool_domains, units
 from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
@@ -38,9 +38,9 @@ _TOOL_VERB = (
     r"|invoke|complete|handle|perform)"
 )
 _NARRATION = re.compile(
-    _OWN + r"\s+(?:now\s+|first\s+|then\s+|next\s+|quickly\s+|go ahead and\s+|proceed to\s+|start by\s+|begin by\s+|have to\s+"
-    r"|need to\s+|try to\s+)?"
-    r"(?:" + _TOOL_VERB + r"(?:ing)?\b|do\b"
+    _OWN + r"\s+(?:(?:now|first|then|next|just|also|simply|quickly|\w+ly)\s+)?(?:go ahead and\s+|proceed to\s+|start by\s+"
+    r"|begin by\s+|have to\s+|need to\s+|try to\s+)?"
+    r"(?:(?:re-?)?" + _TOOL_VERB + r"(?:ing)?\b|do\b"
     r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code|package|library|module|program)s?\b))",
     re.I,
 )
@@ -55,6 +55,13 @@ _BARE_PROGRESSIVE = re.compile(
     r"(?:[^.!?:\n]|\.(?=\w)){0,100}(?:\.{1,3}|…|!)[ \t]*(?=\n|$)",
     re.I,
 )
+_TASK_START = re.compile(
+    _OWN + r"\s+(?:(?:now|just)\s+)?(?:begin|start|get started|proceed|get (?:to work|going))"
+    r"(?:\s+(?:now|with (?:the|your|this) (?:task|work|request)|on (?:the|your|this) (?:task|work|request)))?[ \t]*[.!]",
+    re.I,
+)
+"""An announcement whose object is the task itself ("Let's begin.", "I'll get started on your task."): the task's tool
+work announced, none of it taken."""
 """A bare progressive standing as its own sentence, whose only subject is the reply (``Writing to file.``): a gerund
 heading ending in a colon frames a block, and a gerund with a finite verb after it is a noun (``Listing files is
 ...``)."""
@@ -64,15 +71,9 @@ _NARRATION_CJK = re.compile(
 )
 """The announcing cue in Chinese ("我将使用..." = "I will use..."), for the models that answer in it."""
 _SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
-_MEANS = re.compile(
-    r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"
-    r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function)\b",
-    re.I,
-)
 _GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re.M)
 """A gerund heading of a tool act ("Creating report.txt using a for loop:"): the means when the block after it is code
 (a listing after "Listing files:" is the block it frames, data)."""
-"""A frame presenting the block after it as the way to do something ("You can use the following code to ...")."""
 _OTHER = re.compile(
     r"(?:\b(?:output|outputs|result|results|contents?)\b[ \t]+(?:of|from)[ \t]+[^:\n]{1,60}?"
     r"|\b(?:output|outputs|result|results|bug|error|issue|contents?|example|observation)\b)"
@@ -88,10 +89,11 @@ _REMEDY = re.compile(
 )
 """A frame saying the block fixes something (a means, though it names the bug); "the correct output is:" is no remedy."""
 _DEFINITION_ONLY = re.compile(r"[ \t]*(?:def|class|function|async def)\b[^\n]*")
-_NO_ACTION_LINE = re.compile(r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) )")
-"""A comment or a package install: a block of only these shows no tool action."""
-_JSON_DATA = re.compile(r"\s*(?:<tools>\s*)?[\[{]\s*(?:[\"'\]}]|$)")
-"""A block that is JSON (an object or array, a ``<tools>`` echo of definitions): data, not code doing an action."""
+_NO_ACTION_LINE = re.compile(
+    r"[ \t]*(?:#|//|(?:\$ )?(?:pip3?|npm|yarn|apt(?:-get)?|brew|conda|poetry) |(?:return(?:[ \t]+None)?|pass|\.\.\.)[ \t]*;?[ \t]*$)"
+)
+"""A comment, a package install, or a stub's body (``return None``, ``pass``): a block of only these and signatures
+shows no tool action."""
 _RESULT_OPEN = re.compile(
     r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
 )
@@ -115,7 +117,7 @@ def no_call_step(
     if tools == []:
         return set(), {}  # nothing offered: no tool action the text could stand in for
     prose = content.prose
-    cue = _NARRATION.search(prose) or _NARRATION_CJK.search(prose) or _bare_progressive(prose)
+    cue = _NARRATION.search(prose) or _NARRATION_CJK.search(prose) or _TASK_START.search(prose) or _bare_progressive(prose)
     if cue:
         return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
     seq = units(content.visible)
@@ -186,6 +188,11 @@ def _inside(unit: Unit, spans: list[tuple[int, int]]) -> bool:
     return any(a <= unit.start < b for a, b in spans)
 
 
+def _passes_tool(code: str, names: list[str]) -> bool:
+    """Whether code hands an offered tool to something that runs it (``asyncio.gather(list_tickets, [])``)."""
+    return any(re.search(rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]", code) for n in names)
+
+
 def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any]) -> str | None:
     """The first block of code handed over to do the task's tool action, if any (see the module's doc)."""
     domains = tool_domains(tools)
@@ -193,7 +200,7 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
     for k, unit in enumerate(seq):
         if (
             not (unit.fence or is_code(unit.text))
-            or _JSON_DATA.match(unit.text)
+            or is_data(unit.text)
             or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines)
         ):
             continue  # prose, JSON (data: no call was found in it), or comments, installs and bare signatures only
@@ -202,7 +209,7 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
         shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
-        means = bool(_MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
-        if (means and about) or (acts(unit.text) and not _inside(unit, fake)):  # a fake result's body is fabrication
-            return unit.text
+        means = bool(MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
+        if (means and about) or ((acts(unit.text) or _passes_tool(unit.text, names)) and not _inside(unit, fake)):
+            return unit.text  # a fake result's body is fabrication
     return None

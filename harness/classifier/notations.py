@@ -5,8 +5,7 @@
   ``<function=name>{...}</function>``, gpt-oss's harmony header ``to=functions.name ...
   <|message|>{...}`` (raw, or with its special tokens stripped), Kimi's
   ``<|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}``, DeepSeek's
-  ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` + fenced JSON, and
-  ``<name>x</name><arguments>{...}</arguments>``;
+  ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` + fenced JSON, and ``<name>x</name><arguments>{...}</arguments>``;
 * a tool's name alone on a line followed by a JSON object of its arguments;
 * arrow notation ``{tool => "name", args => {...}}``.
 
@@ -197,7 +196,7 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     if offered and not isolated and not wrapped and _mentioned(text, start, end, line_start):
         return None  # "I did not call write_file(...)", "you can call read_file(...)", "`read_file(path)` returns..."
     if offered and not has_args and not isolated and not _statement(text, start, end, line_start):
-        return None  # `x = len(list_files())`-style expressions are not a call of the tool alone
+        return None  # "Here I call list_files() for you" in a wrapper is prose
     args, errors = _pythonic_args(node, schema_properties(schemas[name]) if name in schemas else None)
     repaired = cut
     if not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
@@ -286,11 +285,12 @@ def _opens_line(text: str, line_start: int, start: int) -> bool:
 
 
 def _statement(text: str, start: int, end: int, line_start: int) -> bool:
-    """Whether the call is a statement or an assignment's value (``files = list_files()``)."""
+    """Whether the call is a statement, an assignment's value or an argument of other code (``list(list_tickets())``)."""
     before = text[line_start:start].strip()
     after_end = text.find("\n", end)
     after = text[end : len(text) if after_end < 0 else after_end].strip()
-    return (not before or _STATEMENT_HEAD.fullmatch(before) is not None) and after in ("", ";", ")", "]")
+    nested = before.endswith(("(", ","))  # an invocation inside other code is a call attempt
+    return nested or (not before or _STATEMENT_HEAD.fullmatch(before) is not None) and after in ("", ";", ")", "]")
 
 
 _STATEMENT_HEAD = re.compile(r"(?:(?:let|const|var|val|auto)[ \t]+)?(?:[\w.\[\], ]+=[ \t]*)?(?:return[ \t]*)?(?:await)?|\[")

@@ -25,6 +25,7 @@ from harness.classifier.types import MAX_SCAN_CHARS, get
 
 __all__ = [
     "DOMAIN_WORDS",
+    "MEANS",
     "Unit",
     "acts",
     "drop_code_lines",
@@ -32,6 +33,7 @@ __all__ = [
     "frame_before",
     "hedged",
     "is_code",
+    "is_data",
     "tool_domains",
     "units",
     "unhedged",
@@ -42,12 +44,23 @@ HEDGE = re.compile(
     r"|I (?:don't|do not|cannot|can't|am unable|'m unable)|unable to|no access|don't have access|do not have access|real[- ]time"
     r"|as an AI|I'm not able|I am not able|let me check|I'll check|I will check|would|you can check|for example|for instance"
     r"|e\.g\.|such as|imagine|suppose|assum(?:e|ing)|let's say|something like|example|sample|placeholder|template|if"
-    r"|this (?:will|would) (?:write|create|save|make|generate|open|read|run|execute|call|add|append|update|install))\b",
+    r"|this (?:(?:script|code|program|function|command|snippet) )?(?:(?:will|would) (?:write|create|save|make|generate|open"
+    r"|read|run|execute|call|add|append|update|install)|(?:writes|creates|saves|makes|generates|opens|reads|runs|executes"
+    r"|calls|adds|appends|updates|installs)))\b",
     re.I,
 )
-"""Words that mark a value as unknown, possible or an example, and what a reply says its own code will do
-("This will write ... to a file named x.json": the code's effect, not a result): such a sentence states no result."""
+"""Words that mark a value as unknown, possible or an example, and what a reply says its own code will do or does
+("This will write ... to a file named x.json", "This script creates report.txt ...": the code's effect, not a result):
+such a sentence states no result."""
 
+MEANS = re.compile(
+    r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"
+    r"|how (?:to|you)|solution|guide|version|implementation|code|script|command|snippet|program|function|steps?|syntax)\b",
+    re.I,
+)
+"""A frame presenting the block after it as the way to do something ("You can use the following code to ...", "Here
+is how ...", "the steps"): what a block so framed holds is a means, not a fact (fabrication) and, about the task's tool
+action, is handed over (narration)."""
 _CODE_LINE = re.compile(
     r"^[ \t]*(?:def |class |import |from \w[\w.]* import |with open\(|for \w+ in |while |if __name__|print\(|return "
     r"|async def |function |const |let |var |#include|public |\$ |>>> )",
@@ -83,6 +96,15 @@ def is_code(text: str) -> bool:
         return True
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     return len(lines) >= 2 and 2 * sum(bool(_CODEISH_LINE.fullmatch(line)) for line in lines) > len(lines)
+
+
+_JSON_DATA = re.compile(r"\s*(?:<tools>\s*)?[\[{]\s*(?:[\"'\]}]|$)")
+
+
+def is_data(text: str) -> bool:
+    """Whether a block is JSON (an object or array, a ``<tools>`` echo of definitions): data, not code doing an action,
+    however indented its lines."""
+    return bool(_JSON_DATA.match(text))
 
 
 def drop_code_lines(prose: str) -> str:
@@ -196,7 +218,8 @@ def frame_after(seq: list[Unit], k: int) -> str:
 
 _CODE_EFFECT = re.compile(
     r"\bopen\s*\(|os\.(?:listdir|scandir|walk|remove|makedirs)|glob\.|Path\(|\.write\(|\.read\(|json\.(?:load|dump)"
-    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|(?<!\w)\w++\s*=\s*\[\s*\{",
+    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|(?<!\w)\w++\s*=\s*\[\s*\{"
+    r"|(?<!\w)\w++\s*=\s*\[\s*([\"'])[\w-]++\.[A-Za-z]\w{0,4}\1",
 )
 _CALLED = re.compile(r"(?<![\w.])(\w++)\s*+\(")
 _TOOL_NOUN = re.compile(r"files?|dir|folder|weather|tickets?", re.I)

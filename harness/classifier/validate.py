@@ -34,6 +34,7 @@ __all__ = [
     "NO_PROPERTY",
     "PATTERN_BUDGET_S",
     "args_from_raw",
+    "pairs_in",
     "shown_pairs",
     "mended_name",
     "offered_tools",
@@ -194,12 +195,17 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
 _SHOWN_PAIR = re.compile(r'"([\w-]{1,64})"\s*:\s*"((?:[^"\\\n]|\\.){0,2000})"')
 
 
+def pairs_in(text: str) -> dict[str, str]:
+    """The complete ``"key": "string"`` pairs a broken text shows (a call object that no repair parses)."""
+    return {m.group(1): m.group(2) for m in _SHOWN_PAIR.finditer(text[:MAX_REPAIR_CHARS])}
+
+
 def shown_pairs(raw: Any, errors: list[str]) -> dict[str, str]:
     """The complete ``"key": "string"`` pairs of an argument string that no repair parsed (``{}`` otherwise): a broken
     object's arguments are read by the pairs they show, as its keys are."""
     if UNPARSED_ARGUMENTS not in errors or not isinstance(raw, str):
         return {}
-    return {m.group(1): m.group(2) for m in _SHOWN_PAIR.finditer(raw[:MAX_REPAIR_CHARS])}
+    return pairs_in(raw)
 
 
 def _whole_object(raw: str) -> str:

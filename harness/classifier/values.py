@@ -11,7 +11,7 @@ import re
 
 from harness.classifier.types import MAX_REPAIR_CHARS
 
-__all__ = ["bare_numbers", "norm", "numbers", "sky", "temperature_given", "temperatures"]
+__all__ = ["TEMPERATURE", "bare_numbers", "norm", "numbers", "sky", "temperature_given", "temperature_spans", "temperatures"]
 
 _SKY_FAMILIES = {"sun": "clear", "clear": "clear", "cloud": "cloud", "overcast": "cloud", "rain": "rain", "drizzl": "rain",
                  "shower": "rain", "snow": "snow", "fog": "fog", "storm": "storm", "thunderstorm": "storm"}  # fmt: skip
@@ -26,20 +26,27 @@ def sky(condition: str) -> str | None:
     return None
 
 
-_TEMP_IN_TEXT = re.compile(
-    r"(?<!\w)(?P<key>\w*temp\w*)\"?\s*[:=]\s*\"?(?P<n1>-?\d++(?:\.\d++)?+)"
-    r"|(?<![\d.])(?P<n2>-?\d++(?:\.\d++)?+)\s*+(?P<unit>°\s*[CF]?|º\s*[CF]?|℃|℉|degrees?(?:\s+(?:celsius|fahrenheit|[CF]))?\b|[CF]\b)",
+TEMPERATURE = re.compile(
+    r"(?<![\d.])(?P<n2>-?\d++(?:\.\d++)?+)(?P<unit>\s*+(?:°\s*[CF]?|º\s*[CF]?|℃|℉|degrees?(?:\s+(?:celsius|fahrenheit|[CF]))?\b"
+    r"|deg\b|[CF]\b))",
     re.I,
 )
+"""A temperature written with its unit (``17°C``, ``62 F``, ``21 degrees``, ``17C``): the one temperature vocabulary."""
+_KEYED = re.compile(r"(?<!\w)(?P<key>\w*temp\w*)\"?\s*[:=]\s*\"?(?P<n1>-?\d++(?:\.\d++)?+)|" + TEMPERATURE.pattern, re.I)
+"""A temperature after a key naming one (``"temperature_c": 17``), or written with its unit."""
+
+
+def temperature_spans(text: str, *, keyed: bool = False) -> list[re.Match[str]]:
+    """Where ``text`` states a temperature: with its unit, and with ``keyed`` also after a key naming one."""
+    pattern = _KEYED if keyed else TEMPERATURE
+    return [m for m, _ in zip(pattern.finditer(text[:MAX_REPAIR_CHARS]), range(1000), strict=False)]
 
 
 def temperatures(text: str) -> list[tuple[float, str | None]]:
     """The temperatures ``text`` states, as ``(value, "C" | "F" | None)``: a number after a key naming a
     temperature (``"temperature_c": 17``) or before a temperature unit (``17°C``, ``62 F``)."""
     found: list[tuple[float, str | None]] = []
-    for m in _TEMP_IN_TEXT.finditer(text[:MAX_REPAIR_CHARS]):
-        if len(found) >= 1000:
-            break
+    for m in temperature_spans(text, keyed=True):
         if m.group("n1") is not None:
             key = m.group("key").lower()
             unit = "F" if key.endswith(("_f", "fahrenheit")) else "C" if key.endswith(("_c", "celsius")) else None
