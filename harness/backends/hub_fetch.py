@@ -18,6 +18,10 @@ On a mismatch the partial file is deleted: nothing is left under the final name 
 
 A file whose sidecar is present and matches is used without any request, so ``HF_HUB_OFFLINE=1``, a
 down endpoint or no network at all do not matter once a model is cached.
+
+The server is not trusted to end the body where it said: the download stops at the size the hub reports (a
+body that never ends does not fill the disk), and a response that ends short without breaking (an HTML error
+page served with status 200) or runs long is discarded rather than kept for resuming.
 """
 
 from __future__ import annotations
@@ -101,7 +105,12 @@ def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progr
     try:
         with open(partial, "ab") as sink:
             _lock(sink, file, label=label)
-            _transfer(url, sink, size, name=path.name, label=label, progress=progress)
+            try:
+                _transfer(url, sink, size, name=path.name, label=label, progress=progress)
+            except ModelCacheError:
+                if os.fstat(sink.fileno()).st_size == 0:  # nothing to resume: leave no empty partial behind
+                    partial.unlink(missing_ok=True)
+                raise
             sink.flush()
             os.fsync(sink.fileno())
         actual = file_sha256(partial)
@@ -212,20 +221,53 @@ def _transfer(url: str, sink: BinaryIO, size: int, *, name: str, label: str, pro
     try:
         http_get(
             url,
-            sink,
+            _CappedSink(sink, size),  # type: ignore[arg-type]  # the file methods http_get uses
             resume_size=have,
             headers=build_hf_headers(),
             expected_size=size,
             displayed_filename=name,
             tqdm_class=None if progress else _SilentBar,
         )
-    except (OSError, httpx2.HTTPError) as exc:
+    except (_TooManyBytes, OSError, httpx2.HTTPError) as exc:
         sink.flush()
         done = sink.tell()
+        if isinstance(exc, _TooManyBytes) or _ended_short(exc):  # the hub's answer is not this file: keep none of it
+            sink.truncate(0)
+            raise ModelCacheError(
+                f"The Hugging Face hub sent {'more than' if isinstance(exc, _TooManyBytes) else 'only'} {done} bytes "
+                f"of {name} but reports {size}; nothing was kept, run `harness models pull {label}` again."
+            ) from exc
         raise ModelCacheError(
             f"Downloading {name} from the Hugging Face hub stopped at {done} of {size} bytes ({_short(exc)}); "
             f"run `harness models pull {label}` again to resume."
         ) from exc
+
+
+class _TooManyBytes(Exception):
+    """The server sent more bytes than the file's size (not an ``OSError``: ``huggingface_hub`` must not retry it)."""
+
+
+class _CappedSink:
+    """The download's file, refusing to grow past the file's size (a body that never ends must not fill the disk)."""
+
+    def __init__(self, sink: BinaryIO, size: int) -> None:
+        self._sink, self._size = sink, size
+
+    def write(self, data: bytes) -> int:
+        end = self._sink.tell() + len(data)
+        if end > self._size:
+            self._sink.write(data[: self._size - self._sink.tell()])
+            raise _TooManyBytes(f"{end} bytes or more of {self._size}")
+        return self._sink.write(data)
+
+    def __getattr__(self, name: str) -> Any:  # seek, tell, truncate, flush: as the file's
+        return getattr(self._sink, name)
+
+
+def _ended_short(exc: BaseException) -> bool:
+    """Whether ``huggingface_hub`` saw a whole response shorter than the file (its size check's plain ``OSError``),
+    as an HTML error page served with status 200 is, rather than a broken connection or a disk error."""
+    return type(exc) is OSError and exc.errno is None
 
 
 def _short(exc: BaseException) -> str:

@@ -1,0 +1,126 @@
+"""Red-team regressions for hub downloads: a lying or broken hub, a tampered cache, planning without downloading.
+
+Each test starts the stand-in of tests/hub_standin.py on 127.0.0.1 (``HF_ENDPOINT``), serving a few MB of random
+bytes as ``hf:o/r/m.gguf``; ``custom`` answers make it lie (a body that never ends, an HTML page with status 200,
+error statuses on the download). Nothing between the harness, ``huggingface_hub`` and the socket is mocked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from harness.backends import models
+from tests.helpers import cli
+from tests.hub_standin import COMMIT, HubStandIn
+
+REPO, FILE = "o/r", "m.gguf"
+REF = f"hf:{REPO}/{FILE}"
+KEY = f"/{REPO}/resolve/main/{FILE}"
+DATA = os.urandom(3_000_000)
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    standin = HubStandIn()
+    standin.add(REPO, FILE, DATA)
+    monkeypatch.setenv("HF_ENDPOINT", standin.start())
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    yield standin
+    standin.stop()
+
+
+def _folder(tmp_path):
+    return tmp_path / "cache" / "hf" / "o" / "r" / "main"
+
+
+def _listing(folder):
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def _head_truthfully_then(answer_get):
+    """A custom answer: the HEAD tells the truth about DATA, the GET is ``answer_get(handler)``."""
+
+    def answer(handler, record):
+        if handler.command == "HEAD":
+            _file_headers(handler, 200, len(DATA))
+            handler.end_headers()
+        else:
+            answer_get(handler)
+
+    return answer
+
+
+def _file_headers(handler, status, length):
+    handler.send_response(status)
+    for name, value in (("X-Repo-Commit", COMMIT), ("X-Linked-Etag", f'"{SHA}"'), ("X-Linked-Size", str(len(DATA))),
+                        ("ETag", f'"{SHA}"'), ("Content-Length", str(length))):  # fmt: skip
+        handler.send_header(name, value)
+
+
+def _endless_body(handler):
+    """Chunked bytes that do not stop (up to 64 MB, or until the client hangs up)."""
+    handler.send_response(200)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    chunk = b"x" * (1 << 16)
+    try:
+        for _ in range(1 << 10):
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    except OSError:
+        pass
+    handler.close_connection = True
+
+
+def _html_page(handler):
+    body = b"<html><body>Temporarily unavailable</body></html>"
+    _file_headers(handler, 200, len(body))
+    handler.send_header("Content-Type", "text/html")
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def test_a_body_that_never_ends_is_cut_at_the_reported_size_and_nothing_is_kept(hub, tmp_path, capsys):
+    # found: every byte the server sent was appended to the partial file (a disk filled by an endless body, past the
+    # free-space check), then "stopped at 13107200 of 3000000 bytes ... run again to resume"
+    hub.custom[KEY] = _head_truthfully_then(_endless_body)
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 1 and out == "" and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        f"harness: The Hugging Face hub sent more than {len(DATA)} bytes of {FILE} but reports {len(DATA)}; "
+        f"nothing was kept, run `harness models pull {REF}` again."
+    )
+    assert _listing(_folder(tmp_path)) == []
+
+
+def test_an_html_page_served_as_the_file_is_not_kept_for_resuming(hub, tmp_path, capsys):
+    # found: the page's bytes stayed as the partial file, so the next pull resumed after them and failed its checksum
+    hub.custom[KEY] = _head_truthfully_then(_html_page)
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 1 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"harness: The Hugging Face hub sent only 49 bytes of {FILE} but reports")
+    assert _listing(_folder(tmp_path)) == []
+    del hub.custom[KEY]
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 0, err
+    assert hub.gets()[-1].range is None and (_folder(tmp_path) / FILE).read_bytes() == DATA
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 500])
+def test_an_error_status_on_the_download_is_one_sentence_and_leaves_no_empty_partial(hub, tmp_path, capsys, status):
+    def refuse(handler):
+        handler.send_response(status)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    hub.custom[KEY] = _head_truthfully_then(refuse)
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 1 and out == "" and "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith(f"harness: Downloading {FILE} from the Hugging Face hub stopped at 0 of {len(DATA)} bytes (")
+    assert str(status) in last and _listing(_folder(tmp_path)) == []
