@@ -124,3 +124,16 @@ def test_an_error_status_on_the_download_is_one_sentence_and_leaves_no_empty_par
     last = err.splitlines()[-1]
     assert last.startswith(f"harness: Downloading {FILE} from the Hugging Face hub stopped at 0 of {len(DATA)} bytes (")
     assert str(status) in last and _listing(_folder(tmp_path)) == []
+
+
+def test_a_symlink_planted_as_the_partial_file_is_not_followed(hub, tmp_path, capsys):
+    # found: the partial file was opened through a symbolic link, so a pull into a shared cache appended the model's
+    # bytes to (or truncated) whatever file the link named
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    folder = _folder(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / f".{FILE}.{SHA[:16]}.incomplete").symlink_to(victim)
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 1 and "Traceback" not in err and err.splitlines()[-1].startswith("harness: Cannot write ")
+    assert victim.read_text() == "precious\n" and hub.gets() == []

@@ -21,7 +21,8 @@ down endpoint or no network at all do not matter once a model is cached.
 
 The server is not trusted to end the body where it said: the download stops at the size the hub reports (a
 body that never ends does not fill the disk), and a response that ends short without breaking (an HTML error
-page served with status 200) or runs long is discarded rather than kept for resuming.
+page served with status 200) or runs long is discarded rather than kept for resuming. The partial file is
+opened without following a symbolic link (a shared cache cannot make a pull write elsewhere).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progr
             "downloading %s (%.0f MB) from %s at %s for model '%s'...", file.path, size / 1e6, source.repo, source.revision, label
         )
     try:
-        with open(partial, "ab") as sink:
+        # O_NOFOLLOW: a symbolic link planted under the partial's name must not make us append to (or truncate) its target
+        descriptor = os.open(partial, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with open(descriptor, "ab") as sink:
             _lock(sink, file, label=label)
             try:
                 _transfer(url, sink, size, name=path.name, label=label, progress=progress)
