@@ -137,3 +137,22 @@ def test_a_symlink_planted_as_the_partial_file_is_not_followed(hub, tmp_path, ca
     rc, out, err = cli(capsys, "models", "pull", REF)
     assert rc == 1 and "Traceback" not in err and err.splitlines()[-1].startswith("harness: Cannot write ")
     assert victim.read_text() == "precious\n" and hub.gets() == []
+
+
+def test_a_cached_file_changed_after_it_was_verified_is_not_trusted(hub, tmp_path, monkeypatch):
+    # found: a cached file whose sidecar matched was used as verified even after it was truncated or overwritten,
+    # and its recorded digest no longer described it
+    path, digest = models.resolve(REF, progress=False)
+    assert (path.read_bytes(), digest) == (DATA, SHA)
+    path.write_bytes(DATA[:1000])  # truncated, after its sidecar was written
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelCacheError, match="is not in the cache"):
+        models.resolve(REF)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert models.resolve(REF, progress=False) == (path, SHA) and path.read_bytes() == DATA
+    assert len(hub.gets()) == 2
+    # touched but unchanged: hashed once more and trusted again, with no request
+    os.utime(path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert models.resolve(REF, progress=False) == (path, SHA)
+    assert models.recorded_sha256(path) == SHA and len(hub.gets()) == 2

@@ -16,8 +16,9 @@ bytes are complete the file is hashed; only if its SHA-256 equals the one the hu
 harness's pin, for a ladder model) is it renamed to its final name and recorded in ``FILE.sha256``.
 On a mismatch the partial file is deleted: nothing is left under the final name or for resuming.
 
-A file whose sidecar is present and matches is used without any request, so ``HF_HUB_OFFLINE=1``, a
-down endpoint or no network at all do not matter once a model is cached.
+A file whose sidecar is present and matches, and that was not modified after the sidecar was written, is
+used without any request, so ``HF_HUB_OFFLINE=1``, a down endpoint or no network at all do not matter once a
+model is cached; a file modified since is hashed again, and downloaded again unless it still matches.
 
 The server is not trusted to end the body where it said: the download stops at the size the hub reports (a
 body that never ends does not fill the disk), and a response that ends short without breaking (an HTML error
@@ -37,7 +38,7 @@ from typing import IO, Any, BinaryIO
 from tqdm import tqdm
 
 from harness.backends.hub import HubFile, HubSource, is_sha256, model_digest
-from harness.backends.models import file_sha256, hub_paths, recorded_sha256, write_sidecar
+from harness.backends.models import file_sha256, hub_paths, recheck_recorded, recorded_sha256, write_sidecar
 from harness.errors import ModelCacheError
 
 __all__ = ["fetch_source"]
@@ -75,7 +76,10 @@ def fetch_source(source: HubSource, *, label: str, fetch: bool = True, progress:
             SHA-256 (nothing is kept); or the cache folder cannot be written.
     """
     paths = hub_paths(source)
-    recorded = [recorded_sha256(p, f.sha256, f.size) for p, f in zip(paths, source.files, strict=True)]
+    recorded = [
+        recorded_sha256(p, f.sha256, f.size) or recheck_recorded(p, f.sha256, f.size)
+        for p, f in zip(paths, source.files, strict=True)
+    ]
     missing = [(f, p) for f, p, sha in zip(source.files, paths, recorded, strict=True) if sha is None]
     if missing and not fetch:
         raise ModelCacheError(f"Model '{label}' is not in the cache {paths[0].parent}; run `harness models pull {label}`.")
