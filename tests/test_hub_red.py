@@ -156,3 +156,13 @@ def test_a_cached_file_changed_after_it_was_verified_is_not_trusted(hub, tmp_pat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert models.resolve(REF, progress=False) == (path, SHA)
     assert models.recorded_sha256(path) == SHA and len(hub.gets()) == 2
+
+
+def test_a_dry_run_of_a_pinned_alias_downloads_nothing(hub, tmp_path, capsys):
+    # found: `harness run --dry-run` with a ladder model downloaded all its gigabytes just to print the plan,
+    # though its digest (all the plan needs) is pinned
+    spec = "embedded:qwen2.5-coder-7b-instruct"
+    rc, out, err = cli(capsys, "run", "--dry-run", "--model", spec, "--tool-mode", "native", "--repeats", "1")
+    assert rc == 0, err
+    assert hub.served == [] and not (tmp_path / "cache").exists()
+    assert "qwen2.5-coder-7b-instruct" in out and out.strip().splitlines()[-1].endswith("to run.")

@@ -55,6 +55,7 @@ __all__ = [
     "list_cached",
     "list_models",
     "model_path",
+    "pinned",
     "pull",
     "recheck_recorded",
     "recorded_sha256",
@@ -208,6 +209,18 @@ def resolve(name: str, *, fetch: bool = True, progress: bool = True) -> tuple[Pa
     from harness.backends import hub_fetch  # imports huggingface_hub: only when a hub model is asked for
 
     return hub_fetch.fetch_source(source, label=label, fetch=fetch, progress=progress)
+
+
+def pinned(name: str) -> tuple[Path, str] | None:
+    """Where a known model is (or would be) in the cache and its pinned digest, with no I/O (to plan a run).
+
+    Returns:
+        ``(path, digest)``, or ``None`` when ``name`` is not a known model with a pinned digest.
+    """
+    info = KNOWN_MODELS.get(name)
+    if info is None or not info.sha256:
+        return None
+    return (cache_dir() / info.filename if info.hub is None else hub_paths(info.hub)[0]), info.sha256
 
 
 def model_path(name: str, *, fetch: bool = True, progress: bool = True) -> Path:
