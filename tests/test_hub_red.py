@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import time
 
 import pytest
 
@@ -166,3 +168,25 @@ def test_a_dry_run_of_a_pinned_alias_downloads_nothing(hub, tmp_path, capsys):
     assert rc == 0, err
     assert hub.served == [] and not (tmp_path / "cache").exists()
     assert "qwen2.5-coder-7b-instruct" in out and out.strip().splitlines()[-1].endswith("to run.")
+
+
+def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_next_pull_completes(hub, tmp_path, capsys):
+    # found: Ctrl-C during `harness models pull` said "everything finished so far is in the ledger", which a pull has not
+    def interrupted(handler):
+        _file_headers(handler, 200, len(DATA))
+        handler.end_headers()
+        handler.wfile.write(DATA[:1000])
+        handler.wfile.flush()
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the body comes in
+        time.sleep(2)
+        handler.close_connection = True
+
+    hub.custom[KEY] = _head_truthfully_then(interrupted)
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 130 and out == "" and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        f"harness: interrupted; run `harness models pull {REF}` again to resume (a hub download continues where it stopped)."
+    )
+    del hub.custom[KEY]
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 0 and (_folder(tmp_path) / FILE).read_bytes() == DATA, err
