@@ -190,3 +190,13 @@ def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_next_pull_completes(hub
     del hub.custom[KEY]
     rc, out, err = cli(capsys, "models", "pull", REF)
     assert rc == 0 and (_folder(tmp_path) / FILE).read_bytes() == DATA, err
+
+
+def test_a_split_model_named_in_capitals_keeps_its_spelling_for_every_part(hub, tmp_path):
+    # found: a first part named X-00001-OF-00002.GGUF was fetched as X-00001-of-00002.gguf, a file the hub does not have
+    names = ["Big-00001-OF-00002.GGUF", "Big-00002-OF-00002.GGUF"]
+    for name, part in zip(names, (DATA[:1000], DATA[1000:]), strict=True):
+        hub.add(REPO, name, part)
+    path, _ = models.resolve(f"hf:{REPO}/{names[0]}", progress=False)
+    assert path == _folder(tmp_path) / names[0]
+    assert b"".join((path.parent / n).read_bytes() for n in names) == DATA
