@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import time
 
@@ -200,3 +201,14 @@ def test_a_split_model_named_in_capitals_keeps_its_spelling_for_every_part(hub, 
     path, _ = models.resolve(f"hf:{REPO}/{names[0]}", progress=False)
     assert path == _folder(tmp_path) / names[0]
     assert b"".join((path.parent / n).read_bytes() for n in names) == DATA
+
+
+def test_a_file_over_the_plain_download_limit_is_one_sentence(hub, tmp_path, capsys):
+    # found: a file the hub reports as over 50 GB, on a disk with room for it, ended in huggingface_hub's ValueError:
+    # a traceback
+    hub.sizes[KEY] = 60 * 10**9
+    rc, out, err = cli(capsys, "models", "pull", REF)
+    assert rc == 1 and out == "" and "Traceback" not in err and err.count("\n") == 1
+    if shutil.disk_usage(tmp_path).free >= 60 * 10**9:  # else the free-space check speaks first
+        assert err.startswith(f"harness: Model '{REF}' has a file of 60 GB, more than the 50 GB huggingface_hub downloads")
+    assert hub.gets() == []

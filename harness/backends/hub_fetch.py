@@ -182,8 +182,11 @@ def _make_room(partial: Path, size: int, *, label: str) -> None:
     """Create the folder and check it has room for the bytes still missing from ``partial``.
 
     Raises:
-        ModelCacheError: the folder cannot be created, or the disk has less free space than is missing.
+        ModelCacheError: the folder cannot be created, the disk has less free space than is missing, or the file
+            is larger than ``huggingface_hub`` downloads in one piece (it would raise a ``ValueError``).
     """
+    from huggingface_hub import constants
+
     try:
         partial.parent.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(partial.parent).free
@@ -197,6 +200,11 @@ def _make_room(partial: Path, size: int, *, label: str) -> None:
         raise ModelCacheError(
             f"Model '{label}' needs {missing / 1e9:.1f} GB more but {partial.parent} has {free / 1e9:.1f} GB free; "
             f"free disk space or set HARNESS_CACHE to a bigger disk."
+        )
+    if size > constants.MAX_HTTP_DOWNLOAD_SIZE:
+        raise ModelCacheError(
+            f"Model '{label}' has a file of {size / 1e9:.0f} GB, more than the {constants.MAX_HTTP_DOWNLOAD_SIZE / 1e9:.0f} GB "
+            f"huggingface_hub downloads in one piece; use the model split into parts (NAME-00001-of-0000N.gguf) instead."
         )
 
 
