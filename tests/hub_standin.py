@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
@@ -49,6 +50,8 @@ class HubStandIn:
         sizes: the size advertised (``X-Linked-Size``) per resolve path when it is not the bytes' own.
         cut_after: close GET responses after this many body bytes (a list: one entry per coming GET, then whole).
         served: every request answered, in order.
+        custom: per resolve path, a function ``(handler, record)`` that answers the request itself (a lying,
+            slow or failing hub); it writes the status line, headers and body with the handler's methods.
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
@@ -56,6 +59,7 @@ class HubStandIn:
     sizes: dict[str, int] = field(default_factory=dict)
     cut_after: list[int] = field(default_factory=list)
     served: list[Served] = field(default_factory=list)
+    custom: dict[str, Callable[[BaseHTTPRequestHandler, Served], None]] = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
 
     def add(self, repo: str, path: str, data: bytes, *, revision: str = "main") -> str:
@@ -105,6 +109,9 @@ def _handler_for(hub: HubStandIn) -> type[BaseHTTPRequestHandler]:
             path = unquote(self.path.split("?")[0])
             record = Served(self.command, path, self.headers.get("Range"))
             hub.served.append(record)
+            if path in hub.custom:
+                hub.custom[path](self, record)
+                return
             data = hub.files.get(path)
             if data is None:
                 self.send_response(404)

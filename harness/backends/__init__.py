@@ -87,6 +87,7 @@ def open_backend(
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     parallel: int = 1,
     num_ctx: int = 4096,
+    plan_only: bool = False,
 ) -> Backend:
     """Open the backend a model spec names (no request is sent yet).
 
@@ -99,6 +100,8 @@ def open_backend(
         parallel: concurrent requests the embedded server must serve (its slot count).
         num_ctx: context tokens per slot for the embedded server (Ollama takes
             ``GenerateOptions.num_ctx`` per request instead).
+        plan_only: the backend only plans (``--dry-run``): a known embedded model with a pinned digest is not
+            downloaded (:class:`EmbeddedBackend`).
 
     Returns:
         The backend, with ``spec`` set to the given string; use it as a context manager.
@@ -117,7 +120,7 @@ def open_backend(
         assert url is not None
         backend = OpenAICompatBackend(model, url, api_key=_api_key(api_key_env, fallback="OPENAI_API_KEY"), timeout_s=timeout_s)
     elif kind == "embedded":
-        backend = EmbeddedBackend(model, parallel=parallel, num_ctx=num_ctx, timeout_s=timeout_s)
+        backend = EmbeddedBackend(model, parallel=parallel, num_ctx=num_ctx, timeout_s=timeout_s, plan_only=plan_only)
     else:
         backend = ReplayBackend(model)
     backend.spec = spec

@@ -112,6 +112,8 @@ class EmbeddedBackend(Backend):
         chat_template: a Jinja chat template to use instead of the one in the GGUF file (e.g. one
             that renders tools, for a model whose own template does not); ``None``: the one the known model names
             (:func:`shipped_template`), else the GGUF's.
+        plan_only: for planning (``--dry-run``): a known model whose digest is pinned is not fetched (its identity
+            needs only the pin); it is fetched if the server is started after all.
 
     Raises:
         UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference, or it
@@ -129,6 +131,7 @@ class EmbeddedBackend(Backend):
         num_ctx: int = DEFAULT_NUM_CTX,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         chat_template: str | None = None,
+        plan_only: bool = False,
     ) -> None:
         if parallel < 1 or num_ctx < 1:
             raise UsageError(f"parallel ({parallel}) and num_ctx ({num_ctx}) must both be at least 1.")
@@ -137,9 +140,12 @@ class EmbeddedBackend(Backend):
         self.num_ctx = num_ctx
         self.timeout_s = timeout_s
         self.spec = f"embedded:{name_or_path}"
-        self.model_file, self._sha256 = resolve_model(name_or_path)
+        pin = models.pinned(name_or_path) if plan_only else None
+        self._planned = pin is not None
+        self.model_file, self._sha256 = pin or resolve_model(name_or_path)
         self.chat_template = chat_template if chat_template is not None else shipped_template(name_or_path)
-        memory.check_fits(self.model_file, num_ctx * parallel)  # one sentence now, not an out-of-memory kill later
+        if self.model_file.is_file():  # a planned model not cached yet is checked when it is fetched and started
+            memory.check_fits(self.model_file, num_ctx * parallel)  # one sentence now, not an out-of-memory kill later
         self._server: Any = None
         self._client: OpenAICompatBackend | None = None
         self._lock = threading.Lock()
@@ -161,6 +167,9 @@ class EmbeddedBackend(Backend):
         """
         with self._lock:
             if self._client is None:
+                if self._planned:  # opened to plan, started after all: fetch (and verify) the model now
+                    self.model_file, self._sha256 = resolve_model(self.name)
+                    self._planned = False
                 self._server, address = self._start_server()
                 self._client = OpenAICompatBackend(
                     self.name, f"{address.rstrip('/')}/v1", timeout_s=self.timeout_s, per_token_s=EMBEDDED_PER_TOKEN_S

@@ -28,7 +28,7 @@ __all__ = ["HUB_PREFIX", "HubFile", "HubSource", "is_sha256", "model_digest", "p
 #: the prefix of a hub reference inside an ``embedded:`` spec
 HUB_PREFIX = "hf:"
 
-_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})(?P<of>-of-)(?P<count>\d{5})(?P<ext>\.gguf)$", re.IGNORECASE)
 _NAME_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -148,12 +148,13 @@ def split_parts(path: str) -> list[str]:
         return [path]
     index, count = int(match["index"]), int(match["count"])
     if count < 1 or index != 1:
-        first = f"{match['stem']}-00001-of-{match['count']}.gguf"
+        first = f"{match['stem']}-00001{match['of']}{match['count']}{match['ext']}"
         raise UsageError(
             f"{name} is part {index} of a split GGUF model; name its first part, {first}, and every part is fetched."
         )
     prefix = f"{folder}/" if folder else ""
-    return [f"{prefix}{match['stem']}-{i:05d}-of-{match['count']}.gguf" for i in range(1, count + 1)]
+    # the parts are spelled as the first part is (the hub's file names are case-sensitive)
+    return [f"{prefix}{match['stem']}-{i:05d}{match['of']}{match['count']}{match['ext']}" for i in range(1, count + 1)]
 
 
 def is_sha256(text: str) -> bool:

@@ -16,8 +16,14 @@ bytes are complete the file is hashed; only if its SHA-256 equals the one the hu
 harness's pin, for a ladder model) is it renamed to its final name and recorded in ``FILE.sha256``.
 On a mismatch the partial file is deleted: nothing is left under the final name or for resuming.
 
-A file whose sidecar is present and matches is used without any request, so ``HF_HUB_OFFLINE=1``, a
-down endpoint or no network at all do not matter once a model is cached.
+A file whose sidecar is present and matches, and that was not modified after the sidecar was written, is
+used without any request, so ``HF_HUB_OFFLINE=1``, a down endpoint or no network at all do not matter once a
+model is cached; a file modified since is hashed again, and downloaded again unless it still matches.
+
+The server is not trusted to end the body where it said: the download stops at the size the hub reports (a
+body that never ends does not fill the disk), and a response that ends short without breaking (an HTML error
+page served with status 200) or runs long is discarded rather than kept for resuming. The partial file is
+opened without following a symbolic link (a shared cache cannot make a pull write elsewhere).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import IO, Any, BinaryIO
 from tqdm import tqdm
 
 from harness.backends.hub import HubFile, HubSource, is_sha256, model_digest
-from harness.backends.models import file_sha256, hub_paths, recorded_sha256, write_sidecar
+from harness.backends.models import file_sha256, hub_paths, recheck_recorded, recorded_sha256, write_sidecar
 from harness.errors import ModelCacheError
 
 __all__ = ["fetch_source"]
@@ -70,7 +76,10 @@ def fetch_source(source: HubSource, *, label: str, fetch: bool = True, progress:
             SHA-256 (nothing is kept); or the cache folder cannot be written.
     """
     paths = hub_paths(source)
-    recorded = [recorded_sha256(p, f.sha256, f.size) for p, f in zip(paths, source.files, strict=True)]
+    recorded = [
+        recorded_sha256(p, f.sha256, f.size) or recheck_recorded(p, f.sha256, f.size)
+        for p, f in zip(paths, source.files, strict=True)
+    ]
     missing = [(f, p) for f, p, sha in zip(source.files, paths, recorded, strict=True) if sha is None]
     if missing and not fetch:
         raise ModelCacheError(f"Model '{label}' is not in the cache {paths[0].parent}; run `harness models pull {label}`.")
@@ -99,9 +108,16 @@ def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progr
             "downloading %s (%.0f MB) from %s at %s for model '%s'...", file.path, size / 1e6, source.repo, source.revision, label
         )
     try:
-        with open(partial, "ab") as sink:
+        # O_NOFOLLOW: a symbolic link planted under the partial's name must not make us append to (or truncate) its target
+        descriptor = os.open(partial, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with open(descriptor, "ab") as sink:
             _lock(sink, file, label=label)
-            _transfer(url, sink, size, name=path.name, label=label, progress=progress)
+            try:
+                _transfer(url, sink, size, name=path.name, label=label, progress=progress)
+            except ModelCacheError:
+                if os.fstat(sink.fileno()).st_size == 0:  # nothing to resume: leave no empty partial behind
+                    partial.unlink(missing_ok=True)
+                raise
             sink.flush()
             os.fsync(sink.fileno())
         actual = file_sha256(partial)
@@ -166,8 +182,11 @@ def _make_room(partial: Path, size: int, *, label: str) -> None:
     """Create the folder and check it has room for the bytes still missing from ``partial``.
 
     Raises:
-        ModelCacheError: the folder cannot be created, or the disk has less free space than is missing.
+        ModelCacheError: the folder cannot be created, the disk has less free space than is missing, or the file
+            is larger than ``huggingface_hub`` downloads in one piece (it would raise a ``ValueError``).
     """
+    from huggingface_hub import constants
+
     try:
         partial.parent.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(partial.parent).free
@@ -181,6 +200,11 @@ def _make_room(partial: Path, size: int, *, label: str) -> None:
         raise ModelCacheError(
             f"Model '{label}' needs {missing / 1e9:.1f} GB more but {partial.parent} has {free / 1e9:.1f} GB free; "
             f"free disk space or set HARNESS_CACHE to a bigger disk."
+        )
+    if size > constants.MAX_HTTP_DOWNLOAD_SIZE:
+        raise ModelCacheError(
+            f"Model '{label}' has a file of {size / 1e9:.0f} GB, more than the {constants.MAX_HTTP_DOWNLOAD_SIZE / 1e9:.0f} GB "
+            f"huggingface_hub downloads in one piece; use the model split into parts (NAME-00001-of-0000N.gguf) instead."
         )
 
 
@@ -212,20 +236,53 @@ def _transfer(url: str, sink: BinaryIO, size: int, *, name: str, label: str, pro
     try:
         http_get(
             url,
-            sink,
+            _CappedSink(sink, size),  # type: ignore[arg-type]  # the file methods http_get uses
             resume_size=have,
             headers=build_hf_headers(),
             expected_size=size,
             displayed_filename=name,
             tqdm_class=None if progress else _SilentBar,
         )
-    except (OSError, httpx2.HTTPError) as exc:
+    except (_TooManyBytes, OSError, httpx2.HTTPError) as exc:
         sink.flush()
         done = sink.tell()
+        if isinstance(exc, _TooManyBytes) or _ended_short(exc):  # the hub's answer is not this file: keep none of it
+            sink.truncate(0)
+            raise ModelCacheError(
+                f"The Hugging Face hub sent {'more than' if isinstance(exc, _TooManyBytes) else 'only'} {done} bytes "
+                f"of {name} but reports {size}; nothing was kept, run `harness models pull {label}` again."
+            ) from exc
         raise ModelCacheError(
             f"Downloading {name} from the Hugging Face hub stopped at {done} of {size} bytes ({_short(exc)}); "
             f"run `harness models pull {label}` again to resume."
         ) from exc
+
+
+class _TooManyBytes(Exception):
+    """The server sent more bytes than the file's size (not an ``OSError``: ``huggingface_hub`` must not retry it)."""
+
+
+class _CappedSink:
+    """The download's file, refusing to grow past the file's size (a body that never ends must not fill the disk)."""
+
+    def __init__(self, sink: BinaryIO, size: int) -> None:
+        self._sink, self._size = sink, size
+
+    def write(self, data: bytes) -> int:
+        end = self._sink.tell() + len(data)
+        if end > self._size:
+            self._sink.write(data[: self._size - self._sink.tell()])
+            raise _TooManyBytes(f"{end} bytes or more of {self._size}")
+        return self._sink.write(data)
+
+    def __getattr__(self, name: str) -> Any:  # seek, tell, truncate, flush: as the file's
+        return getattr(self._sink, name)
+
+
+def _ended_short(exc: BaseException) -> bool:
+    """Whether ``huggingface_hub`` saw a whole response shorter than the file (its size check's plain ``OSError``),
+    as an HTML error page served with status 200 is, rather than a broken connection or a disk error."""
+    return type(exc) is OSError and exc.errno is None
 
 
 def _short(exc: BaseException) -> str:

@@ -55,7 +55,9 @@ __all__ = [
     "list_cached",
     "list_models",
     "model_path",
+    "pinned",
     "pull",
+    "recheck_recorded",
     "recorded_sha256",
     "resolve",
     "write_sidecar",
@@ -223,6 +225,18 @@ def resolve(name: str, *, fetch: bool = True, progress: bool = True) -> tuple[Pa
     return hub_fetch.fetch_source(source, label=label, fetch=fetch, progress=progress)
 
 
+def pinned(name: str) -> tuple[Path, str] | None:
+    """Where a known model is (or would be) in the cache and its pinned digest, with no I/O (to plan a run).
+
+    Returns:
+        ``(path, digest)``, or ``None`` when ``name`` is not a known model with a pinned digest.
+    """
+    info = KNOWN_MODELS.get(name)
+    if info is None or not info.sha256:
+        return None
+    return (cache_dir() / info.filename if info.hub is None else hub_paths(info.hub)[0]), info.sha256
+
+
 def model_path(name: str, *, fetch: bool = True, progress: bool = True) -> Path:
     """Return the path of a known model's GGUF file (a split model's first part), fetching it on first use.
 
@@ -292,15 +306,37 @@ def recorded_sha256(path: Path, sha256: str | None = None, size: int | None = No
         size: the expected size in bytes; ``None`` skips the size check.
 
     Returns:
-        The recorded lowercase hex SHA-256 when the file exists, the sidecar names a 64-hex SHA-256, and it
-        (and the size) match what is expected; else ``None``. Never raises.
+        The recorded lowercase hex SHA-256 when the file exists, the sidecar names a 64-hex SHA-256, it (and the
+        size) match what is expected, and the file was not modified after the sidecar was written (a file
+        truncated or overwritten since it was verified is not trusted: it must be hashed again); else ``None``.
+        Never raises.
+    """
+    sidecar = _sidecar(path)
+    try:
+        recorded = sidecar.read_text(encoding="utf-8").split()[0]
+        stat, written = path.stat(), sidecar.stat().st_mtime_ns
+    except (OSError, IndexError):
+        return None
+    if len(recorded) != 64 or (sha256 is not None and recorded != sha256) or (size is not None and stat.st_size != size):
+        return None
+    return recorded if stat.st_mtime_ns <= written else None
+
+
+def recheck_recorded(path: Path, sha256: str | None = None, size: int | None = None) -> str | None:
+    """Hash a cached file that :func:`recorded_sha256` no longer trusts (modified after its sidecar) once more.
+
+    Returns:
+        The SHA-256 when the file still hashes to what its sidecar records (and matches ``sha256`` and
+        ``size`` when given); the sidecar is then written again. Else ``None``; never raises.
     """
     try:
         recorded = _sidecar(path).read_text(encoding="utf-8").split()[0]
-        actual_size = path.stat().st_size
+        if (sha256 is not None and recorded != sha256) or (size is not None and path.stat().st_size != size):
+            return None
+        if file_sha256(path) != recorded:
+            return None
+        write_sidecar(path, recorded)
     except (OSError, IndexError):
-        return None
-    if len(recorded) != 64 or (sha256 is not None and recorded != sha256) or (size is not None and actual_size != size):
         return None
     return recorded
 

@@ -87,7 +87,16 @@ def add_models(sub: Subparsers) -> None:
 def _cmd_models_pull(args: argparse.Namespace) -> int:
     from harness.backends import models
 
-    print(models.pull(args.name))
+    try:
+        path = models.pull(args.name)
+    except KeyboardInterrupt:  # not the ledger's message: a pull writes no ledger
+        print(
+            f"harness: interrupted; run `harness models pull {args.name}` again to resume (a hub download continues "
+            "where it stopped).",
+            file=sys.stderr,
+        )
+        return 130
+    print(path)
     return 0
 
 

@@ -99,6 +99,7 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
 
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
+    from harness.backends import open_backend
     from harness.console import plan_label, plural
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
@@ -109,7 +110,7 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
         return 1
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
-        planned = plan_matrix(plans, ledger)
+        planned = plan_matrix(plans, ledger, backend_factory=functools.partial(open_backend, plan_only=True))
     finally:
         if ledger is not None:
             ledger.close()
