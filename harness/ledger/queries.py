@@ -43,12 +43,16 @@ def axis_sql(run_columns: Sequence[str]) -> str:
     return f"{stream} AS stream, {think} AS think"
 
 
-def runs_frame_sql(run_columns: Sequence[str]) -> str:
-    """The query behind :meth:`harness.ledger.Ledger.runs_frame`."""
+def runs_frame_sql(run_columns: Sequence[str], turn_totals: str) -> str:
+    """The query behind :meth:`harness.ledger.Ledger.runs_frame`: each run with its end and ``turn_totals``, a per-run
+    aggregate of its turns (:data:`harness.ledger.report_reads.RUN_TURN_TOTALS`), 0 for a run without turns."""
     return (
         "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
         f" r.tool_mode, r.parser, {axis_sql(run_columns)}, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns,"
-        " e.prompt_tokens, e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+        " e.prompt_tokens, e.completion_tokens, COALESCE(a.turns_recorded, 0) AS turns_recorded,"
+        " COALESCE(a.turn_prompt_tokens, 0) AS turn_prompt_tokens, COALESCE(a.turn_completion_tokens, 0) AS turn_completion_tokens,"
+        f" COALESCE(a.latency_ms, 0.0) AS latency_ms FROM runs r LEFT JOIN run_ends e USING (run_id) LEFT JOIN ({turn_totals}) a"
+        " USING (run_id) ORDER BY r.seq"
     )
 
 
@@ -83,12 +87,14 @@ def store_template(db: sqlite3.Connection, text: str) -> str:
 
 
 def model_runs(db: sqlite3.Connection, has_templates: bool, has_manifest: bool) -> list[dict[str, Any]]:
-    """One dict per run for the report's model header: ``model``, ``backend``, ``digest`` (the model file's, else
+    """One dict per distinct (model, backend, digest, tool mode, config) of the runs, in the order of each one's newest
+    run (what a report's model header reads from every run, decoded once per configuration): ``model``, ``backend``, ``digest`` (the model file's, else
     Ollama's manifest digest, else None), ``tool_mode``, ``provenance`` (the ``config`` entry, ``{}`` when the run
     recorded none), ``warmup_ms`` (ms or None) and ``template`` (the stored text, or None)."""
     manifest = "r.manifest_digest" if has_manifest else "NULL"
     rows = db.execute(
-        f"SELECT r.model, r.backend, COALESCE(r.model_digest, {manifest}) AS digest, r.tool_mode, r.config FROM runs r ORDER BY r.seq"
+        f"SELECT r.model, r.backend, COALESCE(r.model_digest, {manifest}) AS digest, r.tool_mode, r.config FROM runs r"
+        " GROUP BY 1, 2, 3, 4, 5 ORDER BY MAX(r.seq)"
     ).fetchall()
     texts: dict[str, str] = {}
     if has_templates:

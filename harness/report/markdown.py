@@ -193,7 +193,7 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
         "",
         f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
         f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
-        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {len(frames.turns)} turns; "
+        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {frames.turn_count} turns; "
         f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
         "",
     ]  # fmt: skip

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.report.frames import LedgerFrames
+from harness.report.frames import LedgerFrames, grouped_quantiles
 from harness.stats import pass_hat_k, wilson_interval
 
 __all__ = [
@@ -128,18 +128,20 @@ def _pass_k_columns(scored: pd.DataFrame, table: pd.DataFrame, by: list[str]) ->
 
 
 def _turn_latency_quantiles(frames: LedgerFrames, by: list[str]) -> pd.DataFrame:
+    """Per group of scored runs, the p50 and p95 of its turns' latencies (ms), from :attr:`LedgerFrames.latencies`."""
     runs = frames.runs
-    run_pos = pd.Index(runs["run_id"]).get_indexer(frames.turns["run_id"])
-    keep = runs["scored"].to_numpy()[run_pos] if len(run_pos) else np.array([], dtype=bool)
-    turn_axes = pd.DataFrame({axis: runs[axis].to_numpy()[run_pos[keep]] for axis in by})
-    turn_axes["latency_ms"] = frames.turns["latency_ms"].to_numpy()[keep]
-    if turn_axes.empty:
+    scored = runs[runs["scored"]]
+    if scored.empty:
         return pd.DataFrame({**{axis: pd.Series([], dtype=runs[axis].dtype) for axis in by},
                              "latency_p50_ms": pd.Series([], dtype=float), "latency_p95_ms": pd.Series([], dtype=float)})  # fmt: skip
-    grouped = turn_axes.groupby(by, sort=True)["latency_ms"]
-    return pd.concat(
-        [grouped.quantile(0.5).rename("latency_p50_ms"), grouped.quantile(0.95).rename("latency_p95_ms")], axis=1
-    ).reset_index()
+    groups = scored.groupby(by, sort=True)
+    codes = np.full(len(runs), -1, dtype=np.int64)
+    codes[np.flatnonzero(runs["scored"].to_numpy())] = groups.ngroup().fillna(-1).to_numpy(dtype=np.int64)
+    keys = groups.size().index.to_frame(index=False)
+    quantiles = grouped_quantiles(frames.latencies.per_turn(codes), frames.latencies.values, (0.5, 0.95), len(keys))
+    keys["latency_p50_ms"] = quantiles[:, 0]
+    keys["latency_p95_ms"] = quantiles[:, 1]
+    return keys
 
 
 def failure_mode_table(frames: LedgerFrames, by: str = "model") -> pd.DataFrame:
@@ -203,11 +205,9 @@ def shortest_examples(frames: LedgerFrames, *, max_chars: int = EXCERPT_CHARS) -
         length in characters) and ``excerpt`` (the reply, cut to ``max_chars`` with ``…``).
     """
     columns = ["mode", "run_id", "turn", "model", "chars", "excerpt"]
-    if frames.turn_modes.empty:
+    best = frames.mode_examples
+    if best.empty:
         return pd.DataFrame(columns=columns)
-    chars = frames.turns.set_index("seq")["content_chars"]
-    tm = frames.turn_modes.assign(chars=chars.reindex(frames.turn_modes["seq"]).to_numpy())
-    best = tm.sort_values(["mode", "chars", "seq"], kind="stable").drop_duplicates("mode")
     texts = frames.replies(best["seq"].tolist())
     model_of = frames.runs.set_index("run_id")["model"]
     out = pd.DataFrame({
