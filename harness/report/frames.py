@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -196,10 +197,13 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     path = Path(ledger_path)
     with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
         head = ledger.chain_head("runs")
-        runs = ledger.runs_frame()
-        modes = ledger.run_mode_counts()
-        run_ids, counts, values = ledger.turn_latencies()
-        model_runs = ledger.model_runs()
+        # SQLite runs without the interpreter lock: the mode counts (a second connection) go on while this one reads
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(_run_mode_counts, path)
+            runs = ledger.runs_frame()
+            run_ids, counts, values = ledger.turn_latencies()
+            model_runs = ledger.model_runs()
+            modes = pending.result()
     latencies = TurnLatencies(pd.Index(runs["run_id"]).get_indexer(run_ids).astype(np.int64), counts, values)
     runs = _finish_runs(runs, latencies)
     examples = modes.sort_values(["mode", "shortest_chars", "shortest_seq"], kind="stable").drop_duplicates("mode")
@@ -212,6 +216,11 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     run_modes = run_modes.dropna(subset=["run_id"]).sort_values(["run_id", "mode"], kind="stable").reset_index(drop=True)
     run_modes["turns_with_mode"] = run_modes["turns_with_mode"].astype("int64")
     return LedgerFrames(runs, run_modes, examples, latencies, int(counts.sum()), path, head, model_runs)
+
+
+def _run_mode_counts(path: Path) -> pd.DataFrame:
+    with Ledger(path, readonly=True) as ledger:
+        return ledger.run_mode_counts()
 
 
 def _load_turns(path: Path, run_ids: pd.Series) -> pd.DataFrame:

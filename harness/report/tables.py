@@ -82,14 +82,18 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     if runs.empty:
         return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
     scored = runs[runs["scored"]]
-    groups = runs.groupby(by, sort=True)
-    table = groups.agg(
-        runs=("run_id", "size"),
+    outcome = runs["outcome"]
+    flags = runs[by].assign(
+        _run=1, scored=runs["scored"], passed=runs["passed"], infra_error=outcome == "infra_error",
+        interrupted=outcome.isin(("interrupted", "unfinished")), context_overflow=outcome == "context_overflow",
+    )  # fmt: skip
+    table = flags.groupby(by, sort=True).agg(
+        runs=("_run", "size"),
         scored=("scored", "sum"),
         passes=("passed", "sum"),
-        infra_error=("outcome", lambda s: int((s == "infra_error").sum())),
-        interrupted=("outcome", lambda s: int(s.isin(("interrupted", "unfinished")).sum())),
-        context_overflow=("outcome", lambda s: int((s == "context_overflow").sum())),
+        infra_error=("infra_error", "sum"),
+        interrupted=("interrupted", "sum"),
+        context_overflow=("context_overflow", "sum"),
     ).reset_index()
     medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"))
     table = table.merge(medians.reset_index(), on=by, how="left")
@@ -245,7 +249,8 @@ def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
     ]
     runs = frames.runs[frames.runs["scored"]]
     keys = ["model", "scenario", "temperature", "tool_mode", "think", "stream"]
-    both = runs.groupby(keys)["parser"].transform(lambda s: {"strict", "lenient"} <= set(s))
+    policies = runs[keys].assign(strict=runs["parser"] == "strict", lenient=runs["parser"] == "lenient").groupby(keys)
+    both = policies["strict"].transform("any") & policies["lenient"].transform("any")
     runs = runs[both.astype(bool)] if not runs.empty else runs
     if runs.empty:
         return pd.DataFrame(columns=columns)
