@@ -47,12 +47,11 @@ from typing import Any
 from harness.errors import LedgerError
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
-from harness.ledger.blobs import BLOB_COLUMNS, content_length_sql, externalize, resolve_rows
+from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
 from harness.ledger.chain import GENESIS_HASH, row_hash, storable
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_readonly, connect_writable, not_writable
-from harness.ledger.report_reads import ReportReads
 from harness.ledger.queries import (
     NEWEST_LABELS,
     RUN_END_COLUMNS,
@@ -79,6 +78,7 @@ from harness.ledger.records import (
     run_row,
     turn_row,
 )
+from harness.ledger.report_reads import ReportReads
 
 __all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "decode_labels"]
 

@@ -64,7 +64,7 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
     for name in table.columns:
         column = table[name]
         if pd.api.types.is_float_dtype(column.dtype):
-            columns.append(["" if v != v else "%.10g" % v for v in column.to_numpy(dtype=float).tolist()])
+            columns.append([f"{v:.10g}" if v == v else "" for v in column.to_numpy(dtype=float).tolist()])
         elif column.isna().any():
             columns.append(["" if pd.isna(v) else v for v in column.tolist()])
         else:

@@ -87,14 +87,18 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
         _run=1, scored=runs["scored"], passed=runs["passed"], infra_error=outcome == "infra_error",
         interrupted=outcome.isin(("interrupted", "unfinished")), context_overflow=outcome == "context_overflow",
     )  # fmt: skip
-    table = flags.groupby(by, sort=True).agg(
-        runs=("_run", "size"),
-        scored=("scored", "sum"),
-        passes=("passed", "sum"),
-        infra_error=("infra_error", "sum"),
-        interrupted=("interrupted", "sum"),
-        context_overflow=("context_overflow", "sum"),
-    ).reset_index()
+    table = (
+        flags.groupby(by, sort=True)
+        .agg(
+            runs=("_run", "size"),
+            scored=("scored", "sum"),
+            passes=("passed", "sum"),
+            infra_error=("infra_error", "sum"),
+            interrupted=("interrupted", "sum"),
+            context_overflow=("context_overflow", "sum"),
+        )
+        .reset_index()
+    )
     medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"))
     table = table.merge(medians.reset_index(), on=by, how="left")
     bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
