@@ -43,16 +43,12 @@ def axis_sql(run_columns: Sequence[str]) -> str:
     return f"{stream} AS stream, {think} AS think"
 
 
-def runs_frame_sql(run_columns: Sequence[str], turn_totals: str) -> str:
-    """The query behind :meth:`harness.ledger.Ledger.runs_frame`: each run with its end and ``turn_totals``, a per-run
-    aggregate of its turns (:data:`harness.ledger.report_reads.RUN_TURN_TOTALS`), 0 for a run without turns."""
+def runs_frame_sql(run_columns: Sequence[str]) -> str:
+    """The query behind :meth:`harness.ledger.Ledger.runs_frame`."""
     return (
         "SELECT r.run_id, r.identity, r.scenario, r.scenario_path, r.scenario_hash, r.model, r.temperature, r.seed,"
         f" r.tool_mode, r.parser, {axis_sql(run_columns)}, r.repetition, r.started_at, e.ended_at, e.outcome, e.turns,"
-        " e.prompt_tokens, e.completion_tokens, COALESCE(a.turns_recorded, 0) AS turns_recorded,"
-        " COALESCE(a.turn_prompt_tokens, 0) AS turn_prompt_tokens, COALESCE(a.turn_completion_tokens, 0) AS turn_completion_tokens,"
-        f" COALESCE(a.latency_ms, 0.0) AS latency_ms FROM runs r LEFT JOIN run_ends e USING (run_id) LEFT JOIN ({turn_totals}) a"
-        " USING (run_id) ORDER BY r.seq"
+        " e.prompt_tokens, e.completion_tokens FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
     )
 
 

@@ -4,7 +4,8 @@ and the turns' latencies as one compact array (:class:`ReportReads`, a base of :
 A report of 1,000,000 turns must not hold a Python object per turn, so every sum and count over turns is a
 ``GROUP BY`` in SQLite (:data:`RUN_TURN_TOTALS`, :data:`RUN_MODE_COUNTS`). Order statistics (a run's median
 latency, a group's p50/p95) need the values themselves: SQLite's window functions took 5-7 s on a million turns,
-so :meth:`ReportReads.turn_latencies` streams the one ``latency_ms`` column into a float array (8 bytes a turn).
+so :meth:`ReportReads.turn_latencies` streams the one ``latency_ms`` column, sorted within each run, into a float
+array (8 bytes a turn).
 Labels: a ``labels`` row for a turn (``harness rescore``) overrides the turn's own, newest first, as in
 :meth:`harness.ledger.Ledger.turns`.
 """
@@ -25,26 +26,31 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "ReportReads"]
+__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads"]
 
 RUN_TURN_TOTALS = (
-    "SELECT run_id, COUNT(*) AS turns_recorded, TOTAL(prompt_tokens) AS turn_prompt_tokens,"
-    " TOTAL(completion_tokens) AS turn_completion_tokens, TOTAL(latency_ms) AS latency_ms FROM turns GROUP BY run_id"
+    "SELECT run_id, COUNT(*) AS turns_recorded, COUNT(latency_ms) AS latencies_recorded,"
+    " TOTAL(prompt_tokens) AS turn_prompt_tokens, TOTAL(completion_tokens) AS turn_completion_tokens,"
+    " TOTAL(latency_ms) AS latency_ms FROM turns GROUP BY run_id ORDER BY run_id"
 )
-"""Per run with turns: rows in ``turns``, their prompt and completion tokens (sums; NULL counts 0) and latency (ms, sum;
-NULL counts 0). A subquery to LEFT JOIN on ``run_id``."""
+"""Per run with turns, by ``run_id``: rows in ``turns``, those with a latency, their prompt and completion tokens
+(sums; NULL counts 0) and latency (ms, sum; NULL counts 0)."""
+TURN_LATENCIES = "SELECT latency_ms FROM turns ORDER BY run_id, latency_ms"
+"""Every turn's latency, by ``run_id`` and, within a run, ascending (NULL first)."""
 RUN_MODE_COUNTS = (
-    "SELECT t.run_id, j.value AS mode, COUNT(*) AS turns_with_mode,"
+    "SELECT run_id, mode, turns_with_mode, CAST(substr(shortest, 1, 20) AS INTEGER) AS shortest_chars,"
+    " CAST(substr(shortest, 21, 20) AS INTEGER) AS shortest_seq, CAST(substr(shortest, 41) AS INTEGER) AS shortest_turn"
+    " FROM (SELECT t.run_id, j.value AS mode, COUNT(*) AS turns_with_mode,"
     " MIN(printf('%020d%020d%020d', {chars}, t.seq, t.turn)) AS shortest"
     f" FROM turns t LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn),"
     " json_each(CASE WHEN json_type(COALESCE(l.failure_modes, t.failure_modes)) = 'array'"
     " THEN COALESCE(l.failure_modes, t.failure_modes) ELSE '[]' END) j"
     " WHERE COALESCE(l.failure_modes, t.failure_modes) <> '[]' AND j.type = 'text'"
-    " GROUP BY t.run_id, j.value"
+    " GROUP BY t.run_id, j.value)"
 )
-"""Per run × failure mode shown by >= 1 of its turns (newest labels): the turns showing it, and ``shortest``, the
-reply length in characters, the ``seq`` and the turn number of its shortest such turn packed as 3 × 20 zero-padded
-digits (so the smallest text is the shortest reply, ties to the earliest turn). ``{chars}`` is :func:`content_length_sql`."""
+"""Per run × failure mode shown by >= 1 of its turns (newest labels): the turns showing it, and the reply length in
+characters, ``seq`` and turn number of its shortest such turn (ties: the earliest; found as the smallest of the three
+packed into 3 × 20 zero-padded digits). ``{chars}`` is :func:`content_length_sql`."""
 
 
 class ReportReads:
@@ -68,16 +74,13 @@ class ReportReads:
             raise self._fail(exc) from exc
 
     def runs_frame(self) -> pd.DataFrame:
-        """One row per run in start order: its start columns a report needs, its end columns (NaN/None if unfinished)
-        and its turns aggregated in SQL (:data:`RUN_TURN_TOTALS`).
+        """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
 
         Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
         parser, stream, think, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``
-        (``stream`` 0 or 1; ``think`` ``default``, ``on`` or ``off``, ``default`` for runs recorded before it existed),
-        then ``turns_recorded`` (rows in ``turns``), ``turn_prompt_tokens``, ``turn_completion_tokens`` (tokens) and
-        ``latency_ms`` (ms), summed over the run's turns: 0 for a run without turns.
+        (``stream`` 0 or 1; ``think`` ``default``, ``on`` or ``off``, ``default`` for runs recorded before it existed).
         """
-        return self._frame(runs_frame_sql(self._columns["runs"], RUN_TURN_TOTALS))
+        return self._frame(runs_frame_sql(self._columns["runs"]))
 
     def turns_frame(self) -> pd.DataFrame:
         """One row per turn in ledger order, with the loop's own labels (JSON text; see :meth:`newest_labels_frame`).
@@ -110,35 +113,32 @@ class ReportReads:
         Raises:
             LedgerError: the file cannot be read, or a turn's labels are not JSON (the file was edited).
         """
-        frame = self._frame(RUN_MODE_COUNTS.format(chars=content_length_sql(self._has_blobs())))
-        key = frame.pop("shortest").astype(str)
-        frame["shortest_chars"] = key.str[:20].astype("int64")
-        frame["shortest_seq"] = key.str[20:40].astype("int64")
-        frame["shortest_turn"] = key.str[40:].astype("int64")
-        return frame
+        return self._frame(RUN_MODE_COUNTS.format(chars=content_length_sql(self._has_blobs())))
 
-    def turn_latencies(self) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """Every turn's ``latency_ms``, grouped by run, read in one snapshot without a Python object per turn.
+    def turn_latencies(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """Per run, its turns aggregated in SQL (:data:`RUN_TURN_TOTALS`), and every turn's latency in one float array
+        (:data:`TURN_LATENCIES`, no Python object per turn), both read in one snapshot.
 
         Returns:
-            ``(run_ids, counts, latencies)``: the runs that have turns (sorted by ``run_id``), their numbers of turns
-            (int64) and all turns' latencies (float64, ms, NaN where NULL), the first ``counts[0]`` for ``run_ids[0]``
-            and so on.
+            ``(totals, latencies)``: ``totals`` has one row per run with turns, sorted by ``run_id``: ``run_id``,
+            ``turns_recorded``, ``latencies_recorded`` (turns with a latency), ``turn_prompt_tokens``,
+            ``turn_completion_tokens`` (tokens) and ``latency_ms`` (ms), sums; ``latencies`` (float64, ms) holds the
+            first run's ``turns_recorded`` latencies, NaN (not recorded) first and then ascending, then the next run's.
 
         Raises:
             LedgerError: the file cannot be read.
         """
         import numpy as np
+        import pandas as pd
 
         try:
             with self._lock:
                 self._db.execute("BEGIN")
                 try:
-                    pairs = self._db.execute("SELECT run_id, COUNT(*) FROM turns GROUP BY run_id ORDER BY run_id").fetchall()
-                    counts = np.fromiter((n for _, n in pairs), dtype=np.int64, count=len(pairs))
-                    cursor = self._db.execute("SELECT latency_ms FROM turns ORDER BY run_id, turn")
-                    values = np.empty(int(counts.sum()), dtype=np.float64)
-                    at = 0
+                    cursor = self._db.execute(RUN_TURN_TOTALS)
+                    totals = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description])
+                    values = np.empty(int(totals["turns_recorded"].sum()) if len(totals) else 0, dtype=np.float64)
+                    cursor, at = self._db.execute(TURN_LATENCIES), 0
                     while rows := cursor.fetchmany(65536):
                         values[at : at + len(rows)] = np.array(rows, dtype=np.float64).ravel()  # None reads as NaN
                         at += len(rows)
@@ -146,7 +146,11 @@ class ReportReads:
                     self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise self._fail(exc) from exc
-        return [r for r, _ in pairs], counts, values[:at]
+        if totals.empty:
+            totals = pd.DataFrame({c: pd.Series([], dtype=object if c == "run_id" else "int64") for c in
+                                   ("run_id", "turns_recorded", "latencies_recorded", "turn_prompt_tokens",
+                                    "turn_completion_tokens", "latency_ms")})  # fmt: skip
+        return totals, values[:at]
 
     def _has_blobs(self, table: str = "turns") -> bool:
         return "blob_refs" in self._columns[table]  # since m005

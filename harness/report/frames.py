@@ -39,11 +39,14 @@ class TurnLatencies:
     Attributes:
         run_pos: per run with turns, its row in :attr:`LedgerFrames.runs` (-1 for turns of a run with no ``runs`` row).
         counts: per run with turns, its number of turns.
-        values: the turns' ``latency_ms`` (ms, NaN where not recorded), ``counts[0]`` of the first run, then the next.
+        recorded: per run with turns, how many of them have a latency.
+        values: the turns' ``latency_ms`` (ms), ``counts[0]`` of the first run (NaN where not recorded first, then
+            ascending), then the next run's.
     """
 
     run_pos: np.ndarray
     counts: np.ndarray
+    recorded: np.ndarray
     values: np.ndarray
 
     def per_turn(self, per_run: np.ndarray, missing: int = -1) -> np.ndarray:
@@ -51,6 +54,20 @@ class TurnLatencies:
         :attr:`values`; ``missing`` for turns of a run with no ``runs`` row."""
         known = np.where(self.run_pos >= 0, per_run[np.maximum(self.run_pos, 0)] if len(per_run) else missing, missing)
         return np.repeat(known, self.counts)
+
+    def medians(self, n_runs: int) -> np.ndarray:
+        """Each run's median turn latency (ms) as pandas' ``groupby(...).median()`` computes it, indexed like
+        :attr:`LedgerFrames.runs` (``n_runs`` rows): NaN for a run without a latency."""
+        first = np.concatenate(([0], np.cumsum(self.counts)[:-1])).astype(np.int64) + (self.counts - self.recorded)
+        k, has = self.recorded, self.recorded > 0
+        low = self.values[(first + (k - 1) // 2)[has]]
+        high = self.values[(first + k // 2)[has]]
+        medians = np.full(len(k), np.nan)
+        medians[has] = np.where(k[has] % 2 == 1, high, (high + low) / 2)
+        out = np.full(n_runs, np.nan)
+        known = self.run_pos >= 0
+        out[self.run_pos[known]] = medians[known]
+        return out
 
 
 def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float], n_groups: int) -> np.ndarray:
@@ -80,24 +97,6 @@ def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float
         low = values[starts[has] + idx]
         high = values[starts[has] + np.minimum(idx + 1, sizes[has] - 1)]
         out[has, k] = np.where(frac == 0.0, low, low + (high - low) * frac)
-    return out
-
-
-def _run_medians(latencies: TurnLatencies, n_runs: int) -> np.ndarray:
-    """Each run's median turn latency (ms) as pandas' ``groupby(...).median()``: NaN for a run without a latency."""
-    seg = np.repeat(np.arange(len(latencies.counts)), latencies.counts)
-    keep = ~np.isnan(latencies.values)
-    seg, values = seg[keep], latencies.values[keep]
-    values = values[np.lexsort((values, seg))]
-    sizes = np.bincount(seg, minlength=len(latencies.counts))
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    medians = np.full(len(latencies.counts), np.nan)
-    has = np.flatnonzero(sizes > 0)
-    low, high = values[starts[has] + (sizes[has] - 1) // 2], values[starts[has] + sizes[has] // 2]
-    medians[has] = np.where(sizes[has] % 2 == 1, high, (high + low) / 2)
-    out = np.full(n_runs, np.nan)
-    known = latencies.run_pos >= 0
-    out[latencies.run_pos[known]] = medians[known]
     return out
 
 
@@ -201,11 +200,13 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(_run_mode_counts, path)
             runs = ledger.runs_frame()
-            run_ids, counts, values = ledger.turn_latencies()
+            totals, values = ledger.turn_latencies()
             model_runs = ledger.model_runs()
             modes = pending.result()
-    latencies = TurnLatencies(pd.Index(runs["run_id"]).get_indexer(run_ids).astype(np.int64), counts, values)
-    runs = _finish_runs(runs, latencies)
+    run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
+    counts = totals["turns_recorded"].to_numpy(dtype=np.int64)
+    latencies = TurnLatencies(run_pos, counts, totals["latencies_recorded"].to_numpy(dtype=np.int64), values)
+    runs = _finish_runs(runs, totals, latencies)
     examples = modes.sort_values(["mode", "shortest_chars", "shortest_seq"], kind="stable").drop_duplicates("mode")
     examples = pd.DataFrame({"mode": examples["mode"].to_numpy(dtype=object), "seq": examples["shortest_seq"].to_numpy(),
                              "run_id": examples["run_id"].to_numpy(dtype=object), "turn": examples["shortest_turn"].to_numpy(),
@@ -266,9 +267,12 @@ def _explode_modes(turns: pd.DataFrame, codes: np.ndarray, decoded: list[tuple[s
     return out
 
 
-def _finish_runs(runs: pd.DataFrame, latencies: TurnLatencies) -> pd.DataFrame:
-    totals = {column: runs.pop(column).to_numpy() for column in
-              ("turns_recorded", "turn_prompt_tokens", "turn_completion_tokens", "latency_ms")}  # fmt: skip
+def _finish_runs(runs: pd.DataFrame, totals: pd.DataFrame, latencies: TurnLatencies) -> pd.DataFrame:
+    known = latencies.run_pos >= 0
+    per_run = {}
+    for column in ("turns_recorded", "turn_prompt_tokens", "turn_completion_tokens", "latency_ms"):
+        per_run[column] = np.zeros(len(runs))  # a run without turns: 0 of each
+        per_run[column][latencies.run_pos[known]] = totals[column].to_numpy(dtype=float)[known]
     runs["outcome"] = runs["outcome"].fillna("unfinished")
     runs["scored"] = runs["outcome"].isin(SCORED_OUTCOMES)
     # One sample per run identity: a repeat of the same identity (``--no-resume``, ``--cache``) gets the
@@ -283,11 +287,11 @@ def _finish_runs(runs: pd.DataFrame, latencies: TurnLatencies) -> pd.DataFrame:
     for column, counted in (("turns", "turns_recorded"), ("prompt_tokens", "turn_prompt_tokens"),
                             ("completion_tokens", "turn_completion_tokens")):  # fmt: skip
         ended = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float)
-        runs[column] = np.nan_to_num(np.where(unfinished, totals[counted].astype(float), ended)).astype("int64")
+        runs[column] = np.nan_to_num(np.where(unfinished, per_run[counted], ended)).astype("int64")
     runs["tokens"] = runs["prompt_tokens"] + runs["completion_tokens"]
-    runs["turns_recorded"] = totals["turns_recorded"].astype("int64")
-    runs["latency_ms"] = totals["latency_ms"].astype(float)
-    runs["latency_ms_median"] = _run_medians(latencies, len(runs))
+    runs["turns_recorded"] = per_run["turns_recorded"].astype("int64")
+    runs["latency_ms"] = per_run["latency_ms"]
+    runs["latency_ms_median"] = latencies.medians(len(runs))
     return runs
 
 
