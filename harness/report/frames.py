@@ -16,12 +16,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,8 @@ from harness.ledger import Ledger, decode_labels
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = ["LedgerFrames", "TurnLatencies", "grouped_quantiles", "load_frames"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,15 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     path = Path(ledger_path)
     with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
         head = ledger.chain_head("runs")
-        # SQLite runs without the interpreter lock: the mode counts (a second connection) go on while this one reads
-        with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(_run_mode_counts, path)
+        # SQLite runs without the interpreter lock: the two passes over the turns (each on its own connection) go on
+        # side by side while this connection reads the runs
+        with ThreadPoolExecutor(2) as pool:
+            mode_counts = pool.submit(_read, path, Ledger.run_mode_counts)
+            latency_reads = pool.submit(_read, path, Ledger.turn_latencies)
             runs = ledger.runs_frame()
-            totals, values = ledger.turn_latencies()
             model_runs = ledger.model_runs()
-            modes = pending.result()
+            modes = mode_counts.result()
+            totals, values = latency_reads.result()
     run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
     counts = totals["turns_recorded"].to_numpy(dtype=np.int64)
     latencies = TurnLatencies(run_pos, counts, totals["latencies_recorded"].to_numpy(dtype=np.int64), values)
@@ -219,9 +223,10 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     return LedgerFrames(runs, run_modes, examples, latencies, int(counts.sum()), path, head, model_runs)
 
 
-def _run_mode_counts(path: Path) -> pd.DataFrame:
+def _read(path: Path, read: Callable[[Ledger], _T]) -> _T:
+    """``read`` on a connection of its own (a :class:`Ledger` is one connection: reads on it take turns)."""
     with Ledger(path, readonly=True) as ledger:
-        return ledger.run_mode_counts()
+        return read(ledger)
 
 
 def _load_turns(path: Path, run_ids: pd.Series) -> pd.DataFrame:
