@@ -1,20 +1,25 @@
-"""Time `harness report` on a synthetic ledger of 1,000,000 turns; print wall time and peak memory.
+"""Time `harness report` on a synthetic ledger of 1,000,000 turns; print wall time, CPU time and peak memory.
 
 Usage::
 
     python benchmarks/report_scale.py [--turns 1000000] [--ledger /tmp/harness_bench_1m.sqlite] [--rebuild]
+                                      [--repeats 3] [--baseline DIR]
 
 The ledger is built once (bulk ``executemany`` in one transaction, the hash chain computed in
-Python with the ledger's own row hashing) and cached at ``--ledger``; later runs reuse it. The
-report runs in a child process so its peak RSS (``ru_maxrss`` of the child) is measured alone.
-Targets: < 30 s and < 4 GB.
+Python with the ledger's own row hashing) and cached at ``--ledger``; later runs reuse it. Each
+report runs in a child process so its peak RSS (``ru_maxrss`` of the child) and CPU time (user +
+system) are measured alone; the medians of ``--repeats`` runs are printed. ``--baseline DIR`` (a
+checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) runs that code's report
+alternately with this one on the same ledger and prints the ratios, which a shared, noisy machine
+distorts less than the absolute figures.
+Targets: < 10 s and < 1 GB.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -93,12 +98,29 @@ def build(path: Path, n_turns: int) -> None:
     db.close()
 
 
+def _report_once(code_dir: Path, ledger: Path, out: Path) -> tuple[float, float, float]:
+    """One ``harness report`` of ``ledger`` by the code in ``code_dir``, in a child: (wall s, CPU s, peak RSS MB)."""
+    code = ("import sys, time, resource; sys.path.insert(0, '.'); from harness.cli import main; t = time.perf_counter(); "
+            f"rc = main(['report', '--ledger', {str(ledger)!r}, '--out', {str(out)!r}, '--format', 'md,png,csv']); "
+            "u = resource.getrusage(resource.RUSAGE_SELF); "
+            "print(f'{time.perf_counter() - t:.3f} {u.ru_utime + u.ru_stime:.3f} {u.ru_maxrss / 1024:.0f} {rc}')")  # fmt: skip
+    started = time.perf_counter()
+    child = subprocess.run([sys.executable, "-c", code], check=True, cwd=code_dir, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    _, cpu, rss, rc = child.stdout.split()[-4:]
+    if rc != "0":
+        raise SystemExit(f"harness report exited {rc}: {child.stderr.strip()}")
+    return wall, float(cpu), float(rss)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=1_000_000)
     parser.add_argument("--ledger", type=Path, default=Path("/tmp/harness_bench_1m.sqlite"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/harness_bench_report"))
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="reports to time (medians printed)")
+    parser.add_argument("--baseline", type=Path, default=None, help="a checkout of other code to time alternately")
     args = parser.parse_args()
     if args.rebuild or not args.ledger.exists():
         started = time.perf_counter()
@@ -106,15 +128,22 @@ def main() -> int:
         print(
             f"built {args.ledger} ({args.turns:,} turns, {args.ledger.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s"
         )
-    code = ("import sys, time, resource; from harness.cli import main; t = time.perf_counter(); "
-            f"rc = main(['report', '--ledger', {str(args.ledger)!r}, '--out', {str(args.out)!r}, '--format', 'md,png,csv']); "
-            "print(f'report: {time.perf_counter() - t:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, exit {rc}')")  # fmt: skip
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
-    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(
-        f"harness report on {args.turns:,} turns: {time.perf_counter() - started:.1f} s wall (incl. interpreter start), peak RSS {child:.0f} MB"
-    )
+    here = Path(__file__).resolve().parent.parent
+    codes = {"this code": here} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in codes}
+    for i in range(args.repeats):
+        for name, code_dir in codes.items():
+            out = args.out if name == "this code" else args.out.with_name(args.out.name + "_baseline")
+            figures[name].append(_report_once(code_dir, args.ledger, out))
+            wall, cpu, rss = figures[name][-1]
+            print(f"run {i + 1}, {name}: {wall:.1f} s wall (incl. interpreter start), {cpu:.1f} s CPU, peak RSS {rss:.0f} MB")
+    medians = {name: [statistics.median(f[k] for f in runs) for k in range(3)] for name, runs in figures.items()}
+    for name, (wall, cpu, rss) in medians.items():
+        print(f"harness report on {args.turns:,} turns, {name}, median of {args.repeats}: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+              f"peak RSS {rss:.0f} MB (targets: < 10 s, < 1 GB)")  # fmt: skip
+    if args.baseline:
+        (w, c, r), (bw, bc, br) = medians["this code"], medians["baseline"]
+        print(f"ratios this code / baseline: wall {w / bw:.2f}, CPU {c / bc:.2f}, peak RSS {r / br:.2f}")
     return 0
 
 

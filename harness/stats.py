@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from scipy import stats
-
 __all__ = ["holm", "mcnemar_midp", "newcombe_paired_diff", "pass_hat_k", "wilson_interval"]
 
 _Z95 = 1.959963984540054  # standard normal 97.5% quantile
@@ -34,7 +32,11 @@ _Z95 = 1.959963984540054  # standard normal 97.5% quantile
 def _z(confidence: float) -> float:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    return _Z95 if confidence == 0.95 else float(stats.norm.ppf(0.5 + confidence / 2))
+    if confidence == 0.95:
+        return _Z95
+    from scipy import stats  # imported when used: a second of start-up every report would pay
+
+    return float(stats.norm.ppf(0.5 + confidence / 2))
 
 
 def wilson_interval(successes: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
@@ -107,6 +109,8 @@ def mcnemar_midp(b: int, c: int) -> float:
     if n == 0:
         return 1.0
     m = min(b, c)
+    from scipy import stats
+
     midp = 2 * stats.binom.cdf(m, n, 0.5) - stats.binom.pmf(m, n, 0.5)
     return float(min(1.0, max(0.0, midp)))
 

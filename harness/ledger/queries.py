@@ -83,12 +83,14 @@ def store_template(db: sqlite3.Connection, text: str) -> str:
 
 
 def model_runs(db: sqlite3.Connection, has_templates: bool, has_manifest: bool) -> list[dict[str, Any]]:
-    """One dict per run for the report's model header: ``model``, ``backend``, ``digest`` (the model file's, else
+    """One dict per distinct (model, backend, digest, tool mode, config) of the runs, in the order of each one's newest
+    run (what a report's model header reads from every run, decoded once per configuration): ``model``, ``backend``, ``digest`` (the model file's, else
     Ollama's manifest digest, else None), ``tool_mode``, ``provenance`` (the ``config`` entry, ``{}`` when the run
     recorded none), ``warmup_ms`` (ms or None) and ``template`` (the stored text, or None)."""
     manifest = "r.manifest_digest" if has_manifest else "NULL"
     rows = db.execute(
-        f"SELECT r.model, r.backend, COALESCE(r.model_digest, {manifest}) AS digest, r.tool_mode, r.config FROM runs r ORDER BY r.seq"
+        f"SELECT r.model, r.backend, COALESCE(r.model_digest, {manifest}) AS digest, r.tool_mode, r.config FROM runs r"
+        " GROUP BY 1, 2, 3, 4, 5 ORDER BY MAX(r.seq)"
     ).fetchall()
     texts: dict[str, str] = {}
     if has_templates:

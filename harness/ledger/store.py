@@ -42,12 +42,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.errors import LedgerError
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
-from harness.ledger.blobs import BLOB_COLUMNS, content_length_sql, externalize, resolve_rows
+from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
 from harness.ledger.chain import GENESIS_HASH, row_hash, storable
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
@@ -58,7 +58,6 @@ from harness.ledger.queries import (
     SCORED_SQL,
     export_sql,
     model_runs,
-    runs_frame_sql,
     store_template,
 )
 from harness.ledger.records import (
@@ -79,9 +78,7 @@ from harness.ledger.records import (
     run_row,
     turn_row,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
+from harness.ledger.report_reads import ReportReads
 
 __all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "decode_labels"]
 
@@ -96,7 +93,7 @@ ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
 
 
-class Ledger:
+class Ledger(ReportReads):
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
     Args:
@@ -283,7 +280,7 @@ class Ledger:
             raise LedgerError(f"could not append to the ledger {self.path} (templates): {exc}.") from exc
 
     def model_runs(self) -> list[dict[str, Any]]:
-        """Per run, what the report's model header needs (:func:`harness.ledger.queries.model_runs`), in start order."""
+        """What the report's model header needs, once per distinct configuration of runs (:func:`harness.ledger.queries.model_runs`)."""
         with self._lock:
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             return model_runs(self._db, "templates" in tables, "manifest_digest" in self._columns["runs"])
@@ -314,9 +311,6 @@ class Ledger:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [run_row(row) for row in self._query(sql, params, payloads="run_ends", refs="end_blob_refs")]
-
-    def _has_blobs(self, table: str) -> bool:
-        return "blob_refs" in self._columns[table]  # since m005
 
     def runs(self) -> list[RunRow]:
         """Every run with its end row (None for unfinished runs), in start order."""
@@ -410,45 +404,7 @@ class Ledger:
         rows = self._query(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1")
         return rows[0]["row_hash"] if rows else None
 
-    # -- reads for reports (pandas, imported on first use) ----------------------------------------------
-    def _frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        import pandas as pd
-
-        try:
-            with self._lock:
-                return pd.read_sql(sql, self._db, params=tuple(params))
-        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-            raise LedgerError(
-                f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`."
-            ) from exc
-
-    def runs_frame(self) -> pd.DataFrame:
-        """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
-
-        Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
-        parser, stream, think, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``
-        (``stream`` 0 or 1; ``think`` ``default``, ``on`` or ``off``, ``default`` for runs recorded before it existed).
-        """
-        return self._frame(runs_frame_sql(self._columns["runs"]))
-
-    def turns_frame(self) -> pd.DataFrame:
-        """One row per turn in ledger order, with the loop's own labels (JSON text; see :meth:`newest_labels_frame`).
-
-        Columns: ``seq, run_id, turn, failure_modes, labels_version, finish_reason, prompt_tokens,
-        completion_tokens, latency_ms, content_chars`` (reply length in characters, 0 when empty).
-        """
-        return self._frame(
-            "SELECT seq, run_id, turn, failure_modes, classifier_version AS labels_version, finish_reason, prompt_tokens,"
-            f" completion_tokens, latency_ms, {content_length_sql(self._has_blobs('turns'))} AS content_chars FROM turns ORDER BY seq"
-        )
-
-    def newest_labels_frame(self) -> pd.DataFrame:
-        """The newest ``harness rescore`` labels of each re-labelled turn: ``run_id, turn, failure_modes, labels_version``."""
-        return self._frame(
-            "SELECT run_id, turn, failure_modes, classifier_version AS labels_version FROM labels"
-            " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn)"
-        )
-
+    # -- reads for reports: runs_frame, run_mode_counts, turn_latencies, ... (ReportReads) ---------------
     def reply_texts(self, seqs: Sequence[int]) -> dict[int, str]:
         """Reply text of the given turns (by ``turns.seq``); null content reads as ``""``."""
         if not seqs:

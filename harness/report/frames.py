@@ -2,10 +2,12 @@
 
 * Reports only read: the ledger is opened read-only and never migrated or written; every
   query is a named read of :class:`~harness.ledger.Ledger`.
-* :func:`load_frames` reads only the columns it needs and decodes each distinct
-  ``failure_modes`` JSON text once (a ledger has few distinct label sets), so a million turns
-  load in seconds. Newest labels win: a ``labels`` row for a turn overrides the turn's own
-  labels, as in :meth:`harness.ledger.Ledger.turns`.
+* One row per run, not one per turn: :func:`load_frames` takes every sum and count over turns from SQL
+  (:meth:`~harness.ledger.Ledger.runs_frame`, :meth:`~harness.ledger.Ledger.run_mode_counts`), and the turns'
+  latencies as one float array for the order statistics (a run's median, a group's p50/p95:
+  :func:`grouped_quantiles`), so a million turns report in seconds and well under 1 GB. :attr:`LedgerFrames.turns`
+  (one row per turn) is read only when asked for, for notebooks. Newest labels win: a ``labels`` row for a turn
+  overrides the turn's own labels, as in :meth:`harness.ledger.Ledger.turns`.
 * Scored runs: ``infra_error`` and ``interrupted`` runs, and runs with no end row yet
   (``unfinished``), are counted in their own columns and left out of every denominator,
   median and rate, since none of them says anything about the model
@@ -14,10 +16,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -25,7 +29,77 @@ import pandas as pd
 from harness.ledger import Ledger, decode_labels
 from harness.vocab import SCORED_OUTCOMES
 
-__all__ = ["LedgerFrames", "load_frames"]
+__all__ = ["LedgerFrames", "TurnLatencies", "grouped_quantiles", "load_frames"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class TurnLatencies:
+    """Every turn's latency, grouped by run, in one array (:meth:`harness.ledger.Ledger.turn_latencies`).
+
+    Attributes:
+        run_pos: per run with turns, its row in :attr:`LedgerFrames.runs` (-1 for turns of a run with no ``runs`` row).
+        counts: per run with turns, its number of turns.
+        recorded: per run with turns, how many of them have a latency.
+        values: the turns' ``latency_ms`` (ms), ``counts[0]`` of the first run (NaN where not recorded first, then
+            ascending), then the next run's.
+    """
+
+    run_pos: np.ndarray
+    counts: np.ndarray
+    recorded: np.ndarray
+    values: np.ndarray
+
+    def per_turn(self, per_run: np.ndarray, missing: int = -1) -> np.ndarray:
+        """A value per run (indexed like :attr:`LedgerFrames.runs`) repeated for each of its turns, aligned with
+        :attr:`values`; ``missing`` for turns of a run with no ``runs`` row."""
+        known = np.where(self.run_pos >= 0, per_run[np.maximum(self.run_pos, 0)] if len(per_run) else missing, missing)
+        return np.repeat(known, self.counts)
+
+    def medians(self, n_runs: int) -> np.ndarray:
+        """Each run's median turn latency (ms) as pandas' ``groupby(...).median()`` computes it, indexed like
+        :attr:`LedgerFrames.runs` (``n_runs`` rows): NaN for a run without a latency."""
+        first = np.concatenate(([0], np.cumsum(self.counts)[:-1])).astype(np.int64) + (self.counts - self.recorded)
+        k, has = self.recorded, self.recorded > 0
+        low = self.values[(first + (k - 1) // 2)[has]]
+        high = self.values[(first + k // 2)[has]]
+        medians = np.full(len(k), np.nan)
+        medians[has] = np.where(k[has] % 2 == 1, high, (high + low) / 2)
+        out = np.full(n_runs, np.nan)
+        known = self.run_pos >= 0
+        out[self.run_pos[known]] = medians[known]
+        return out
+
+
+def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float], n_groups: int) -> np.ndarray:
+    """Quantiles of ``values`` per group, as pandas' ``groupby(...).quantile(q)`` computes them (linear interpolation).
+
+    Args:
+        groups: group code of each value (int, 0 .. n_groups - 1; negative: in no group).
+        values: the values (NaN: skipped).
+        qs: quantiles in [0, 1].
+        n_groups: number of groups.
+
+    Returns:
+        Array of shape ``(n_groups, len(qs))``; NaN for a group without values.
+    """
+    keep = (groups >= 0) & ~np.isnan(values)
+    groups, values = groups[keep], values[keep]
+    order = np.lexsort((values, groups))
+    values = values[order]
+    sizes = np.bincount(groups, minlength=n_groups)[:n_groups]
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    out = np.full((n_groups, len(qs)), np.nan)
+    has = np.flatnonzero(sizes > 0)
+    for k, q in enumerate(qs):
+        q_idx = q * (sizes[has] - 1).astype(np.float64)
+        idx = q_idx.astype(np.int64)  # truncates, as pandas does
+        frac = q_idx % 1
+        low = values[starts[has] + idx]
+        high = values[starts[has] + np.minimum(idx + 1, sizes[has] - 1)]
+        out[has, k] = np.where(frac == 0.0, low, low + (high - low) * frac)
+    return out
 
 
 @dataclass(frozen=True)
@@ -33,35 +107,34 @@ class LedgerFrames:
     """The ledger as tidy DataFrames. Build with :func:`load_frames`.
 
     Attributes:
-        runs: one row per run, in start order. Columns: ``run_id``, ``scenario``,
+        runs: one row per run, in start order. Columns: ``run_id``, ``identity``, ``scenario``,
             ``scenario_path``, ``scenario_hash``, ``model``, ``temperature``, ``seed``,
-            ``tool_mode``, ``parser``, ``think`` (``default``/``on``/``off``), ``stream`` (``on``/``off``), ``repetition``, ``started_at``, ``ended_at`` (UTC ISO
-            text, None if unfinished), ``outcome`` (one of :data:`harness.loop.OUTCOMES` or
-            ``unfinished``), ``scored`` and ``passed`` (bool; a run is scored when its outcome
-            counts and it is the newest scored run of its ``identity``), ``superseded`` (bool: an
-            older scored run of the same identity, left out of every rate), ``turns`` (model calls),
-            ``prompt_tokens``, ``completion_tokens``, ``tokens`` (their sum, tokens),
-            ``turns_recorded`` (rows in ``turns``; equals ``turns`` unless a turn was lost),
-            ``latency_ms`` (summed over the run's turns, ms) and ``latency_ms_median`` (ms).
-        turns: one row per turn, in ledger order. Columns: ``seq`` (ledger row), ``run_id``
-            (categorical), ``turn`` (from 1), ``failure_modes`` (tuple of mode names, newest
-            labels), ``labels_version`` (classifier version of those labels), ``finish_reason``,
-            ``prompt_tokens``, ``completion_tokens`` (tokens), ``latency_ms`` (ms) and
-            ``content_chars`` (length of the reply text; 0 when empty or null).
-        turn_modes: one row per turn × failure mode: ``seq``, ``run_id``, ``turn``, ``mode``.
+            ``tool_mode``, ``parser``, ``stream`` (``on``/``off``), ``think`` (``default``/``on``/``off``), ``repetition``,
+            ``started_at``, ``ended_at`` (UTC ISO text, None if unfinished), ``outcome`` (one of :data:`harness.loop.OUTCOMES` or
+            ``unfinished``), ``turns`` (model calls), ``prompt_tokens``, ``completion_tokens``, ``scored`` and ``passed``
+            (bool; a run is scored when its outcome counts and it is the newest scored run of its ``identity``),
+            ``superseded`` (bool: an older scored run of the same identity, left out of every rate),
+            ``tokens`` (prompt plus completion, tokens), ``turns_recorded`` (rows in ``turns``; equals ``turns`` unless a
+            turn was lost), ``latency_ms`` (summed over the run's turns, ms) and ``latency_ms_median`` (ms).
         run_modes: one row per run × failure mode with >= 1 occurrence: ``run_id``, ``mode``,
             ``turns_with_mode`` (count of the run's turns showing it).
+        mode_examples: per failure mode (sorted), its shortest reply: ``mode``, ``seq`` (``turns`` row), ``run_id``,
+            ``turn`` and ``chars`` (reply length in characters; ties: the earliest turn).
+        latencies: the turns' latencies (:class:`TurnLatencies`), for order statistics.
+        turn_count: rows in ``turns``.
         ledger_path: the file read.
         runs_chain_head: ``row_hash`` of the newest ``runs`` row (identifies the ledger's
             content), or None when empty.
-        model_runs: per run, in start order, what the model header shows (:meth:`harness.ledger.Ledger.model_runs`:
-            ``model``, ``backend``, ``digest``, ``tool_mode``, ``provenance``, ``warmup_ms`` in ms, ``template``).
+        model_runs: what the model header shows, once per distinct run configuration in the order of its newest run
+            (:meth:`harness.ledger.Ledger.model_runs`: ``model``, ``backend``, ``digest``, ``tool_mode``, ``provenance``,
+            ``warmup_ms`` in ms, ``template``).
     """
 
     runs: pd.DataFrame
-    turns: pd.DataFrame
-    turn_modes: pd.DataFrame
     run_modes: pd.DataFrame
+    mode_examples: pd.DataFrame
+    latencies: TurnLatencies
+    turn_count: int
     ledger_path: Path
     runs_chain_head: str | None
     model_runs: list[dict[str, Any]] = field(default_factory=list)
@@ -77,6 +150,27 @@ class LedgerFrames:
         ends = self.runs["ended_at"].dropna()
         return None if ends.empty else str(ends.max())
 
+    @cached_property
+    def turns(self) -> pd.DataFrame:
+        """One row per turn, in ledger order, read from the ledger on first use (a report never needs it).
+
+        Columns: ``seq`` (ledger row), ``run_id`` (categorical), ``turn`` (from 1), ``failure_modes`` (tuple of mode
+        names, newest labels), ``labels_version`` (classifier version of those labels), ``finish_reason``,
+        ``prompt_tokens``, ``completion_tokens`` (tokens), ``latency_ms`` (ms) and ``content_chars`` (length of the
+        reply text; 0 when empty or null).
+
+        Raises:
+            LedgerError: the ledger cannot be read.
+        """
+        return _load_turns(self.ledger_path, self.runs["run_id"])
+
+    @cached_property
+    def turn_modes(self) -> pd.DataFrame:
+        """One row per turn × failure mode (from :attr:`turns`, read on first use): ``seq``, ``run_id``, ``turn``, ``mode``."""
+        turns = self.turns
+        codes, uniques = pd.factorize(turns["failure_modes"])
+        return _explode_modes(turns, codes, list(uniques))
+
     def replies(self, seqs: Sequence[int]) -> dict[int, str]:
         """Reply text of the given turns (``turns.seq``), read on demand to keep frames small.
 
@@ -90,13 +184,13 @@ class LedgerFrames:
 
 
 def load_frames(ledger_path: str | Path) -> LedgerFrames:
-    """Read a ledger (read-only) into tidy DataFrames.
+    """Read a ledger (read-only): one row per run with its turns aggregated in SQL, per run × failure mode counts.
 
     Args:
         ledger_path: the ledger file.
 
     Returns:
-        :class:`LedgerFrames` (runs, turns, turn × mode, run × mode).
+        :class:`LedgerFrames` (runs, run × mode, the shortest reply of each mode, the turns' latencies).
 
     Raises:
         LedgerError: the file is missing, not SQLite, or not a harness ledger.
@@ -104,30 +198,58 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     path = Path(ledger_path)
     with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
         head = ledger.chain_head("runs")
-        runs = ledger.runs_frame()
+        # SQLite runs without the interpreter lock: the two passes over the turns (each on its own connection) go on
+        # side by side while this connection reads the runs
+        with ThreadPoolExecutor(2) as pool:
+            mode_counts = pool.submit(_read, path, Ledger.run_mode_counts)
+            latency_reads = pool.submit(_read, path, Ledger.turn_latencies)
+            runs = ledger.runs_frame()
+            model_runs = ledger.model_runs()
+            modes = mode_counts.result()
+            totals, values = latency_reads.result()
+    run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
+    counts = totals["turns_recorded"].to_numpy(dtype=np.int64)
+    latencies = TurnLatencies(run_pos, counts, totals["latencies_recorded"].to_numpy(dtype=np.int64), values)
+    runs = _finish_runs(runs, totals, latencies)
+    examples = modes.sort_values(["mode", "shortest_chars", "shortest_seq"], kind="stable").drop_duplicates("mode")
+    examples = pd.DataFrame({"mode": examples["mode"].to_numpy(dtype=object), "seq": examples["shortest_seq"].to_numpy(),
+                             "run_id": examples["run_id"].to_numpy(dtype=object), "turn": examples["shortest_turn"].to_numpy(),
+                             "chars": examples["shortest_chars"].to_numpy()})  # fmt: skip
+    run_modes = modes[["run_id", "mode", "turns_with_mode"]].copy()
+    run_modes["run_id"] = pd.Categorical(run_modes["run_id"], categories=runs["run_id"])
+    run_modes["mode"] = run_modes["mode"].astype(object)
+    run_modes = run_modes.dropna(subset=["run_id"]).sort_values(["run_id", "mode"], kind="stable").reset_index(drop=True)
+    run_modes["turns_with_mode"] = run_modes["turns_with_mode"].astype("int64")
+    return LedgerFrames(runs, run_modes, examples, latencies, int(counts.sum()), path, head, model_runs)
+
+
+def _read(path: Path, read: Callable[[Ledger], _T]) -> _T:
+    """``read`` on a connection of its own (a :class:`Ledger` is one connection: reads on it take turns)."""
+    with Ledger(path, readonly=True) as ledger:
+        return read(ledger)
+
+
+def _load_turns(path: Path, run_ids: pd.Series) -> pd.DataFrame:
+    """Every turn as a row (:attr:`LedgerFrames.turns`), with the newest labels decoded once per distinct text."""
+    with Ledger(path, readonly=True) as ledger:
         turns = ledger.turns_frame()
         labels = ledger.newest_labels_frame()
-        model_runs = ledger.model_runs()
     if not labels.empty:
         turns = turns.merge(labels, on=["run_id", "turn"], how="left", suffixes=("", "_new"), sort=False)
         newer = turns["failure_modes_new"].notna()
         turns.loc[newer, "failure_modes"] = turns.loc[newer, "failure_modes_new"]
         turns.loc[newer, "labels_version"] = turns.loc[newer, "labels_version_new"]
         turns = turns.drop(columns=["failure_modes_new", "labels_version_new"])
-    turns["run_id"] = pd.Categorical(turns["run_id"], categories=runs["run_id"])
+    turns["run_id"] = pd.Categorical(turns["run_id"], categories=run_ids)
     turns["labels_version"] = turns["labels_version"].astype("category")
     turns["finish_reason"] = turns["finish_reason"].astype("category")
     turns["latency_ms"] = turns["latency_ms"].astype(float)
     codes, uniques = pd.factorize(turns["failure_modes"])
-    decoded = [tuple(decode_labels(text, {})) for text in uniques]
-    as_objects = np.empty(len(decoded), dtype=object)
-    for i, modes in enumerate(decoded):
-        as_objects[i] = modes
+    as_objects = np.empty(len(uniques), dtype=object)
+    for i, text in enumerate(uniques):
+        as_objects[i] = tuple(decode_labels(text, {}))
     turns["failure_modes"] = as_objects[codes] if len(turns) else pd.Series([], dtype=object)
-    turn_modes = _explode_modes(turns, codes, decoded)
-    run_modes = turn_modes.groupby(["run_id", "mode"], observed=True, sort=True).size().rename("turns_with_mode").reset_index()
-    runs = _finish_runs(runs, turns)
-    return LedgerFrames(runs, turns, turn_modes, run_modes, path, head, model_runs)
+    return turns
 
 
 def _explode_modes(turns: pd.DataFrame, codes: np.ndarray, decoded: list[tuple[str, ...]]) -> pd.DataFrame:
@@ -150,8 +272,12 @@ def _explode_modes(turns: pd.DataFrame, codes: np.ndarray, decoded: list[tuple[s
     return out
 
 
-def _finish_runs(runs: pd.DataFrame, turns: pd.DataFrame) -> pd.DataFrame:
-    runs = runs.copy()
+def _finish_runs(runs: pd.DataFrame, totals: pd.DataFrame, latencies: TurnLatencies) -> pd.DataFrame:
+    known = latencies.run_pos >= 0
+    per_run = {}
+    for column in ("turns_recorded", "turn_prompt_tokens", "turn_completion_tokens", "latency_ms"):
+        per_run[column] = np.zeros(len(runs))  # a run without turns: 0 of each
+        per_run[column][latencies.run_pos[known]] = totals[column].to_numpy(dtype=float)[known]
     runs["outcome"] = runs["outcome"].fillna("unfinished")
     runs["scored"] = runs["outcome"].isin(SCORED_OUTCOMES)
     # One sample per run identity: a repeat of the same identity (``--no-resume``, ``--cache``) gets the
@@ -162,20 +288,15 @@ def _finish_runs(runs: pd.DataFrame, turns: pd.DataFrame) -> pd.DataFrame:
     runs["passed"] = (runs["outcome"] == "pass") & runs["scored"]
     runs["temperature"] = runs["temperature"].astype(float)
     runs["stream"] = np.where(pd.to_numeric(runs["stream"]).fillna(0).astype(bool), "on", "off")
-    per_run = turns.groupby("run_id", observed=False).agg(
-        _turns=("turn", "size"), _prompt=("prompt_tokens", "sum"), _completion=("completion_tokens", "sum"),
-        latency_ms=("latency_ms", "sum"), latency_ms_median=("latency_ms", "median"),
-    )  # fmt: skip
-    per_run = per_run.reindex(runs["run_id"]).reset_index(drop=True)
     unfinished = runs["turns"].isna().to_numpy()
-    for column, fallback in (("turns", "_turns"), ("prompt_tokens", "_prompt"), ("completion_tokens", "_completion")):
+    for column, counted in (("turns", "turns_recorded"), ("prompt_tokens", "turn_prompt_tokens"),
+                            ("completion_tokens", "turn_completion_tokens")):  # fmt: skip
         ended = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float)
-        counted = pd.to_numeric(per_run[fallback], errors="coerce").to_numpy(dtype=float)
-        runs[column] = np.nan_to_num(np.where(unfinished, counted, ended)).astype("int64")
+        runs[column] = np.nan_to_num(np.where(unfinished, per_run[counted], ended)).astype("int64")
     runs["tokens"] = runs["prompt_tokens"] + runs["completion_tokens"]
-    runs["turns_recorded"] = per_run["_turns"].fillna(0).astype("int64").to_numpy()
-    runs["latency_ms"] = per_run["latency_ms"].fillna(0.0).to_numpy()
-    runs["latency_ms_median"] = per_run["latency_ms_median"].to_numpy()
+    runs["turns_recorded"] = per_run["turns_recorded"].astype("int64")
+    runs["latency_ms"] = per_run["latency_ms"]
+    runs["latency_ms_median"] = latencies.medians(len(runs))
     return runs
 
 

@@ -9,6 +9,7 @@ model output or model name can break a table or inject markup. The data comes fr
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from harness.report.frames import LedgerFrames, load_frames
 from harness.report.models import model_header_lines
 from harness.report.tables import CELL_AXES, failure_mode_table, lenient_rescue, parse_axes, shortest_examples, summary_table
 
-__all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_report"]
+__all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_csv", "write_report"]
 
 MAX_PASS_K_COLUMNS = 10
 """The summary table shows pass^k for k = 1 .. min(repeats, this); the CSV and plot show all k."""
@@ -50,6 +51,28 @@ def cell_text(text: str, *, code: bool = False) -> str:
     if not code:
         text = text.replace("<", "&lt;")
     return text.replace("\r\n", " ⏎ ").replace("\n", " ⏎ ").replace("\r", " ⏎ ")
+
+
+def write_csv(table: pd.DataFrame, path: Path) -> None:
+    """Write ``table`` as CSV, byte for byte what ``table.to_csv(path, index=False, lineterminator="\\n",
+    float_format="%.10g")`` writes (floats to 10 significant digits, missing values empty), in a fraction of its time.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    columns = []
+    for name in table.columns:
+        column = table[name]
+        if pd.api.types.is_float_dtype(column.dtype):
+            columns.append([f"{v:.10g}" if v == v else "" for v in column.to_numpy(dtype=float).tolist()])
+        elif column.isna().any():
+            columns.append(["" if pd.isna(v) else v for v in column.tolist()])
+        else:
+            columns.append(column.tolist())
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow([str(c) for c in table.columns])
+        writer.writerows(zip(*columns, strict=True))
 
 
 def _md_table(rows: list[dict[str, object]]) -> str:
@@ -147,7 +170,7 @@ def write_report(
     if "csv" in formats:
         for name, table in (("summary.csv", summary), ("failure_modes.csv", failures),
                             ("runs.csv", frames.runs.drop(columns=["scenario_path"]))):  # fmt: skip
-            table.to_csv(out / name, index=False, lineterminator="\n", float_format="%.10g")
+            write_csv(table, out / name)
             written.append(out / name)
     if "md" in formats:
         text = _markdown(frames, summary, failures, by, figures)
@@ -193,7 +216,7 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
         "",
         f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
         f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
-        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {len(frames.turns)} turns; "
+        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {frames.turn_count} turns; "
         f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
         "",
     ]  # fmt: skip

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.report.frames import LedgerFrames
+from harness.report.frames import LedgerFrames, grouped_quantiles
 from harness.stats import pass_hat_k, wilson_interval
 
 __all__ = [
@@ -82,15 +82,23 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     if runs.empty:
         return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
     scored = runs[runs["scored"]]
-    groups = runs.groupby(by, sort=True)
-    table = groups.agg(
-        runs=("run_id", "size"),
-        scored=("scored", "sum"),
-        passes=("passed", "sum"),
-        infra_error=("outcome", lambda s: int((s == "infra_error").sum())),
-        interrupted=("outcome", lambda s: int(s.isin(("interrupted", "unfinished")).sum())),
-        context_overflow=("outcome", lambda s: int((s == "context_overflow").sum())),
-    ).reset_index()
+    outcome = runs["outcome"]
+    flags = runs[by].assign(
+        _run=1, scored=runs["scored"], passed=runs["passed"], infra_error=outcome == "infra_error",
+        interrupted=outcome.isin(("interrupted", "unfinished")), context_overflow=outcome == "context_overflow",
+    )  # fmt: skip
+    table = (
+        flags.groupby(by, sort=True)
+        .agg(
+            runs=("_run", "size"),
+            scored=("scored", "sum"),
+            passes=("passed", "sum"),
+            infra_error=("infra_error", "sum"),
+            interrupted=("interrupted", "sum"),
+            context_overflow=("context_overflow", "sum"),
+        )
+        .reset_index()
+    )
     medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"))
     table = table.merge(medians.reset_index(), on=by, how="left")
     bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
@@ -128,18 +136,20 @@ def _pass_k_columns(scored: pd.DataFrame, table: pd.DataFrame, by: list[str]) ->
 
 
 def _turn_latency_quantiles(frames: LedgerFrames, by: list[str]) -> pd.DataFrame:
+    """Per group of scored runs, the p50 and p95 of its turns' latencies (ms), from :attr:`LedgerFrames.latencies`."""
     runs = frames.runs
-    run_pos = pd.Index(runs["run_id"]).get_indexer(frames.turns["run_id"])
-    keep = runs["scored"].to_numpy()[run_pos] if len(run_pos) else np.array([], dtype=bool)
-    turn_axes = pd.DataFrame({axis: runs[axis].to_numpy()[run_pos[keep]] for axis in by})
-    turn_axes["latency_ms"] = frames.turns["latency_ms"].to_numpy()[keep]
-    if turn_axes.empty:
+    scored = runs[runs["scored"]]
+    if scored.empty:
         return pd.DataFrame({**{axis: pd.Series([], dtype=runs[axis].dtype) for axis in by},
                              "latency_p50_ms": pd.Series([], dtype=float), "latency_p95_ms": pd.Series([], dtype=float)})  # fmt: skip
-    grouped = turn_axes.groupby(by, sort=True)["latency_ms"]
-    return pd.concat(
-        [grouped.quantile(0.5).rename("latency_p50_ms"), grouped.quantile(0.95).rename("latency_p95_ms")], axis=1
-    ).reset_index()
+    groups = scored.groupby(by, sort=True)
+    codes = np.full(len(runs), -1, dtype=np.int64)
+    codes[np.flatnonzero(runs["scored"].to_numpy())] = groups.ngroup().fillna(-1).to_numpy(dtype=np.int64)
+    keys = groups.size().index.to_frame(index=False)
+    quantiles = grouped_quantiles(frames.latencies.per_turn(codes), frames.latencies.values, (0.5, 0.95), len(keys))
+    keys["latency_p50_ms"] = quantiles[:, 0]
+    keys["latency_p95_ms"] = quantiles[:, 1]
+    return keys
 
 
 def failure_mode_table(frames: LedgerFrames, by: str = "model") -> pd.DataFrame:
@@ -203,11 +213,9 @@ def shortest_examples(frames: LedgerFrames, *, max_chars: int = EXCERPT_CHARS) -
         length in characters) and ``excerpt`` (the reply, cut to ``max_chars`` with ``…``).
     """
     columns = ["mode", "run_id", "turn", "model", "chars", "excerpt"]
-    if frames.turn_modes.empty:
+    best = frames.mode_examples
+    if best.empty:
         return pd.DataFrame(columns=columns)
-    chars = frames.turns.set_index("seq")["content_chars"]
-    tm = frames.turn_modes.assign(chars=chars.reindex(frames.turn_modes["seq"]).to_numpy())
-    best = tm.sort_values(["mode", "chars", "seq"], kind="stable").drop_duplicates("mode")
     texts = frames.replies(best["seq"].tolist())
     model_of = frames.runs.set_index("run_id")["model"]
     out = pd.DataFrame({
@@ -245,7 +253,8 @@ def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
     ]
     runs = frames.runs[frames.runs["scored"]]
     keys = ["model", "scenario", "temperature", "tool_mode", "think", "stream"]
-    both = runs.groupby(keys)["parser"].transform(lambda s: {"strict", "lenient"} <= set(s))
+    policies = runs[keys].assign(strict=runs["parser"] == "strict", lenient=runs["parser"] == "lenient").groupby(keys)
+    both = policies["strict"].transform("any") & policies["lenient"].transform("any")
     runs = runs[both.astype(bool)] if not runs.empty else runs
     if runs.empty:
         return pd.DataFrame(columns=columns)

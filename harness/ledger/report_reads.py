@@ -1,0 +1,156 @@
+"""The ledger's reads for reports: one row per run with its turns aggregated in SQL, failure-mode counts per run,
+and the turns' latencies as one compact array (:class:`ReportReads`, a base of :class:`harness.ledger.Ledger`).
+
+A report of 1,000,000 turns must not hold a Python object per turn, so every sum and count over turns is a
+``GROUP BY`` in SQLite (:data:`RUN_TURN_TOTALS`, :data:`RUN_MODE_COUNTS`). Order statistics (a run's median
+latency, a group's p50/p95) need the values themselves: SQLite's window functions took 5-7 s on a million turns,
+so :meth:`ReportReads.turn_latencies` streams the one ``latency_ms`` column, sorted within each run, into a float
+array (8 bytes a turn).
+Labels: a ``labels`` row for a turn (``harness rescore``) overrides the turn's own, newest first, as in
+:meth:`harness.ledger.Ledger.turns`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import LedgerError
+from harness.ledger.blobs import content_length_sql
+from harness.ledger.queries import NEWEST_LABELS, runs_frame_sql
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads"]
+
+RUN_TURN_TOTALS = (
+    "SELECT run_id, COUNT(*) AS turns_recorded, COUNT(latency_ms) AS latencies_recorded,"
+    " TOTAL(prompt_tokens) AS turn_prompt_tokens, TOTAL(completion_tokens) AS turn_completion_tokens,"
+    " TOTAL(latency_ms) AS latency_ms FROM turns GROUP BY run_id ORDER BY run_id"
+)
+"""Per run with turns, by ``run_id``: rows in ``turns``, those with a latency, their prompt and completion tokens
+(sums; NULL counts 0) and latency (ms, sum; NULL counts 0)."""
+TURN_LATENCIES = "SELECT latency_ms FROM turns ORDER BY run_id, latency_ms"
+"""Every turn's latency, by ``run_id`` and, within a run, ascending (NULL first)."""
+RUN_MODE_COUNTS = (
+    "SELECT run_id, mode, turns_with_mode, CAST(substr(shortest, 1, 20) AS INTEGER) AS shortest_chars,"
+    " CAST(substr(shortest, 21, 20) AS INTEGER) AS shortest_seq, CAST(substr(shortest, 41) AS INTEGER) AS shortest_turn"
+    " FROM (SELECT t.run_id, j.value AS mode, COUNT(*) AS turns_with_mode,"
+    " MIN(printf('%020d%020d%020d', {chars}, t.seq, t.turn)) AS shortest"
+    f" FROM turns t LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn),"
+    " json_each(CASE WHEN json_type(COALESCE(l.failure_modes, t.failure_modes)) = 'array'"
+    " THEN COALESCE(l.failure_modes, t.failure_modes) ELSE '[]' END) j"
+    " WHERE COALESCE(l.failure_modes, t.failure_modes) <> '[]' AND j.type = 'text'"
+    " GROUP BY t.run_id, j.value)"
+)
+"""Per run × failure mode shown by >= 1 of its turns (newest labels): the turns showing it, and the reply length in
+characters, ``seq`` and turn number of its shortest such turn (ties: the earliest; found as the smallest of the three
+packed into 3 × 20 zero-padded digits). ``{chars}`` is :func:`content_length_sql`."""
+
+
+class ReportReads:
+    """The reads reports make (pandas and numpy imported on first use); a base of :class:`harness.ledger.Ledger`."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _lock: threading.RLock
+    _columns: dict[str, list[str]]
+
+    def _fail(self, exc: BaseException) -> LedgerError:
+        return LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`.")
+
+    def _frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        import pandas as pd
+
+        try:
+            with self._lock:
+                return pd.read_sql(sql, self._db, params=tuple(params))
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise self._fail(exc) from exc
+
+    def runs_frame(self) -> pd.DataFrame:
+        """One row per run in start order: its start columns a report needs and its end columns (NaN/None if unfinished).
+
+        Columns: ``run_id, identity, scenario, scenario_path, scenario_hash, model, temperature, seed, tool_mode,
+        parser, stream, think, repetition, started_at, ended_at, outcome, turns, prompt_tokens, completion_tokens``
+        (``stream`` 0 or 1; ``think`` ``default``, ``on`` or ``off``, ``default`` for runs recorded before it existed).
+        """
+        return self._frame(runs_frame_sql(self._columns["runs"]))
+
+    def turns_frame(self) -> pd.DataFrame:
+        """One row per turn in ledger order, with the loop's own labels (JSON text; see :meth:`newest_labels_frame`).
+        Loads every turn: for notebooks; reports use :meth:`run_mode_counts` and :meth:`turn_latencies`.
+
+        Columns: ``seq, run_id, turn, failure_modes, labels_version, finish_reason, prompt_tokens,
+        completion_tokens, latency_ms, content_chars`` (reply length in characters, 0 when empty).
+        """
+        return self._frame(
+            "SELECT seq, run_id, turn, failure_modes, classifier_version AS labels_version, finish_reason, prompt_tokens,"
+            f" completion_tokens, latency_ms, {content_length_sql(self._has_blobs())} AS content_chars FROM turns ORDER BY seq"
+        )
+
+    def newest_labels_frame(self) -> pd.DataFrame:
+        """The newest ``harness rescore`` labels of each re-labelled turn: ``run_id, turn, failure_modes, labels_version``."""
+        return self._frame(
+            "SELECT run_id, turn, failure_modes, classifier_version AS labels_version FROM labels"
+            " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn)"
+        )
+
+    def run_mode_counts(self) -> pd.DataFrame:
+        """Per run × failure mode (newest labels) shown by >= 1 of its turns, aggregated in SQL (:data:`RUN_MODE_COUNTS`).
+
+        Returns:
+            Columns ``run_id``, ``mode``, ``turns_with_mode`` (count of the run's turns showing it; a turn whose labels
+            name a mode twice counts twice), ``shortest_chars`` (length in characters of the shortest reply of those
+            turns), ``shortest_seq`` (its ``turns.seq``, the earliest on a tie) and ``shortest_turn`` (its turn number); in
+            no particular order.
+
+        Raises:
+            LedgerError: the file cannot be read, or a turn's labels are not JSON (the file was edited).
+        """
+        return self._frame(RUN_MODE_COUNTS.format(chars=content_length_sql(self._has_blobs())))
+
+    def turn_latencies(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """Per run, its turns aggregated in SQL (:data:`RUN_TURN_TOTALS`), and every turn's latency in one float array
+        (:data:`TURN_LATENCIES`, no Python object per turn), both read in one snapshot.
+
+        Returns:
+            ``(totals, latencies)``: ``totals`` has one row per run with turns, sorted by ``run_id``: ``run_id``,
+            ``turns_recorded``, ``latencies_recorded`` (turns with a latency), ``turn_prompt_tokens``,
+            ``turn_completion_tokens`` (tokens) and ``latency_ms`` (ms), sums; ``latencies`` (float64, ms) holds the
+            first run's ``turns_recorded`` latencies, NaN (not recorded) first and then ascending, then the next run's.
+
+        Raises:
+            LedgerError: the file cannot be read.
+        """
+        import numpy as np
+        import pandas as pd
+
+        try:
+            with self._lock:
+                self._db.execute("BEGIN")
+                try:
+                    cursor = self._db.execute(RUN_TURN_TOTALS)
+                    totals = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description])
+                    values = np.empty(int(totals["turns_recorded"].sum()) if len(totals) else 0, dtype=np.float64)
+                    cursor, at = self._db.execute(TURN_LATENCIES), 0
+                    while rows := cursor.fetchmany(65536):
+                        values[at : at + len(rows)] = np.array(rows, dtype=np.float64).ravel()  # None reads as NaN
+                        at += len(rows)
+                finally:
+                    self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        if totals.empty:
+            totals = pd.DataFrame({c: pd.Series([], dtype=object if c == "run_id" else "int64") for c in
+                                   ("run_id", "turns_recorded", "latencies_recorded", "turn_prompt_tokens",
+                                    "turn_completion_tokens", "latency_ms")})  # fmt: skip
+        return totals, values[:at]
+
+    def _has_blobs(self, table: str = "turns") -> bool:
+        return "blob_refs" in self._columns[table]  # since m005
