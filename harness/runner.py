@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.backends import open_backend, parse_model_spec
+from harness.backends import EmbeddedBackend, memory, open_backend, parse_model_spec
 from harness.backends.base import Backend
 from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelNotFound, UsageError
 from harness.ledger import IdentityHolder, Ledger, RunEnd
@@ -232,11 +232,24 @@ def _open_endpoints(
     endpoints: dict[str, _Endpoint] = {}
     try:
         _open_each(by_model, endpoints, finished, jobs=jobs, backend_factory=backend_factory, result=result)
+        _check_memory_together(endpoints)
     except BaseException:
         for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
             endpoint.backend.close()
         raise
     return endpoints
+
+
+def _check_memory_together(endpoints: dict[str, _Endpoint]) -> None:
+    """Every endpoint's server stays alive until the matrix ends (all start before the first run), so the embedded
+    models of a matrix must fit in memory together, not only one by one.
+
+    Raises:
+        UsageError: their estimates add up to more than the memory available (:func:`memory.check_fit_together`).
+    """
+    needs = [(model, e.backend.model_file, e.backend.num_ctx * e.backend.parallel)
+             for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)]  # fmt: skip
+    memory.check_fit_together(needs)
 
 
 def _ollama_num_parallel() -> int:
@@ -300,7 +313,7 @@ def _check_thinking(model: str, backend: Backend, plans: Sequence[RunPlan]) -> N
 
 
 def plan_matrix(
-    plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: BackendFactory = open_backend
+    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int = 1, backend_factory: BackendFactory = open_backend
 ) -> MatrixResult:
     """Resolve identities, what is already done and what another process runs now, without running anything (``--dry-run``).
 
@@ -310,10 +323,12 @@ def plan_matrix(
     Args:
         plans: from :func:`expand_matrix`.
         ledger: the ledger to compare against, or None when there is none yet (nothing done).
+        jobs: the real run's ``--jobs``: backends are opened as it would open them (an embedded model's memory check
+            counts ``jobs`` slots of context).
         backend_factory: opens a backend from a spec.
     """
     result = MatrixResult()
-    for endpoint in _open_endpoints(plans, ledger, jobs=1, backend_factory=backend_factory, result=result).values():
+    for endpoint in _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result).values():
         endpoint.backend.close()
     if ledger is not None:
         for planned in result.planned:
