@@ -13,6 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
 from harness.vocab import is_scored
@@ -124,6 +125,16 @@ class Progress(MatrixEvents):
         if in_flight:
             print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
                   "Press Ctrl-C again to quit at once (they are recorded as interrupted without that reply).", file=sys.stderr, flush=True)  # fmt: skip
+
+    def retrying(self, plan: RunPlan, attempt: Attempt, max_attempts: int) -> None:
+        """One line per failed model call that will be retried, so a slow or failing server is not silent."""
+        wait = f" in {attempt.retry_in_ms / 1000:.1f} s" if attempt.retry_in_ms is not None else ""
+        line = (f"harness: {plan_label(plan)}: turn {attempt.turn}, attempt {attempt.attempt} of {max_attempts} failed "
+                f"({attempt.error_type}: {attempt.error.rstrip('.')}); retrying{wait}.")  # fmt: skip
+        if self.bar is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.bar.write(line, file=sys.stderr)
 
     def close(self) -> None:
         """Close the bar (idempotent)."""

@@ -12,6 +12,7 @@ holds its identity's lock (:mod:`harness.ownership`) for its lifetime, and the l
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 from harness.backends import EmbeddedBackend, memory, open_backend, parse_model_spec
 from harness.backends.base import Backend
 from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelNotFound, UsageError
-from harness.ledger import IdentityHolder, Ledger, RunEnd
+from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
 from harness.ownership import Claim, ClaimTaker, lock_folder, owned_elsewhere, take_lock
@@ -146,6 +147,9 @@ class MatrixEvents:
 
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
+
+    def retrying(self, plan: RunPlan, attempt: Attempt, max_attempts: int) -> None:
+        """A model call of ``plan``'s run failed (``attempt``, recorded in the ledger) and will be tried again."""
 
 
 class QuitNow(KeyboardInterrupt):
@@ -450,7 +454,7 @@ class _MatrixRun:
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
         extra = {"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
-        options = replace(self.options, extra_config=extra)
+        options = replace(self.options, extra_config=extra, on_retry=functools.partial(self.retrying, planned.plan))
         with self.lock:
             self.running_ids.add(run_id)
         try:
@@ -468,6 +472,10 @@ class _MatrixRun:
         with self.lock:
             self.result.summaries.append(summary)
             self.events.run_finished(summary)
+
+    def retrying(self, plan: RunPlan, attempt: Attempt) -> None:
+        with self.lock:  # events are called from one thread at a time
+            self.events.retrying(plan, attempt, self.options.retry.max_attempts)
 
 
 def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> None:
