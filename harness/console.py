@@ -16,14 +16,9 @@ from tabulate import tabulate
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
-from harness.vocab import is_scored
+from harness.vocab import is_scored, plural
 
 __all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "summary_rows"]
-
-
-def plural(count: int, word: str) -> str:
-    """``"1 run"``, ``"3 runs"``: a count with its noun."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
@@ -104,7 +99,9 @@ class Progress(MatrixEvents):
             self.bar.reset(total=todo)
         done = f" ({result.already_done} already in the ledger)" if result.already_done else ""
         print(
-            f"Running {todo} of {self.planned_total} planned runs{done}; ledger: {self.ledger_path}", file=sys.stderr, flush=True
+            f"Running {todo} of {plural(self.planned_total, 'planned run')}{done}; ledger: {self.ledger_path}",
+            file=sys.stderr,
+            flush=True,
         )
 
     def run_finished(self, summary: RunSummary) -> None:

@@ -173,6 +173,7 @@ def test_each_failed_attempt_that_will_be_retried_is_one_line_on_the_console(tmp
         rc, out, err = cli(capsys, "run", "--model", f"openai:m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
                            "--request-timeout", "1", "--repeats", "1")  # fmt: skip
     assert rc == 0 and "-> pass" in out, err
+    assert "Running 1 of 1 planned run;" in err  # not "1 planned runs"
     lines = [line for line in err.splitlines() if "retrying" in line]
     assert len(lines) == 1, err
     assert lines[0].startswith(f"harness: list_and_report openai:m@{server.base_url} T=0 seed=")
@@ -183,3 +184,10 @@ def test_each_failed_attempt_that_will_be_retried_is_one_line_on_the_console(tmp
     )
     with Ledger(ledger, readonly=True) as db:
         assert [a.error_type for a in db.attempts()] == ["BackendTimeout"]  # the line says what the ledger records
+
+
+def test_request_timeout_help_gives_the_embedded_default(capsys):
+    with pytest.raises(SystemExit):
+        cli(capsys, "run", "--help")
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "default 60 plus 0.2 per token of max_tokens; 60 plus 1 per token for embedded models" in help_text

@@ -54,7 +54,7 @@ def add_run(sub: Subparsers) -> None:
     )
     p.add_argument("--request-timeout", "--timeout", dest="timeout", type=float, metavar="SECONDS",
                    help="total deadline of one model request, the whole reply included (default 60 plus 0.2 per token of "
-                        "max_tokens); --timeout is the same flag")  # fmt: skip
+                        "max_tokens; 60 plus 1 per token for embedded models); --timeout is the same flag")  # fmt: skip
     p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
     p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
