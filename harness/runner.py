@@ -236,7 +236,6 @@ def _open_endpoints(
     endpoints: dict[str, _Endpoint] = {}
     try:
         _open_each(by_model, endpoints, finished, jobs=jobs, backend_factory=backend_factory, result=result)
-        _check_memory_together(endpoints)
     except BaseException:
         for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
             endpoint.backend.close()
@@ -245,8 +244,8 @@ def _open_endpoints(
 
 
 def _check_memory_together(endpoints: dict[str, _Endpoint]) -> None:
-    """Every endpoint's server stays alive until the matrix ends (all start before the first run), so the embedded
-    models of a matrix must fit in memory together, not only one by one.
+    """Every endpoint with runs to do starts its server before the first run and keeps it until the matrix ends, so
+    the embedded models among ``endpoints`` (those with runs to do) must fit in memory together, not only one by one.
 
     Raises:
         UsageError: their estimates add up to more than the memory available (:func:`memory.check_fit_together`).
@@ -332,11 +331,13 @@ def plan_matrix(
         backend_factory: opens a backend from a spec.
     """
     result = MatrixResult()
-    for endpoint in _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result).values():
+    endpoints = _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result)
+    for endpoint in endpoints.values():
         endpoint.backend.close()
     if ledger is not None:
         for planned in result.planned:
             planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity)
+    _check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
     return result
@@ -388,8 +389,9 @@ def run_matrix(
     matrix = _MatrixRun(ledger, replace(options, stop=stop, claim=claim), result, events)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
-    events.planned(result)
     try:
+        _check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
+        events.planned(result)
         for model, endpoint in endpoints.items():
             if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
                 endpoint.start_config = start_model(endpoint.backend, ledger)
