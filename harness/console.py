@@ -13,16 +13,12 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
-from harness.vocab import is_scored
+from harness.vocab import is_scored, plural
 
 __all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "summary_rows"]
-
-
-def plural(count: int, word: str) -> str:
-    """``"1 run"``, ``"3 runs"``: a count with its noun."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
@@ -103,7 +99,9 @@ class Progress(MatrixEvents):
             self.bar.reset(total=todo)
         done = f" ({result.already_done} already in the ledger)" if result.already_done else ""
         print(
-            f"Running {todo} of {self.planned_total} planned runs{done}; ledger: {self.ledger_path}", file=sys.stderr, flush=True
+            f"Running {todo} of {plural(self.planned_total, 'planned run')}{done}; ledger: {self.ledger_path}",
+            file=sys.stderr,
+            flush=True,
         )
 
     def run_finished(self, summary: RunSummary) -> None:
@@ -124,6 +122,16 @@ class Progress(MatrixEvents):
         if in_flight:
             print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
                   "Press Ctrl-C again to quit at once (they are recorded as interrupted without that reply).", file=sys.stderr, flush=True)  # fmt: skip
+
+    def retrying(self, plan: RunPlan, attempt: Attempt, max_attempts: int) -> None:
+        """One line per failed model call that will be retried, so a slow or failing server is not silent."""
+        wait = f" in {attempt.retry_in_ms / 1000:.1f} s" if attempt.retry_in_ms is not None else ""
+        line = (f"harness: {plan_label(plan)}: turn {attempt.turn}, attempt {attempt.attempt} of {max_attempts} failed "
+                f"({attempt.error_type}: {attempt.error.rstrip('.')}); retrying{wait}.")  # fmt: skip
+        if self.bar is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.bar.write(line, file=sys.stderr)
 
     def close(self) -> None:
         """Close the bar (idempotent)."""

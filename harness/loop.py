@@ -16,9 +16,9 @@ One run::
         stop when calls is empty
     evaluate the done checks; append the run's end row with the outcome
 
-Outcomes are :data:`harness.vocab.OUTCOMES`. How calls and results are written into the
-messages in each tool mode is :mod:`harness.tool_protocol`'s business; what the run is
-(:class:`RunPlan`) is kept apart from how it is executed (:class:`RunOptions`).
+Outcomes are :data:`harness.vocab.OUTCOMES`. How calls and results are written into the messages in each tool mode
+is :mod:`harness.tool_protocol`'s business; what the run is (:class:`RunPlan`) is kept apart from how it is executed
+(:class:`RunOptions`).
 """
 
 from __future__ import annotations
@@ -200,19 +200,17 @@ class RunOptions:
 
     Attributes:
         runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
-        jobs: concurrent runs per model endpoint in a matrix, >= 1 (an embedded server gets this
-            many slots); recorded in each run's ``config``.
+        jobs: concurrent runs per model endpoint in a matrix, >= 1 (an embedded server gets this many slots; in ``config``).
         retry: how infrastructure errors are retried; every failed attempt is recorded.
-        use_cache: reuse the reply recorded for the same run identity and the same request
-            messages (the identity includes the repetition, so repeats stay independent).
-        claim: when set, called with the run's identity before its start row: None (a live run
-            owns it) or a :class:`~harness.ownership.Claim` whose policy must accept the runs
-            already recorded under it in the start row's transaction, released when the run
-            ends (the runner's: :func:`harness.runner.claim_identity`); None starts it regardless.
+        use_cache: reuse the reply recorded for the same run identity and request messages (repeats stay apart).
+        claim: when set, called with the run's identity before its start row: None (a live run owns it) or a
+            :class:`~harness.ownership.Claim` whose policy must accept the runs already recorded under it in the start
+            row's transaction, released when the run ends (:func:`harness.runner.claim_identity`); None: no claim.
         stop: when set, the run ends as ``interrupted`` before its next model call.
         record_dir: when set, every reply is also written to ``<record_dir>/<run_id>.jsonl``,
             a replay cassette.
         extra_config: extra facts stored in the run's ``config`` column.
+        on_retry: called with each failed attempt that will be retried, once it is recorded (the runner's progress).
     """
 
     runs_dir: Path = Path("results") / "runs"
@@ -223,6 +221,7 @@ class RunOptions:
     stop: threading.Event | None = None
     record_dir: Path | None = None
     extra_config: Mapping[str, Any] = field(default_factory=dict)
+    on_retry: Callable[[Attempt], None] | None = None
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
@@ -489,12 +488,13 @@ def _generate(run: _Run, tools: list[dict[str, Any]] | None, options: GenerateOp
         except BackendError as exc:
             last = attempt == retry.max_attempts or not exc.retryable
             delay = None if last else retry.delay_s(attempt, getattr(exc, "retry_after_s", None))
-            run.ledger.record_attempt(
-                Attempt(run_id=run.run_id, turn=turn, attempt=attempt, error_type=type(exc).__name__, error=str(exc),
-                        status_code=getattr(exc, "status_code", None), retry_in_ms=None if delay is None else delay * 1000)
-            )  # fmt: skip
+            failed = Attempt(run_id=run.run_id, turn=turn, attempt=attempt, error_type=type(exc).__name__, error=str(exc),
+                             status_code=getattr(exc, "status_code", None), retry_in_ms=None if delay is None else delay * 1000)  # fmt: skip
+            run.ledger.record_attempt(failed)
             if last:
                 raise
+            if run.options.on_retry is not None:
+                run.options.on_retry(failed)
             if run.stop.wait(delay):
                 raise _Interrupted from exc
     raise AssertionError("unreachable: max_attempts >= 1")

@@ -12,6 +12,7 @@ holds its identity's lock (:mod:`harness.ownership`) for its lifetime, and the l
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -22,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.backends import open_backend, parse_model_spec
+from harness.backends import EmbeddedBackend, memory, open_backend, parse_model_spec
 from harness.backends.base import Backend
 from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelNotFound, UsageError
-from harness.ledger import IdentityHolder, Ledger, RunEnd
+from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
 from harness.ownership import Claim, ClaimTaker, lock_folder, owned_elsewhere, take_lock
@@ -147,6 +148,9 @@ class MatrixEvents:
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
 
+    def retrying(self, plan: RunPlan, attempt: Attempt, max_attempts: int) -> None:
+        """A model call of ``plan``'s run failed (``attempt``, recorded in the ledger) and will be tried again."""
+
 
 class QuitNow(KeyboardInterrupt):
     """Raise from a SIGINT handler for a second Ctrl-C, also one that arrived together with the first.
@@ -239,6 +243,18 @@ def _open_endpoints(
     return endpoints
 
 
+def _check_memory_together(endpoints: dict[str, _Endpoint]) -> None:
+    """Every endpoint with runs to do starts its server before the first run and keeps it until the matrix ends, so
+    the embedded models among ``endpoints`` (those with runs to do) must fit in memory together, not only one by one.
+
+    Raises:
+        UsageError: their estimates add up to more than the memory available (:func:`memory.check_fit_together`).
+    """
+    needs = [(model, e.backend.model_file, e.backend.num_ctx * e.backend.parallel)
+             for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)]  # fmt: skip
+    memory.check_fit_together(needs)
+
+
 def _ollama_num_parallel() -> int:
     """OLLAMA_NUM_PARALLEL as this machine's environment sets it (the server's own is not queryable)."""
     try:
@@ -300,7 +316,7 @@ def _check_thinking(model: str, backend: Backend, plans: Sequence[RunPlan]) -> N
 
 
 def plan_matrix(
-    plans: Sequence[RunPlan], ledger: Ledger | None, *, backend_factory: BackendFactory = open_backend
+    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int = 1, backend_factory: BackendFactory = open_backend
 ) -> MatrixResult:
     """Resolve identities, what is already done and what another process runs now, without running anything (``--dry-run``).
 
@@ -310,14 +326,18 @@ def plan_matrix(
     Args:
         plans: from :func:`expand_matrix`.
         ledger: the ledger to compare against, or None when there is none yet (nothing done).
+        jobs: the real run's ``--jobs``: backends are opened as it would open them (an embedded model's memory check
+            counts ``jobs`` slots of context).
         backend_factory: opens a backend from a spec.
     """
     result = MatrixResult()
-    for endpoint in _open_endpoints(plans, ledger, jobs=1, backend_factory=backend_factory, result=result).values():
+    endpoints = _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result)
+    for endpoint in endpoints.values():
         endpoint.backend.close()
     if ledger is not None:
         for planned in result.planned:
             planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity)
+    _check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
     return result
@@ -369,8 +389,9 @@ def run_matrix(
     matrix = _MatrixRun(ledger, replace(options, stop=stop, claim=claim), result, events)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
-    events.planned(result)
     try:
+        _check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
+        events.planned(result)
         for model, endpoint in endpoints.items():
             if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
                 endpoint.start_config = start_model(endpoint.backend, ledger)
@@ -435,7 +456,7 @@ class _MatrixRun:
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
         extra = {"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
-        options = replace(self.options, extra_config=extra)
+        options = replace(self.options, extra_config=extra, on_retry=functools.partial(self.retrying, planned.plan))
         with self.lock:
             self.running_ids.add(run_id)
         try:
@@ -453,6 +474,10 @@ class _MatrixRun:
         with self.lock:
             self.result.summaries.append(summary)
             self.events.run_finished(summary)
+
+    def retrying(self, plan: RunPlan, attempt: Attempt) -> None:
+        with self.lock:  # events are called from one thread at a time
+            self.events.retrying(plan, attempt, self.options.retry.max_attempts)
 
 
 def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "plural",
     "DEFAULT_THINK",
     "EXCLUDED_OUTCOMES",
     "OUTCOMES",
@@ -65,3 +66,8 @@ def is_scored(outcome: str | None) -> bool:
         unfinished runs and anything else.
     """
     return outcome in SCORED_OUTCOMES
+
+
+def plural(count: int, word: str) -> str:
+    """``"1 run"``, ``"3 runs"``: a count with its noun (console lines and the report alike)."""
+    return f"{count} {word}{'' if count == 1 else 's'}"

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml, text_line, write_cassette
 
@@ -163,3 +164,30 @@ def test_base_seeds_whose_repetitions_overlap_are_refused(tmp_path, capsys, seed
     rc, _, err = cli(capsys, *argv, "--dry-run")
     assert_one_sentence_error(rc, err)
     assert "both send seed" in err and not (tmp_path / "l.sqlite").exists()
+
+
+# newcomer finding: a request that timed out twice showed only "Running 1 of 1 planned runs" for 11 minutes
+def test_each_failed_attempt_that_will_be_retried_is_one_line_on_the_console(tmp_path, capsys):
+    ledger = tmp_path / "l.sqlite"
+    with FakeAgentServer(faults=lambda n: "slow" if n == 1 else None, slow_s=3, slots=2) as server:  # the first request stalls
+        rc, out, err = cli(capsys, "run", "--model", f"openai:m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
+                           "--request-timeout", "1", "--repeats", "1")  # fmt: skip
+    assert rc == 0 and "-> pass" in out, err
+    assert "Running 1 of 1 planned run;" in err  # not "1 planned runs"
+    lines = [line for line in err.splitlines() if "retrying" in line]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"harness: list_and_report openai:m@{server.base_url} T=0 seed=")
+    assert ": turn 1, attempt 1 of 4 failed (BackendTimeout: The server at " in lines[0]
+    assert (
+        "did not answer completely within 1 s; raise --request-timeout or use a smaller model or prompt); retrying in "
+        in lines[0]
+    )
+    with Ledger(ledger, readonly=True) as db:
+        assert [a.error_type for a in db.attempts()] == ["BackendTimeout"]  # the line says what the ledger records
+
+
+def test_request_timeout_help_gives_the_embedded_default(capsys):
+    with pytest.raises(SystemExit):
+        cli(capsys, "run", "--help")
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "default 60 plus 0.2 per token of max_tokens; 60 plus 1 per token for embedded models" in help_text

@@ -209,6 +209,27 @@ def test_a_missing_file_is_one_sentence(hub, capsys):
     rc, out, err = cli(capsys, "models", "pull", f"hf:{REPO}/nope.gguf@v1")
     assert rc == 1 and "Traceback" not in err and err.count("\n") == 1
     assert err.startswith(f"harness: Could not get nope.gguf in {REPO} at v1 from the Hugging Face hub (")
+    assert err.endswith(
+        f"; check the owner, repository and file names and the revision, then run `harness models pull hf:{REPO}/nope.gguf@v1`.\n"
+    )
+
+
+# newcomer finding: a DNS failure during `harness run` said "check the name" of a known alias, and "run ... pull again"
+def test_a_hub_that_cannot_be_reached_is_a_network_hint_in_harness_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://harness-test-host.invalid")  # a reserved name that never resolves
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    ledger = tmp_path / "ledger.sqlite"
+    rc, out, err = cli(capsys, "run", "--model", "embedded:qwen2.5-coder-1.5b-instruct", "--repeats", "1", "--temperature", "0",
+                       "--ledger", ledger)  # fmt: skip
+    assert rc != 0 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("harness: Could not get qwen2.5-coder-1.5b-instruct-q4_k_m.gguf in Qwen/")
+    assert err.endswith(
+        "; check your network connection (or HF_ENDPOINT), then run `harness models pull qwen2.5-coder-1.5b-instruct`.\n"
+    )
+    assert "check the name" not in err and "again" not in err
+    assert not ledger.exists()  # the refused start leaves no empty ledger behind
 
 
 @pytest.mark.parametrize(

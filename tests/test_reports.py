@@ -195,6 +195,14 @@ def test_empty_ledger_reports_a_note(ledger_path, tmp_path):
     assert "The ledger holds no runs yet" in md and not list((tmp_path / "r").glob("*.png"))
 
 
+def test_one_run_is_one_run_not_1_runs(ledger_path, tmp_path):
+    with Ledger(ledger_path) as ledger:
+        add_run(ledger, "one", model=BIG, outcome="pass")
+    assert main(["report", "--ledger", str(ledger_path), "--out", str(tmp_path / "r"), "--format", "md"]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert f"Ledger `{ledger_path.name}`: 1 run (1 scored" in md and "1 runs" not in md
+
+
 def test_only_infra_errors(ledger_path, tmp_path):
     with Ledger(ledger_path) as ledger:
         for i in range(3):
@@ -216,6 +224,7 @@ def test_single_run_model_and_extreme_cells(ledger_path, tmp_path, capsys):
     assert table.loc[BIG, "pass_rate"] == 1.0 and table.loc[BIG, "pass_low"] == pytest.approx(Z * 0 + 1 / (1 + Z * Z))
     assert table.loc[SMALL, "pass_rate"] == 0.0 and table.loc[SMALL, "pass_high"] == pytest.approx(Z * Z / (4 + Z * Z))
     assert f"{BIG} has a single scored run." in md and "2 row(s) pass 0% or 100%" in md
+    assert f"Ledger `{ledger_path.name}`: 5 runs (5 scored" in md
     capsys.readouterr()
     assert main(["compare", SMALL, BIG, "--ledger", str(ledger_path)]) == 0  # only repetition 0 pairs
     assert (

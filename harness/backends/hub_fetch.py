@@ -160,8 +160,8 @@ def _hub_facts(source: HubSource, file: HubFile, *, label: str) -> tuple[str, st
         meta = get_hf_file_metadata(url, timeout=_METADATA_TIMEOUT_S, endpoint=endpoint)
     except (OSError, httpx2.HTTPError) as exc:  # HfHubHTTPError (404, 401, 5xx) and OfflineModeIsEnabled are OSErrors
         raise ModelCacheError(
-            f"Could not get {where} from the Hugging Face hub ({_short(exc)}); check the name, your network "
-            f"(or HF_ENDPOINT) and, for a gated model, your token, then run `harness models pull {label}` again."
+            f"Could not get {where} from the Hugging Face hub ({_short(exc)}); {_hint(exc, label)}, "
+            f"then run `harness models pull {label}`."
         ) from exc
     hub_sha = (meta.etag or "").strip('"').lower()
     if not is_sha256(hub_sha) or not meta.size:
@@ -283,6 +283,25 @@ def _ended_short(exc: BaseException) -> bool:
     """Whether ``huggingface_hub`` saw a whole response shorter than the file (its size check's plain ``OSError``),
     as an HTML error page served with status 200 is, rather than a broken connection or a disk error."""
     return type(exc) is OSError and exc.errno is None
+
+
+def _hint(exc: BaseException, label: str) -> str:
+    """What to check, by the cause: no answer at all (network, DNS), no such file, a gated repository, or the hub's error."""
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
+
+    response = getattr(exc, "response", None) if isinstance(exc, HfHubHTTPError) else None
+    status = getattr(response, "status_code", None)
+    if status is None:  # no HTTP answer: the connection, the name lookup or a timeout failed
+        return "check your network connection (or HF_ENDPOINT)"
+    if isinstance(exc, GatedRepoError) or status in (401, 403):
+        if not label.startswith("hf:"):
+            return "set HF_TOKEN to a token that may read the repository (or check HF_ENDPOINT)"
+        return "check the owner, repository and file names, and for a gated or private repository set HF_TOKEN"
+    if status == 404:
+        if label.startswith("hf:"):
+            return "check the owner, repository and file names and the revision"
+        return f"the hub (or HF_ENDPOINT) has no such file for the known model '{label}'; check HF_ENDPOINT"
+    return f"the hub answered HTTP {status}; try again later"
 
 
 def _short(exc: BaseException) -> str:

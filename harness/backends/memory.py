@@ -18,7 +18,8 @@ Measured here for scale: SmolLM2-135M (98 MB file) with a 2048-token context too
 its file pages (already in the page cache); the estimate says 377 MB, file included.
 
 The memory available is ``MemAvailable`` from ``/proc/meminfo`` (Linux), capped by ``HARNESS_MEMORY_LIMIT`` when
-that is set (bytes, or a number with a ``K``, ``M`` or ``G`` suffix, powers of 1024). Where neither is known (no
+that is set (bytes, or a number, decimals allowed, with a ``K``, ``M`` or ``G`` suffix, powers of 1024: ``0.5G``);
+messages give sizes in GiB, the same unit. Where neither is known (no
 ``/proc/meminfo``, no limit set) the check is skipped.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.errors import UsageError
@@ -34,7 +36,9 @@ __all__ = [
     "KV_BYTES_PER_TOKEN",
     "LIMIT_ENV",
     "RUNTIME_BYTES",
+    "check_fit_together",
     "check_fits",
+    "gib",
     "load_estimate_bytes",
     "memory_available_bytes",
     "model_files_bytes",
@@ -47,6 +51,7 @@ RUNTIME_BYTES = 128 * 1024 * 1024
 LIMIT_ENV = "HARNESS_MEMORY_LIMIT"
 """Environment variable capping the memory the harness may use for an embedded model, e.g. ``8G``."""
 
+_OVERHEAD = "10 % + 128 MiB overhead"
 _MEMINFO = Path("/proc/meminfo")
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
@@ -123,16 +128,48 @@ def check_fits(path: Path, n_ctx: int) -> None:
     needed = load_estimate_bytes(file_bytes, n_ctx)
     available, source = room
     if needed > available:
-        where = "set by HARNESS_MEMORY_LIMIT" if source == LIMIT_ENV else "MemAvailable in /proc/meminfo"
         raise UsageError(
-            f"{path.name} needs about {_gb(needed)} of memory to load ({_gb(file_bytes)} of weights plus a "
-            f"{n_ctx}-token context) but only {_gb(available)} is available ({where}); choose a smaller model, "
-            f"lower num_ctx or --jobs, or free memory."
+            f"{path.name} needs about {gib(needed)} of memory to load ({gib(file_bytes)} of weights, {_OVERHEAD}, "
+            f"and a {n_ctx}-token context) but only {gib(available)} is available ({_where(source)}); choose a smaller "
+            f"model, lower num_ctx or --jobs, or free memory."
         )
 
 
-def _gb(size: int) -> str:
-    return f"{size / 1e9:.2f} GB"
+def check_fit_together(needs: Sequence[tuple[str, Path, int]]) -> None:
+    """Refuse models that each fit but not all at once: the embedded servers of one matrix are alive together.
+
+    Args:
+        needs: ``(spec, model file, n_ctx)`` for every embedded model that will be loaded at the same time.
+
+    Raises:
+        UsageError: the sum of their estimates exceeds :func:`memory_available_bytes`. Nothing is raised for
+            fewer than two models, when the memory available is unknown or a file cannot be read.
+    """
+    room = memory_available_bytes() if len(needs) > 1 else None
+    if room is None:
+        return
+    try:
+        estimates = [load_estimate_bytes(model_files_bytes(path), n_ctx) for _, path, n_ctx in needs]
+    except OSError:
+        return
+    available, source = room
+    if sum(estimates) > available:
+        parts = ", ".join(f"{spec} {gib(size)}" for (spec, _, _), size in zip(needs, estimates, strict=True))
+        raise UsageError(
+            f"the {len(needs)} embedded models of this matrix are loaded side by side and together need about "
+            f"{gib(sum(estimates))} of memory ({parts}; each is weights, {_OVERHEAD}, and its context) but only "
+            f"{gib(available)} is available ({_where(source)}); run them in separate matrices, lower num_ctx or "
+            f"--jobs, or free memory."
+        )
+
+
+def gib(size: int) -> str:
+    """A size in GiB (powers of 1024, the unit ``HARNESS_MEMORY_LIMIT`` is read in), e.g. ``"0.50 GiB"``."""
+    return f"{size / 1024**3:.2f} GiB"
+
+
+def _where(source: str) -> str:
+    return "set by HARNESS_MEMORY_LIMIT" if source == LIMIT_ENV else "MemAvailable in /proc/meminfo"
 
 
 def _mem_available() -> int | None:
@@ -154,7 +191,7 @@ def _limit() -> int | None:
     raw = os.environ.get(LIMIT_ENV, "").strip()
     if not raw:
         return None
-    match = re.fullmatch(r"(\d+)\s*([KMGT]?)(?:i?B)?", raw, re.IGNORECASE)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", raw, re.IGNORECASE)
     if match is None:
-        raise UsageError(f"{LIMIT_ENV}={raw!r} is not a size; set it like 512M or 8G (powers of 1024), or unset it.")
-    return int(match[1]) * _UNITS[match[2].upper()]
+        raise UsageError(f"{LIMIT_ENV}={raw!r} is not a size; set it like 512M, 0.5G or 8G (powers of 1024), or unset it.")
+    return int(float(match[1]) * _UNITS[match[2].upper()])

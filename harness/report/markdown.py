@@ -21,6 +21,7 @@ from harness.errors import UsageError
 from harness.report.frames import LedgerFrames, load_frames
 from harness.report.models import model_header_lines
 from harness.report.tables import CELL_AXES, failure_mode_table, lenient_rescue, parse_axes, shortest_examples, summary_table
+from harness.vocab import plural
 
 __all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_csv", "write_report"]
 
@@ -214,9 +215,9 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
     return [
         "# Comparison report",
         "",
-        f"Ledger `{frames.ledger_path.name}`: {len(runs)} runs ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
+        f"Ledger `{frames.ledger_path.name}`: {plural(len(runs), 'run')} ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
         f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
-        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {frames.turn_count} turns; "
+        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {plural(frames.turn_count, 'turn')}; "
         f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
         "",
     ]  # fmt: skip

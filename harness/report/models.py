@@ -10,8 +10,9 @@ Warnings (each one line, in model order):
   which is what a base model gets;
 * a model run in ``native`` tool mode whose template declares no tool support (llama.cpp's
   ``chat_template_caps.supports_tools``, Ollama's ``tools`` capability);
-* two model specs whose runs share one digest (the model file's SHA-256, or Ollama's manifest digest): one model
-  under two names, counted as two.
+* two model specs whose runs share one digest (the model file's SHA-256, or Ollama's manifest digest) and one chat
+  template: one model under two names, counted as two. The same weights with another template (``embedded:smollm2-135m``
+  and ``embedded:smollm2-135m-tools``) are two model setups, not warned.
 """
 
 from __future__ import annotations
@@ -63,14 +64,15 @@ def model_warnings(rows: list[dict[str, Any]]) -> list[str]:
         if any(r["tool_mode"] == "native" and r["provenance"].get("template_tools") is False for r in by_model[model]):
             warnings.append(f"{model} ran in native tool mode with a chat template that declares no tool support; "
                             "compare it with --tool-mode prompt.")  # fmt: skip
-    by_digest: dict[str, set[str]] = {}
-    for row in rows:
+    by_digest: dict[tuple[str, str], set[str]] = {}
+    for row in rows:  # the same weights with another chat template are another model setup (e.g. smollm2-135m-tools)
         if row["digest"]:
-            by_digest.setdefault(row["digest"], set()).add(row["model"])
-    for digest, models in sorted(by_digest.items()):
+            template = (row["provenance"] or {}).get("template_sha256")
+            by_digest.setdefault((row["digest"], str(template)), set()).add(row["model"])
+    for (digest, _template), models in sorted(by_digest.items()):
         if len(models) > 1:
             names = sorted(models)
-            warnings.append(f"{', '.join(names[:-1])} and {names[-1]} share one digest ({digest}): one model under "
+            warnings.append(f"{', '.join(names[:-1])} and {names[-1]} share one digest ({digest}) and chat template: one model under "
                             f"{len(names)} names, counted separately.")  # fmt: skip
     return warnings
 

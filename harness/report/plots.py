@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.report.frames import LedgerFrames
 from harness.stats import pass_hat_k, wilson_interval
-from harness.vocab import OUTCOMES
+from harness.vocab import OUTCOMES, plural
 
 __all__ = ["write_all"]
 
@@ -102,7 +102,7 @@ def _pass_rate(
     ax.legend(title="model (scored runs)", fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     n = len(scored)
-    footer = f"n = {n} scored runs; per point {int(rates['size'].min())}–{int(rates['size'].max())}; pooled over scenarios, tool modes and parsers"
+    footer = f"n = {plural(n, 'scored run')}; per point {int(rates['size'].min())}–{int(rates['size'].max())}; pooled over scenarios, tool modes and parsers"
     _save(fig, out / "pass_rate.png", footer)
     return "pass_rate.png", "Pass rate by model and temperature", f"Pass rate with 95% Wilson intervals; {footer}."
 
@@ -131,7 +131,9 @@ def _failure_heatmap(
     ax.set_ylabel("failure mode")
     ax.set_title("Share of runs showing each failure mode")
     fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)")
-    footer = f"n = {int(totals.sum())} scored runs over {len(models)} model(s); modes sorted by spread across models"
+    footer = (
+        f"n = {plural(int(totals.sum()), 'scored run')} over {plural(len(models), 'model')}; modes sorted by spread across models"
+    )
     _save(fig, out / "failure_modes.png", footer)
     return (
         "failure_modes.png",
@@ -160,9 +162,7 @@ def _outcomes(
     ax.set_ylabel("runs (count)")
     ax.set_title("Run outcomes by model")
     ax.legend(title="outcome", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    footer = (
-        f"n = {len(runs)} runs, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
-    )
+    footer = f"n = {plural(len(runs), 'run')}, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
     _save(fig, out / "outcomes.png", footer)
     return "outcomes.png", "Run outcomes by model", f"Run outcomes stacked per model; {footer}."
 
@@ -193,7 +193,7 @@ def _pass_k(
             100 * np.array(values),
             "o-",
             color=colours[model],
-            label=f"{_label(model, 40, 2)} ({len(mine)} cells, {int(mine['scored'].sum())} runs)",
+            label=f"{_label(model, 40, 2)} ({plural(len(mine), 'cell')}, {plural(int(mine['scored'].sum()), 'run')})",
         )
         total_cells += len(mine)
     ax.set_ylim(-3, 103)
@@ -205,6 +205,6 @@ def _pass_k(
         locator.set_params(integer=True)
     ax.legend(title="model", fontsize=8, loc="best")
     ax.grid(alpha=0.3)
-    footer = f"n = {total_cells} cells, {int(cells['scored'].sum())} scored runs; mean over a model's cells of C(c,k)/C(n,k), k up to its repetitions per cell"
+    footer = f"n = {plural(total_cells, 'cell')}, {plural(int(cells['scored'].sum()), 'scored run')}; mean over a model's cells of C(c,k)/C(n,k), k up to its repetitions per cell"
     _save(fig, out / "pass_k.png", footer)
     return "pass_k.png", "pass^k against k per model", f"pass^k curves; {footer}."
