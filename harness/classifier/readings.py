@@ -63,7 +63,8 @@ is how ...", "the steps"): what a block so framed holds is a means, not a fact (
 action, is handed over (narration)."""
 _CODE_LINE = re.compile(
     r"^[ \t]*(?:def |class |import |from \w[\w.]* import |with open\(|for \w+ in |while |if __name__|print\(|return "
-    r"|async def |function |const |let |var |#include|public |\$ |>>> )",
+    r"|async def |function |const |let |var |#include|public |\$ |>>> "
+    r"|(?i:SELECT [^\n]*\bFROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE TABLE)\b)",
     re.M,
 )
 _CODEISH_LINE = re.compile(
