@@ -213,12 +213,16 @@ _LISTING = re.compile(
     r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+))\b",
     re.I,
 )
-_LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+\S", re.M)
+_LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)]|\[\d+\])[ \t]+\S", re.M)
 _EFFECT = re.compile(
     r"\b(?:(?:created|written|saved|updated|generated|wrote)\s+successfully|successfully\s+(?:created|wrote|written|saved|updated)"
-    r"|has been (?:created|written|saved|updated))\b",
+    r"|has been (?:created|written|saved|updated)"
+    r"|(?<![\w-])(?:[\w-]+\.[A-Za-z]\w{0,4}|the (?:[\w-]+ )?(?:file|bug|error|code|function))\b[^.!?\n,;]{0,40}?"
+    r"\b(?:(?:has|have) been|was|were) (?:successfully )?(?:fixed|copied|renamed|modified|edited|corrected|patched|moved|deleted"
+    r"|written|created|saved|updated))\b",
     re.I,
 )
+"""A tool's effect stated as done: a file written, or a file or bug that "has been fixed" (only a tool could do it)."""
 _IN_FILE = re.compile(
     r"(?:\bline \d+|\bfunction(?: name)?\s+[`\"'][\w.]+[`\"']|[`\"'][\w.]+\(\)[`\"']?)[^.\n]{0,80}\b(?:in|part of|from)\s+(?:the\s+)?[`\"']?[\w-]+\.\w{1,5}\b"
     r"|\bthe\s+[\w-]+\.\w{1,5}\s+file\s+has\b|\bin\s+(?:the\s+)?[\w-]+\.\w{1,5}(?:\s+file)?,?\s+(?:the )?(?:function|line)\b",
@@ -346,6 +350,12 @@ _FILE_LABEL = re.compile(
 )
 """A heading that is a file's name, with up to two words before it ("memo.txt:", "Read memo.txt:", "Contents of a.md:"),
 or a line holding only the name (``report.txt``): the block under it stands for that file's contents."""
+_FILE_CODE = re.compile(
+    r"[\w-]+\.[A-Za-z]\w{0,4}[`\"']?[ \t]+(?:code|script|module|program)\b"
+    r"|\b(?:code|contents?)[ \t]+(?:in|from|of)[ \t]+(?:the[ \t]+)?(?:example[ \t]+)?[`\"']?[\w-]+\.[A-Za-z]\w{0,4}\b",
+    re.I,
+)
+"""Code named by its file ("the stats.py code", "the code from the example stats.py"): that file's contents, not a means."""
 _FUTURE = re.compile(r"\bwill (?:have|contain|look|hold|include)\b", re.I)
 _CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads)\b", re.I)
 _LISTED = re.compile(
@@ -420,11 +430,12 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
     tool-only fact: ``file content``, ``listing``, ``output``."""
     frame = f"{before} {after}"
     names_file = "file" in domains and bool(re.search(r"\bfile\b", frame, re.I) or next(iter(FILE_TOKEN.finditer(frame)), None))
-    if "file" in domains and _CONTENTS.search(frame) and names_file and not MEANS.search(before):
+    means_before = bool(MEANS.search(before)) and not _FILE_CODE.search(before)  # "the stats.py code": the file's
+    if "file" in domains and _CONTENTS.search(frame) and names_file and not means_before:
         if not _FUTURE.search(frame) or _valued(unit.text, ""):  # a file it will write: only with values in it
             return "file content"  # an existing file's contents count whatever they hold
     here_is_file = names_file and (re.search(r"\bhere(?:'s| is)\b", before, re.I) or _FILE_LABEL.fullmatch(before))
-    if here_is_file and not MEANS.search(before) and (is_data(unit.text) or not is_code(unit.text)) and _valued(unit.text, ""):
+    if here_is_file and not means_before and (is_data(unit.text) or not is_code(unit.text)) and _valued(unit.text, ""):
         return "file content"  # "Here is the report.txt:", "Read memo.txt:" then what it holds
     means = MEANS.search(before) and not _OUTPUT_VERB.search(before)  # "In this code ... it will output:" presents output
     if (
