@@ -228,7 +228,9 @@ _IN_FILE = re.compile(
     r"|\bthe\s+[\w-]+\.\w{1,5}\s+file\s+has\b|\bin\s+(?:the\s+)?[\w-]+\.\w{1,5}(?:\s+file)?,?\s+(?:the )?(?:function|line)\b",
     re.I,
 )
-_BUG = re.compile(r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b(?![ \t]+not\b(?![^.\n]{0,80}\bbut\b))", re.I)
+_BUG = re.compile(
+    r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b(?![ \t]+not\b(?![^.\n]{0,80}\bbut\b))", re.I
+)
 """Where the bug is, stated; a bare negation ("the problem is not one of ...") locates nothing, "not X but Y" does."""
 _FILES_ARE = re.compile(
     r"\b(?:the|these|your|all the) files\b(?![ \t]+to\b)(?:(?!\b(?:need|needs|should|must|will|would)\b)[^.!?\n]){0,60}?\b(?:are|include)"

@@ -29,18 +29,16 @@ __all__ = ["payload_candidates", "remove_spans", "wrapper_call", "xml_spans"]
 
 _ARG_BASE = ("arguments", "parameters", "args", "params", "input", "inputs")
 _PREFIXES = ("tool", "function", "action")
-_ARG_KEYS = _ARG_BASE + tuple(f"{p}_{b}" for p in _PREFIXES for b in _ARG_BASE) + tuple(
-    f"{p}{b.capitalize()}" for p in _PREFIXES for b in _ARG_BASE
+_ARG_KEYS = (
+    _ARG_BASE
+    + tuple(f"{p}_{b}" for p in _PREFIXES for b in _ARG_BASE)
+    + tuple(f"{p}{b.capitalize()}" for p in _PREFIXES for b in _ARG_BASE)
 )
 """Argument keys: the plain ones and their variants prefixed with what they name (``tool_arguments``,
 ``function_args``, ``toolInput``); the guide's lists are examples."""
 _NAME_KEYS = ("tool", "function", "action") + tuple(f"{p}{s}" for p in _PREFIXES for s in ("_name", "Name")) + ("name",)
-_CALL_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_NAME_KEYS) + """)\\b["'\u201c\u201d]?\\s*:"""
-)
-_ARGS_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_ARG_KEYS) + """)\\b["'\u201c\u201d]?\\s*:"""
-)
+_CALL_KEY_RE = re.compile("""["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_NAME_KEYS) + """)\\b["'\u201c\u201d]?\\s*:""")
+_ARGS_KEY_RE = re.compile("""["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_ARG_KEYS) + """)\\b["'\u201c\u201d]?\\s*:""")
 
 
 def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
