@@ -231,3 +231,40 @@ def test_brace_padded_with_blanks_classifies(fence):
     content = fence + "{" + " " * 100_000 + ("\n```" if fence else "")
     found = set(classify({"content": content, "finish_reason": "stop"}, tools=WEATHER, requires_tool=True).failure_modes)
     assert "skipped_required_tool" in found
+
+
+# --- "example" naming a block's source hedges nothing
+
+
+def test_example_naming_the_source_file_does_not_hedge():
+    content = "This is the code from the example stats.py. It looks like this:\n```\ndef mean(xs):\n    return sum(xs) / 0\n```"
+    assert "fabricated_tool_result" in modes(content, FILES, "Find the bug in stats.py.")
+
+
+def test_example_marking_the_block_hedges():
+    content = "Here's an example of what stats.py could look like:\n```\ndef mean(xs):\n    return sum(xs) / 0\n```"
+    assert "fabricated_tool_result" not in modes(content, FILES, "Find the bug in stats.py.")
+
+
+# --- narration: an offer, JSON handed over as data, code as a file's new content; a catalogue echo
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "To write a summary.md file with the summary, I can.",
+        'You can use the following JSON string to write a summary.md file:\n```json\n{"summary": "the launch"}\n```',
+        "You can simply add a decorator to stats.py:\n```python\ndef logged(f):\n    return f\n```",
+    ],
+)
+def test_offer_data_and_new_file_content_are_no_narration(content):
+    assert "narration_without_call" not in modes(content, FILES, "Summarize notes.md into summary.md.")
+
+
+def test_announced_next_step_is_narration():
+    assert "narration_without_call" in modes("I'll write summary.md now.", FILES, "Summarize notes.md into summary.md.")
+
+
+def test_tool_tags_nested_in_a_definitions_echo_are_a_catalogue():
+    content = "<tools>\n<functions>\n<functions:list_files>\n<function:read_file>\n</function:read_file>\n</functions:list_files>\n</functions>\n</tools>"
+    assert calls(content, FILES) == []

@@ -359,7 +359,7 @@ _FILE_CODE = re.compile(
 )
 """Code named by its file ("the stats.py code", "the code from the example stats.py"): that file's contents, not a means."""
 _FUTURE = re.compile(r"\bwill (?:have|contain|look|hold|include)\b", re.I)
-_CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads)\b", re.I)
+_CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads|looks like (?:this|the following))\b", re.I)
 _LISTED = re.compile(
     r"\b(?:here(?:'s| is| are)|these are|this is|the following|below|list of|listing|files? (?:in|of)|shows?)\b"
     r"|\b(?:are|is|were|include)\s*:?\s*$",
