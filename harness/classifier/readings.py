@@ -64,7 +64,7 @@ action, is handed over (narration)."""
 _CODE_LINE = re.compile(
     r"^[ \t]*(?:def |class |import |from \w[\w.]* import |with open\(|for \w+ in |while |if __name__|print\(|return "
     r"|async def |function |const |let |var |#include|public |\$ |>>> "
-    r"|(?i:SELECT [^\n]*\bFROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE TABLE)\b)",
+    r"|(?i:select [^\n]*\bfrom|insert into|update \w+ set|delete from|create table)\b)",
     re.M,
 )
 _CODEISH_LINE = re.compile(
