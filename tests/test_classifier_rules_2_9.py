@@ -268,3 +268,8 @@ def test_announced_next_step_is_narration():
 def test_tool_tags_nested_in_a_definitions_echo_are_a_catalogue():
     content = "<tools>\n<functions>\n<functions:list_files>\n<function:read_file>\n</function:read_file>\n</functions:list_files>\n</functions>\n</tools>"
     assert calls(content, FILES) == []
+
+
+def test_a_def_line_is_a_value_not_an_empty_key():
+    content = "Here is stats.py:\n```\ndef mean(xs):\n    # the bug\n```"
+    assert "fabricated_tool_result" in modes(content, FILES, "Find the bug in stats.py.")

@@ -381,7 +381,7 @@ _IMPERATIVE_ITEM = re.compile(
 )
 
 
-_NO_VALUE_LINE = re.compile(r"[ \t]*(?:#[^\n]*|<[^<>\n]*>|[^:\n]*:|[-*=_`]+)[ \t]*")
+_NO_VALUE_LINE = re.compile(r"[ \t]*(?:#[^\n]*|<[^<>\n]*>|[\w .'\"*-]*:|[-*=_`]+)[ \t]*")
 """A line that presents no value: a heading, a tag, a key with nothing after it, a rule."""
 
 
