@@ -271,5 +271,5 @@ def test_tool_tags_nested_in_a_definitions_echo_are_a_catalogue():
 
 
 def test_a_def_line_is_a_value_not_an_empty_key():
-    content = "Here is stats.py:\n```\ndef mean(xs):\n    # the bug\n```"
+    content = "The stats.py file contains:\n```\ndef mean(xs):\n    # the bug\n```"
     assert "fabricated_tool_result" in modes(content, FILES, "Find the bug in stats.py.")
