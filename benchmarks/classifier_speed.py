@@ -142,6 +142,12 @@ ADVERSARIAL = {
     "run of call:f{ (Gemma 4)": ("<|tool_call>", "call:f{a:"),
     'run of list_files([{"a",': ("", 'list_files([{"a", '),
     'run of "jsonrpc" {': ("", '{"jsonrpc": "2.0", "method": "a", "params": '),
+    "fenced { then spaces": ("```\n{", " "),  # 2.8.0: 30+ s at 100 KB (a backtracking first-key regex)
+    "```json { then spaces": ("```json\n{", " "),
+    "{ then spaces": ("{", " "),
+    "[ then spaces": ("[", " "),
+    "[{ then tabs": ("[{", "\t"),
+    '{"name": then newlines': ('{"name":', "\n"),
 }
 WEATHER = [
     {

@@ -144,6 +144,7 @@ def _classify(
         multiple_calls_step(structured, result),
         structured_cap_step(get(response, "tool_calls")),
         _reasoning_step(reasoning),
+        multiple_calls_step([], reasoning) if reasoning else (set(), {}),  # it counts calls, wherever written
         validation_step(calls, tools, offered),
     ]
     past = scan_history(history, offered)

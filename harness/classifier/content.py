@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.classifier.jsonscan import scan_balanced
-from harness.classifier.shapes import payload_candidates, remove_spans, xml_spans
+from harness.classifier.shapes import payload_candidates, remove_spans, wrapper_call, xml_spans
 from harness.classifier.types import MAX_CANDIDATES, MAX_REGIONS, MAX_SCAN_CHARS, Cand, ToolCall, get, text_of
 from harness.classifier.validate import args_from_raw, shown_pairs
 
@@ -70,7 +70,13 @@ _MARKERS = (
 )
 _MENTION = r"(?!(?<=`)<[^<>`\n]{1,60}>`)"
 """Not a tag alone in an inline code span (`<tool_call>`): that is a mention, not markup."""
-_TAG_OPEN = re.compile(rf"{_MENTION}<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])", re.I)
+_TAG_OPEN = re.compile(
+    rf"{_MENTION}<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])|{_MENTION}<\s*({_WRAPPER})\s+([^<>{{\[]{{1,300}})>",
+    re.I,
+)
+"""Groups: 1 a bare wrapper tag, 2 a marker, 3 a tag holding its call inline, 4 and 5 a wrapper tag with attributes
+(``<tool_call id="..." name="x">``) and its attribute text."""
+_NAME_ATTR = re.compile(r"""\bname[ \t]*=[ \t]*["']([^"'<>]{1,100})["']""")
 _TAG_CLOSE = re.compile(rf"{_MENTION}<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
 _MARKER_CLOSE = re.compile(
     r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>"
@@ -94,6 +100,7 @@ class _Region:
     marker: bool
     well_formed: bool
     closed: bool
+    attr_name: str | None = None  # the tool a wrapper names in an attribute: <tool_call name="x">
 
 
 def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_Region]:  # long: one scan over four kinds of tag
@@ -138,7 +145,8 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
                 regions.append(_Region(mo.end(), limit, [mo.span()], mo.group(2), True, True, False))
                 pos = prev_end = limit
             continue
-        name = mo.group(1).lower()
+        name = (mo.group(1) or mo.group(4)).lower()
+        attr = _NAME_ATTR.search(mo.group(5)) if mo.group(5) else None
         close = search(_TAG_CLOSE, mo.end())
         if close and close.start() < limit:
             ok = (close.group(1) or "").lower() == name
@@ -147,6 +155,7 @@ def _tag_regions(text: str, xml: list[tuple[int, int, int, int, str]]) -> list[_
         else:
             regions.append(_Region(mo.end(), limit, [mo.span()], name, False, False, False))
             pos = prev_end = limit
+        regions[-1].attr_name = attr.group(1).strip() if attr else None
     return regions
 
 
@@ -207,6 +216,8 @@ def _tagged_candidates(
     for region in _tag_regions(visible, xml_spans(visible)):
         inner = visible[region.inner_start : region.inner_end]
         cands = payload_candidates(inner, tool_names, offered, wrapped=True, tools_known=tools_known)
+        if not cands and not region.marker and _CALL_WRAPPER.search(region.name):
+            cands = wrapper_call(inner, region.attr_name)
         found.extend(("tagged", c) for c in cands)
         if cands and ("```" in visible or "~~~" in visible):
             if fences is None:  # ```xml <function_call>{...}</function_call> ```: the fence is around the wrapper
@@ -228,6 +239,10 @@ def _tagged_candidates(
             removed.extend((region.inner_start + c.start, region.inner_start + c.end) for c in cands)
     return found, modes, wrappers, remove_spans(visible, removed)
 
+
+_CALL_WRAPPER = re.compile(r"call|use")
+"""A wrapper whose name says it holds a call (``<tool_call>``, ``<function_call>``, ``<tool_use>``): a name in it
+counts whatever the tools are."""
 
 _REACT_INPUT_BEFORE = re.compile(r"Action[ \t]+Input[ \t]*:[ \t]*\n?[ \t]*\Z", re.I)
 

@@ -82,7 +82,10 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
                 continue
             if not temperature and numbers(value) & result_numbers:
                 continue  # the tool's number with a unit or a format of its own ("65%" for humidity 65, "4250" for 4,250.00)
-            measured = bool(temperature or re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
+            dated = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
+            if dated and not any(re.fullmatch(r"\d{4}-\d{2}-\d{2}", v) for v in result_values):
+                continue  # a date about nothing the tools handle (no result holds one) stays general knowledge
+            measured = bool(temperature or dated)
             if (result_values or measured) and normal not in result_values and normal not in known_norm:
                 found.append(f"value: {value}")
     conditions = {f for c in CONDITION.findall(results) if (f := sky(c))}

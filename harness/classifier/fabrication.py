@@ -144,7 +144,7 @@ _CLIMATE = re.compile(
     r"\b(?:climate|average|averages|record|records|recorded|typical(?:ly)?|usually|generally|normally|tends? to|historically"
     r"|throughout the year|all year|year-round|(?:each|every|per|a) year|annual(?:ly)?|seasons?|seasonal|summers?|winters?"
     r"|spring|autumn|january|february|march|april|june|july|august|september|october|november|december|months?"
-    r"|can (?:range|reach|get|be|drop|rise)|ranges? from)\b",
+    r"|can (?:range|reach|get|be|drop|rise|vary|change)|var(?:y|ies|iable)|depend(?:s|ing)? on|ranges? from)\b",
     re.I,
 )
 _NOW = re.compile(r"\b(?:right now|now|currently|current|today|tonight|at the moment|this (?:morning|afternoon|evening))\b", re.I)
@@ -167,11 +167,12 @@ def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tool
     domains = tool_domains(tools)
     if not domains:
         return []
-    claims = unhedged(_claims(content, seq))
+    said = _claims(content, seq)
+    claims = unhedged(said)
     known = _EXAMPLE.sub(" ", "\n".join([*past.prompt_parts, tools_text(tools)]).lower())
     found = []
     if "weather" in domains:
-        found += _weather_now(claims, temperatures("\n".join(past.prompt_parts)))
+        found += _weather_now(said, temperatures("\n".join(past.prompt_parts)))
     if "file" in domains:
         found += _file_sentences(content, claims, known, code_in_prompt=past.user_code)
         found += _said_of_files(claims, known)
@@ -184,17 +185,25 @@ def tool_only_facts(content: ContentResult, seq: list[Unit], past: History, tool
 
 
 def _weather_now(claims: str, prompt_temps: list[tuple[float, str | None]]) -> list[str]:
-    """A temperature or sky condition given for now (present tense or a word for now); climate is general knowledge."""
+    """A temperature or sky condition given for now (present tense or a word for now); climate is general knowledge, and
+    so are the items listed under a sentence about what the weather can be or under an example's frame."""
     about_weather = bool(re.search(r"weather|temperature|\bsky\b", claims, re.I))
+    general = False  # the last sentence that is no list item spoke of climate or of what the weather can be
     for m in _SENTENCES.finditer(claims[:MAX_REPAIR_CHARS]):
         sentence = m.group()
-        if _CLIMATE.search(sentence) and not _NOW.search(sentence):
-            continue  # records, averages, seasons, "throughout the year": climate, even when wrong
+        item = bool(_ITEM.match(sentence))
+        if not item and not (general and sentence.rstrip().endswith(":")):  # "Here's a list:" keeps the frame
+            general = bool((_CLIMATE.search(sentence) or hedged(sentence)) and not _NOW.search(sentence))
+        if hedged(sentence) or ((general or _CLIMATE.search(sentence)) and not _NOW.search(sentence)):
+            continue  # records, seasons, "can vary" and the items it lists: what the weather can be, not what it is
         temp = any(not temperature_given(t.group(), prompt_temps) for t in TEMPERATURE.finditer(sentence))
         sky = about_weather and bool(CONDITION.search(sentence) or _SKY.search(sentence))
         if temp or sky or _WEATHER_SENTENCE.search(sentence):
             return ["weather: " + short(sentence.strip(), 120)]
     return []
+
+
+_ITEM = re.compile(r"[ \t]*(?:[-*•]|\d+[.)]|\[\d+\])[ \t]+\S")
 
 
 _LISTING = re.compile(
@@ -204,18 +213,25 @@ _LISTING = re.compile(
     r"|contains the following|here(?:'s| is) (?:the |a )?(?:summary|content|contents) of (?:the )?(?:json|file|\w+\.\w+))\b",
     re.I,
 )
-_LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+\S", re.M)
+_LIST_LINE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)]|\[\d+\])[ \t]+\S", re.M)
 _EFFECT = re.compile(
     r"\b(?:(?:created|written|saved|updated|generated|wrote)\s+successfully|successfully\s+(?:created|wrote|written|saved|updated)"
-    r"|has been (?:created|written|saved|updated))\b",
+    r"|has been (?:created|written|saved|updated)"
+    r"|(?<![\w-])(?:[\w-]+\.[A-Za-z]\w{0,4}|the (?:[\w-]+ )?(?:file|bug|error|code|function))\b[^.!?\n,;]{0,40}?"
+    r"\b(?:(?:has|have) been|was|were) (?:successfully )?(?:fixed|copied|renamed|modified|edited|corrected|patched|moved|deleted"
+    r"|written|created|saved|updated))\b",
     re.I,
 )
+"""A tool's effect stated as done: a file written, or a file or bug that "has been fixed" (only a tool could do it)."""
 _IN_FILE = re.compile(
     r"(?:\bline \d+|\bfunction(?: name)?\s+[`\"'][\w.]+[`\"']|[`\"'][\w.]+\(\)[`\"']?)[^.\n]{0,80}\b(?:in|part of|from)\s+(?:the\s+)?[`\"']?[\w-]+\.\w{1,5}\b"
     r"|\bthe\s+[\w-]+\.\w{1,5}\s+file\s+has\b|\bin\s+(?:the\s+)?[\w-]+\.\w{1,5}(?:\s+file)?,?\s+(?:the )?(?:function|line)\b",
     re.I,
 )
-_BUG = re.compile(r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b", re.I)
+_BUG = re.compile(
+    r"\bthe (?:bug|error|issue|problem)(?: in [\w.`'\"]+)? (?:is|was)\b(?![ \t]+not\b(?![^.\n]{0,80}\bbut\b))", re.I
+)
+"""Where the bug is, stated; a bare negation ("the problem is not one of ...") locates nothing, "not X but Y" does."""
 _FILES_ARE = re.compile(
     r"\b(?:the|these|your|all the) files\b(?![ \t]+to\b)(?:(?!\b(?:need|needs|should|must|will|would)\b)[^.!?\n]){0,60}?\b(?:are|include)"
     r"(?:[ \t]+[^\W\d_]+){0,2}?[ \t]+[`\"']?[\w-]+\.[A-Za-z]\w{0,4}\b",
@@ -223,7 +239,8 @@ _FILES_ARE = re.compile(
 )
 """What the files are, said with a file's name ("The files here are indeed notes.md and a.txt"); not what the task's
 files are to be ("The files to write are report.txt")."""
-_TICKET = re.compile(r"\b[A-Z]{1,5}-\d{2,6}\b|\btickets?\s*(?:ids?|numbers?|no\.?)?\s*[#(:]?\s*\d+\b", re.I)
+_TICKET = re.compile(r"\b[A-Z]{1,5}-\d{2,6}\b|\btickets?[ \t]*(?:ids?|numbers?|no\.?)?[ \t]*[#(:]?[ \t]*\d+\b", re.I)
+"""A ticket's id, written on one line: a number on the next line (a list item "1.") is not the ticket's."""
 _COUNT_CLAIM = re.compile(rf"{COUNT.pattern}|\bnumber of files\s*(?:is|:|=|\()\s*(\d+)", re.I | re.M)
 """A stated total of files, or "the number of files (10)": before any listing only a tool could know it."""
 _SAYS = re.compile(
@@ -330,11 +347,19 @@ def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
     return []
 
 
-_FILE_LABEL = re.compile(r"[ \t*#]*(?:[A-Za-z]+[ \t]+){0,2}[`\"']?[\w./-]+\.[A-Za-z]\w{0,4}[`\"']?[ \t*]*:[ \t*]*")
-"""A heading that is a file's name, with up to two words before it ("memo.txt:", "Read memo.txt:", "Contents of a.md:"):
-the block under it stands for that file's contents."""
+_FILE_LABEL = re.compile(
+    r"[ \t*#]*(?:(?:[A-Za-z]+[ \t]+){0,2}[`\"']?[\w./-]+\.[A-Za-z]\w{0,4}[`\"']?[ \t*]*:|[`\"']?[\w./-]+\.[A-Za-z]\w{0,4}[`\"']?)[ \t*]*"
+)
+"""A heading that is a file's name, with up to two words before it ("memo.txt:", "Read memo.txt:", "Contents of a.md:"),
+or a line holding only the name (``report.txt``): the block under it stands for that file's contents."""
+_FILE_CODE = re.compile(
+    r"[\w-]+\.[A-Za-z]\w{0,4}[`\"']?[ \t]+(?:code|script|module|program)\b"
+    r"|\b(?:code|contents?)[ \t]+(?:in|from|of)[ \t]+(?:the[ \t]+)?(?:example[ \t]+)?[`\"']?[\w-]+\.[A-Za-z]\w{0,4}\b",
+    re.I,
+)
+"""Code named by its file ("the stats.py code", "the code from the example stats.py"): that file's contents, not a means."""
 _FUTURE = re.compile(r"\bwill (?:have|contain|look|hold|include)\b", re.I)
-_CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads)\b", re.I)
+_CONTENTS = re.compile(r"\b(?:contents?|contains?|will have|has the following|reads|looks like (?:this|the following))\b", re.I)
 _LISTED = re.compile(
     r"\b(?:here(?:'s| is| are)|these are|this is|the following|below|list of|listing|files? (?:in|of)|shows?)\b"
     r"|\b(?:are|is|were|include)\s*:?\s*$",
@@ -356,13 +381,17 @@ _IMPERATIVE_ITEM = re.compile(
 )
 
 
+_NO_VALUE_LINE = re.compile(r"[ \t]*(?:#[^\n]*|<[^<>\n]*>|[\w .'\"*-]*:|[-*=_`]+)[ \t]*")
+"""A line that presents no value: a heading, a tag, a key with nothing after it, a rule."""
+
+
 def _presented_blocks(content: ContentResult, seq: list[Unit], domains: set[str]) -> list[str]:
     """Blocks the frame around them presents as tool-only facts: a listing, a file's contents
     (whatever it holds), what the task's code outputs (once the reply says what it is)."""
     for k, unit in enumerate(seq):
         before, after = frame_before(seq, k), frame_after(seq, k)
         block = unit.fence or before.endswith(":") or 2 * len(_LIST_LINE.findall(unit.text)) >= max(len(unit.lines), 1)
-        label_only = len(unit.lines) == 1 and unit.lines[0].rstrip().endswith(":")  # a stray label, not a value
+        label_only = all(_NO_VALUE_LINE.fullmatch(line) for line in unit.lines[:200])  # labels, headings, empty keys
         if not block or label_only or not _specific(unit.text) or hedged(before) or hedged(after):
             continue
         after_code = k > 1 and _shown_code(seq, k - 2)  # code, its output label, then the output
@@ -403,11 +432,12 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
     tool-only fact: ``file content``, ``listing``, ``output``."""
     frame = f"{before} {after}"
     names_file = "file" in domains and bool(re.search(r"\bfile\b", frame, re.I) or next(iter(FILE_TOKEN.finditer(frame)), None))
-    if "file" in domains and _CONTENTS.search(frame) and names_file and not MEANS.search(before):
+    means_before = bool(MEANS.search(before)) and not _FILE_CODE.search(before)  # "the stats.py code": the file's
+    if "file" in domains and _CONTENTS.search(frame) and names_file and not means_before:
         if not _FUTURE.search(frame) or _valued(unit.text, ""):  # a file it will write: only with values in it
             return "file content"  # an existing file's contents count whatever they hold
     here_is_file = names_file and (re.search(r"\bhere(?:'s| is)\b", before, re.I) or _FILE_LABEL.fullmatch(before))
-    if here_is_file and not MEANS.search(before) and (is_data(unit.text) or not is_code(unit.text)) and _valued(unit.text, ""):
+    if here_is_file and not means_before and (is_data(unit.text) or not is_code(unit.text)) and _valued(unit.text, ""):
         return "file content"  # "Here is the report.txt:", "Read memo.txt:" then what it holds
     means = MEANS.search(before) and not _OUTPUT_VERB.search(before)  # "In this code ... it will output:" presents output
     if (
@@ -421,6 +451,8 @@ def _kind(before: str, after: str, unit: Unit, domains: set[str], *, after_code:
         "weather" in domains and bool(temperature_spans(unit.text, keyed=True))
     )
     named = [d for d in sorted(domains) if DOMAIN_WORDS[d].search(frame)]  # the files, the tickets, the weather
+    if _CLIMATE.search(frame) and not _NOW.search(frame):
+        named = [d for d in named if d != "weather"]  # conditions the weather "can vary" between: not what it is now
     if named and _LISTED.search(frame) and (not _FUTURE.search(frame) or _valued(unit.text, "")):
         if any(_DOMAIN_VALUE[d](unit.text) for d in named):
             return "listing"

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.classifier.types import MAX_REPAIR_CHARS, jsonable
 
-__all__ = ["FAIL", "close_cut_call", "literal", "loads", "pseudo_code", "repair", "scan_balanced", "string_end"]
+__all__ = ["FAIL", "close_cut_call", "literal", "loads", "parse_call", "pseudo_code", "repair", "scan_balanced", "string_end"]
 
 #: Returned by :func:`loads`, :func:`literal` and :func:`repair` when the text does not parse.
 FAIL = object()
@@ -323,3 +323,18 @@ def pseudo_code(text: str) -> list[str]:
     """Names of the code patterns (``concatenation``, ``function_call``...) outside string literals."""
     skel = _skeleton(text)
     return [name for name, pattern in _PSEUDO_PATTERNS if pattern.search(skel)]
+
+
+_COLON_ARG = re.compile(r"([(,][ \t]*)([A-Za-z_]\w*)[ \t]*:(?![:=])")
+
+
+def parse_call(src: str) -> ast.Call | None:
+    """The call expression ``src``; named arguments written with a colon (Swift, C#: ``f(location:"Paris")``) are
+    that notation's keyword arguments, read like ``location="Paris"``."""
+    for attempt in (src, _COLON_ARG.sub(r"\1\2=", src) if ":" in src else None):
+        try:
+            node = ast.parse(attempt, mode="eval").body if attempt else None
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        return node if isinstance(node, ast.Call) else None
+    return None

@@ -24,7 +24,7 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-from harness.classifier.jsonscan import FAIL, close_cut_call, literal, loads, repair, scan_balanced, string_end
+from harness.classifier.jsonscan import FAIL, close_cut_call, literal, loads, parse_call, repair, scan_balanced, string_end
 from harness.classifier.types import (
     MAX_CANDIDATES,
     MAX_DEPTH,
@@ -181,11 +181,8 @@ def _pythonic_at(  # noqa: PLR0913 - one candidate's context: the match, its lin
     end = len(text) if cut else end
     if not offered and not _whole_payload(text, src):
         return None  # an unknown name counts only when the call is the whole payload
-    try:
-        node = ast.parse(src, mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    if not isinstance(node, ast.Call):
+    node = parse_call(src)
+    if node is None:
         return None
     if not offered and (node.args or not node.keywords):
         return None  # unknown names: keyword-only calls
@@ -232,11 +229,8 @@ def call_expression(src: str, schemas: Mapping[str, Any]) -> tuple[str, dict[str
     with an error for it (as in :func:`pythonic_candidates`)."""
     if len(src) > MAX_PYTHONIC_CHARS or not _PY_CALL.match(src):
         return None
-    try:
-        node = ast.parse(src, mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
+    node = parse_call(src)
+    if node is None or not isinstance(node.func, (ast.Name, ast.Attribute)):
         return None
     name = _source(node.func)
     args, errors = _pythonic_args(node, schema_properties(schemas[name]) if name in schemas else None)

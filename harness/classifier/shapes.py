@@ -23,18 +23,22 @@ from harness.classifier.notations import (
     vendor_candidates,
 )
 from harness.classifier.types import MAX_CANDIDATES, MAX_DEPTH, MAX_REPAIR_CHARS, Cand, RawCall, short
-from harness.classifier.xmlstyle import arg_key_candidates, bracket_candidates, xml_candidates, xml_spans
+from harness.classifier.xmlstyle import arg_key_candidates, bracket_candidates, element_call, xml_candidates, xml_spans
 
-__all__ = ["payload_candidates", "remove_spans", "xml_spans"]
+__all__ = ["payload_candidates", "remove_spans", "wrapper_call", "xml_spans"]
 
-_ARG_KEYS = ("arguments", "parameters", "args", "params", "input", "inputs", "tool_input", "action_input")
-_NAME_KEYS = ("tool", "tool_name", "toolName", "function_name", "function", "action", "name")
-_CALL_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?P<key>name|tool|tool_name|toolName|function|function_name|action)\\b["'\u201c\u201d]?\\s*:"""
+_ARG_BASE = ("arguments", "parameters", "args", "params", "input", "inputs")
+_PREFIXES = ("tool", "function", "action")
+_ARG_KEYS = (
+    _ARG_BASE
+    + tuple(f"{p}_{b}" for p in _PREFIXES for b in _ARG_BASE)
+    + tuple(f"{p}{b.capitalize()}" for p in _PREFIXES for b in _ARG_BASE)
 )
-_ARGS_KEY_RE = re.compile(
-    """["'\u201c\u201d]?\\b(?P<key>arguments|parameters|params|args|inputs?|tool_input|action_input)\\b["'\u201c\u201d]?\\s*:"""
-)
+"""Argument keys: the plain ones and their variants prefixed with what they name (``tool_arguments``,
+``function_args``, ``toolInput``); the guide's lists are examples."""
+_NAME_KEYS = ("tool", "function", "action") + tuple(f"{p}{s}" for p in _PREFIXES for s in ("_name", "Name")) + ("name",)
+_CALL_KEY_RE = re.compile("""["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_NAME_KEYS) + """)\\b["'\u201c\u201d]?\\s*:""")
+_ARGS_KEY_RE = re.compile("""["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_ARG_KEYS) + """)\\b["'\u201c\u201d]?\\s*:""")
 
 
 def _is_tool_definition(obj: Mapping[str, Any]) -> bool:
@@ -186,11 +190,14 @@ def _call_like(text: str, tool_names: frozenset[str]) -> bool:
         return True  # a broken JSON-RPC request: a protocol's call object
     if _CALL_KEY_RE.search(head) and (_ARGS_KEY_RE.search(head) or any(f'"{t}"' in head or f"'{t}'" in head for t in tool_names)):
         return True
-    m = re.match(r"""\s*[{\[]\s*\{?\s*["']([\w.-]+)["']\s*:""", head)
+    m = _FIRST_NAME_KEY.match(head)
     return bool(m and m.group(1) in tool_names)
 
 
-_FIRST_KEY = re.compile("""\\s*\\[?\\s*\\{\\s*["'\u201c\u201d]?([\\w-]+)["'\u201c\u201d]?\\s*:""")
+_FIRST_KEY = re.compile("""\\s*+(?:\\[\\s*+)?\\{\\s*+["'\u201c\u201d]?([\\w-]+)["'\u201c\u201d]?\\s*:""")
+_FIRST_NAME_KEY = re.compile(r"""\s*+[{\[]\s*+(?:\{\s*+)?["']([\w.-]+)["']\s*:""")
+"""The first key of a (broken) object or list of objects; possessive whitespace runs, so a long run of
+blanks with no key after it is passed once (``{`` then 100 KB of spaces took seconds per match)."""
 
 
 def _nonstandard_keys(text: str) -> bool:
@@ -352,6 +359,28 @@ def _brace_candidate(text: str, start: int, tool_names: frozenset[str], *, tools
     return Cand(start, end, method, calls, repaired=repaired, pseudo=pseudo, excerpt=short(span), foreign=foreign), end
 
 
+def wrapper_call(inner: str, attr_name: str | None) -> list[Cand]:
+    """The call a call wrapper holds when no call shape was found in it: with the tool named in the wrapper's
+    attribute (``<tool_call name="x">{"k": "v"}</tool_call>``), the JSON object is its arguments; else an object
+    ``{"name": ..., <other fields>}`` (the flat form) is a call whatever the tools are, the other fields its
+    arguments (``nonstandard_keys``)."""
+    start = inner.find("{")
+    if start < 0 or inner[:start].strip():
+        return []
+    end, _closed, _depth = scan_balanced(inner, start, len(inner))
+    value = loads(inner[start:end])
+    if not isinstance(value, Mapping) or _is_tool_definition(value):
+        return []
+    span = short(inner[start:end])
+    if attr_name:
+        return [Cand(start, end, "json_document", [RawCall(attr_name, dict(value), False)], excerpt=span)]
+    name = value.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return []
+    flat = {k: v for k, v in value.items() if k not in ("name", "id", "type")}
+    return [Cand(start, end, "json_document", [RawCall(name, flat or None, True)], excerpt=span)]
+
+
 def _identifier_like(name: str) -> bool:
     """A function-like name (``get_weather``, ``getWeather``), not an ordinary word, for text whose tools are unknown."""
     return "_" in name or "." in name or bool(re.search(r"[a-z][A-Z]", name))
@@ -383,6 +412,8 @@ def payload_candidates(
         cands.append(cand)
         taken.append((cand.start, cand.end))
     cands.extend(pythonic_candidates(masked, taken, tool_names, schemas, wrapped, tools_known=tools_known))
+    if not cands:
+        cands = element_call(text, tool_names, tools_known=tools_known)
     cands.sort(key=lambda c: c.start)
     return cands
 

@@ -22,7 +22,7 @@ from harness.classifier.notations import wrapped_json
 from harness.classifier.types import MAX_CANDIDATES, Cand, RawCall, short
 from harness.classifier.validate import schema_types
 
-__all__ = ["arg_key_candidates", "bracket_candidates", "xml_candidates", "xml_spans"]
+__all__ = ["arg_key_candidates", "bracket_candidates", "element_call", "xml_candidates", "xml_spans"]
 
 _XML_OPEN = re.compile(
     r"<function=([^>\s={]+)\s*(?:>|=(?=\s*\{))|<invoke\s+name\s*=\s*[\"']([^\"'>]+)[\"']\s*>"
@@ -153,3 +153,34 @@ def bracket_candidates(text: str) -> list[Cand]:
             raw = RawCall(m.group(1), args, False)
             cands.append(Cand(m.start(), m.end(), "xml_parameters", [raw], foreign=True, excerpt=short(m.group())))
     return cands
+
+
+_ELEMENT = re.compile(r"<([A-Za-z_][\w.-]{0,127})>")
+_CHILDREN = re.compile(r"(?:\s*+<([A-Za-z_][\w-]{0,63})>([^<]*+)</\1>)*+\s*+")
+_NOT_TOOL = re.compile(r"(?:tool|function)[_-]?(?:calls?|uses?|results?|responses?|outputs?|code)|\w*think\w*", re.I)
+"""Wrapper and reasoning elements, not tools named as elements."""
+
+
+def element_call(text: str, tool_names: frozenset[str], *, tools_known: bool) -> list[Cand]:
+    """The tag form: an element named like a tool that is the whole ``text`` (a reply, or a fence's or wrapper's body),
+    empty or holding only parameter elements (``<list_memories></list_memories>``): a call in the model's own
+    notation. With the tools known, only an offered name; else a function-like name (``_`` or camelCase), not an
+    HTML element."""
+    body = text.strip()
+    m = _ELEMENT.match(body)
+    if m is None or not body.endswith(f"</{m.group(1)}>"):
+        return []
+    name = m.group(1)
+    like_tool = bool(re.search(r"_|[a-z][A-Z]", name)) and not _NOT_TOOL.fullmatch(name)
+    if not (name in tool_names or (not tools_known and like_tool)):
+        return []
+    inner_end = len(body) - len(name) - 3
+    children = _CHILDREN.match(body, m.end(), inner_end)
+    if children is None or children.end() != inner_end:
+        return []
+    args = {c.group(1): c.group(2).strip() for c in _CHILDREN_ONE.finditer(body, m.end(), inner_end)}
+    start = text.index(body[0])
+    return [Cand(start, start + len(body), "tagged", [RawCall(name, args or None, False)], excerpt=short(body), foreign=True)]
+
+
+_CHILDREN_ONE = re.compile(r"<([A-Za-z_][\w-]{0,63})>([^<]*+)</\1>")
