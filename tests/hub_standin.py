@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
@@ -153,3 +153,16 @@ def _range_start(header: str | None) -> int:
     if not header or not header.startswith("bytes=") or not header.endswith("-"):
         return 0
     return int(header[len("bytes=") : -1])
+
+
+def serving(monkeypatch, cache: str, repo: str, file: str, data: bytes) -> Iterator[HubStandIn]:
+    """Body of a pytest fixture: a started stand-in serving ``data`` as ``repo``/``file``, ``HF_ENDPOINT`` pointed at it,
+    ``HARNESS_CACHE`` set to ``cache``, no hub token and not offline; stopped after the test."""
+    standin = HubStandIn()
+    standin.add(repo, file, data)
+    monkeypatch.setenv("HF_ENDPOINT", standin.start())
+    monkeypatch.setenv("HARNESS_CACHE", cache)
+    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    yield standin
+    standin.stop()

@@ -22,7 +22,7 @@ from harness.backends.hub import HubFile, HubSource, model_digest, parse_hub_spe
 from harness.backends.ladder import LADDER
 from harness.errors import ModelCacheError, UsageError
 from tests.helpers import cli
-from tests.hub_standin import HubStandIn
+from tests.hub_standin import serving
 
 REPO = "test-org/SmolLM2-GGUF"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -42,14 +42,7 @@ def smollm2_bytes():
 @pytest.fixture
 def hub(tmp_path, monkeypatch, smollm2_bytes):
     """A started stand-in serving SmolLM2 as ``REF``; empty tmp harness and hub caches; no token, not offline."""
-    standin = HubStandIn()
-    standin.add(REPO, FILE, smollm2_bytes)
-    monkeypatch.setenv("HF_ENDPOINT", standin.start())
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
-    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    yield standin
-    standin.stop()
+    yield from serving(monkeypatch, str(tmp_path / "cache"), REPO, FILE, smollm2_bytes)
 
 
 def _cached_file(tmp_path, *parts):

@@ -17,7 +17,7 @@ import pytest
 
 from harness.backends import models
 from tests.helpers import cli
-from tests.hub_standin import COMMIT, HubStandIn
+from tests.hub_standin import COMMIT, serving
 
 REPO, FILE = "o/r", "m.gguf"
 REF = f"hf:{REPO}/{FILE}"
@@ -28,14 +28,7 @@ SHA = hashlib.sha256(DATA).hexdigest()
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
-    standin = HubStandIn()
-    standin.add(REPO, FILE, DATA)
-    monkeypatch.setenv("HF_ENDPOINT", standin.start())
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
-    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    yield standin
-    standin.stop()
+    yield from serving(monkeypatch, str(tmp_path / "cache"), REPO, FILE, DATA)
 
 
 def _folder(tmp_path):

