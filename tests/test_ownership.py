@@ -67,7 +67,8 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str
     return proc.returncode, out, err
 
 
-def _wait_until(condition, what: str, timeout: float = 60) -> None:
+def _wait_until(condition, what: str, timeout: float = 180) -> None:
+    """Poll ``condition`` (a hang guard, not a speed assertion: generous on a busy shared machine)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -264,7 +265,7 @@ class _MuteServer:
     """A socket on 127.0.0.1 that accepts connections and never answers: a model reply that never comes.
 
     The one warm-up request the runner sends before a model's runs (``WARM_UP_MESSAGES``, ``max_tokens`` 1) is answered,
-    so the runs start and their model call is the one left waiting.
+    and the metadata probes get a 404, so the runs start at once and their model call is the one left waiting.
     """
 
     def __init__(self) -> None:
@@ -293,6 +294,10 @@ class _MuteServer:
                                             "finish_reason": "length"}]}).encode()  # fmt: skip
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "
                          + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+            conn.close()
+            return
+        if data.startswith(b"GET "):  # the metadata probes (/props, /v1/models): none here, at once, not after their timeout
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             conn.close()
             return
         self.conns.append(conn)
@@ -366,9 +371,9 @@ with Ledger(ledger_path) as ledger:
 def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(tmp_path):
     ledger_path = tmp_path / "ledger.sqlite"
     server = _MuteServer()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_TERMINAL, str(SCENARIO_FILE), f"openai:m@{server.url}", str(ledger_path)],
+                            cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        proc = subprocess.Popen([sys.executable, "-c", SLOW_TERMINAL, str(SCENARIO_FILE), f"openai:m@{server.url}", str(ledger_path)],
-                                cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the model call")
         proc.send_signal(signal.SIGINT)
         line = _readline(proc, timeout=120)  # the first Ctrl-C is being reported
@@ -380,6 +385,9 @@ def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(t
             assert [r.outcome for r in ledger.runs()] == ["interrupted"]
             assert ledger.verify().ok
     finally:
+        if proc.poll() is None:  # a failed wait: leave no process or pipe behind for later tests' gc
+            proc.kill()
+        proc.communicate()
         server.close()
 
 
