@@ -101,7 +101,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
     from harness.backends import open_backend
-    from harness.console import plan_label, plural
+    from harness.console import plan_label, plural, printable
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
@@ -120,7 +120,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
     unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
-        print(f"harness: {plural(count, 'run')} of {model} cannot be planned: {reason}", file=sys.stderr)
+        print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
     to_run = len(planned.planned) - planned.already_done - planned.running_elsewhere
     running = f"{planned.running_elsewhere} running in another process, " if planned.running_elsewhere else ""
     cannot = f"{unplanned} cannot be planned, " if unplanned else ""
