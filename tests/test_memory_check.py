@@ -213,3 +213,14 @@ def test_a_refused_start_never_deletes_a_ledger_another_process_has_open(tmp_pat
     assert other.returncode == 0
     with sqlite3.connect(ledger) as db:  # both templates the other process recorded are in the ledger on disk
         assert db.execute("SELECT count(*) FROM templates").fetchone() == (2,)
+
+
+# red-13 finding: a limit of 310 digits overflowed the float to inf and int(inf) raised OverflowError (a traceback)
+def test_a_limit_too_large_for_a_float_is_no_cap_not_a_traceback(tmp_path, capsys, monkeypatch):
+    model = sparse(tmp_path / "model.gguf", 100 * 1024**2)
+    for huge in ("9" * 400 + "G", "9999999999999999999999T"):
+        monkeypatch.setenv(mem.LIMIT_ENV, huge)
+        assert mem._limit() == 2**63  # beyond any machine: no cap (MemAvailable still applies)
+        rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--repeats", "1",
+                           "--temperature", "0", "--ledger", tmp_path / "l.sqlite", "--dry-run")  # fmt: skip
+        assert rc == 0 and "1 run planned" in out, err
