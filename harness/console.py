@@ -7,7 +7,6 @@ and raises on interrupts); the CLI and this module are the only code that does.
 from __future__ import annotations
 
 import sys
-import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,22 +16,12 @@ from tabulate import tabulate
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
-from harness.vocab import is_scored, plural
+from harness.vocab import is_scored, plural, printable
 
 __all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "printable", "summary_rows"]
 
 _ERROR_CHARS = 300
 """Characters of an error message shown on a console line (the ledger keeps it whole)."""
-_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # controls, format (bidi) and line separators, lone surrogates
-
-
-def printable(text: str, limit: int | None = None) -> str:
-    """``text`` safe for one console line: control, format and separator characters and lone surrogates escaped
-    (``\\x1b``, ``\\r``, ``\\n``, ``\\u202e``), so a server's words cannot move the cursor, recolour or split a
-    line; cut to ``limit`` characters when given."""
-    if limit is not None and len(text) > limit:
-        text = f"{text[:limit]}… ({len(text) - limit} more characters in the ledger)"
-    return "".join(ascii(ch)[1:-1] if unicodedata.category(ch) in _UNSAFE else ch for ch in text)
 
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:

@@ -223,3 +223,9 @@ def test_a_hostile_server_error_cannot_hijack_the_console_and_each_attempt_stays
     assert "more characters in the ledger" in lines[0] and "openai:m\\x1b[31m@" in lines[0]
     with Ledger(ledger, readonly=True) as db:
         assert _HOSTILE in db.attempts()[0].error  # the ledger keeps the server's words whole
+
+
+def test_an_error_sentence_naming_a_hostile_file_name_stays_one_escaped_line(tmp_path, capsys):
+    rc, out, err = cli(capsys, "run", tmp_path / "x\x1b[2J\rY\n.toml")
+    assert rc == 1 and err.count("\n") == 1 and "\x1b" not in err and "\r" not in err
+    assert "x\\x1b[2J\\rY\\n.toml: no such scenario file" in err
