@@ -16,9 +16,12 @@ from tabulate import tabulate
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
-from harness.vocab import is_scored, plural
+from harness.vocab import is_scored, plural, printable
 
-__all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "summary_rows"]
+__all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "printable", "summary_rows"]
+
+_ERROR_CHARS = 300
+"""Characters of an error message shown on a console line (the ledger keeps it whole)."""
 
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
@@ -28,8 +31,12 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
-    extra = f" ({summary.error})" if summary.outcome in ("infra_error", "context_overflow") and summary.error else ""
-    return (
+    extra = (
+        f" ({printable(summary.error, _ERROR_CHARS)})"
+        if summary.outcome in ("infra_error", "context_overflow") and summary.error
+        else ""
+    )
+    return printable(
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
         f"{p.tool_mode}/{p.parser}{_think_note(p)}{' stream' if p.stream else ''} rep={p.repetition} -> {summary.outcome}{extra} "
         f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}; "
@@ -66,7 +73,7 @@ def summary_rows(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
 
 def plan_label(plan: RunPlan) -> str:
     """One planned run as ``scenario model T=.. seed=.. tool_mode/parser rep=..`` (``--dry-run`` lines)."""
-    return (f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
+    return printable(f"{plan.scenario.name} {plan.model} T={plan.temperature:g} seed={plan.seed + plan.repetition} "
             f"{plan.tool_mode}/{plan.parser}{_think_note(plan)}{' stream' if plan.stream else ''} rep={plan.repetition}")  # fmt: skip
 
 
@@ -127,7 +134,7 @@ class Progress(MatrixEvents):
         """One line per failed model call that will be retried, so a slow or failing server is not silent."""
         wait = f" in {attempt.retry_in_ms / 1000:.1f} s" if attempt.retry_in_ms is not None else ""
         line = (f"harness: {plan_label(plan)}: turn {attempt.turn}, attempt {attempt.attempt} of {max_attempts} failed "
-                f"({attempt.error_type}: {attempt.error.rstrip('.')}); retrying{wait}.")  # fmt: skip
+                f"({attempt.error_type}: {printable(attempt.error.rstrip('.'), _ERROR_CHARS)}); retrying{wait}.")  # fmt: skip
         if self.bar is None:
             print(line, file=sys.stderr, flush=True)
         else:
@@ -142,10 +149,13 @@ class Progress(MatrixEvents):
 def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path) -> None:
     """After a matrix: warnings, a table per cell, the totals, what was skipped and what to retry."""
     for warning in result.warnings:
-        print(f"harness: warning: {warning}", file=sys.stderr)
+        print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     rows = summary_rows(result.summaries)
     if rows:
-        table = [{**r, "pass_rate": "n/a" if r["pass_rate"] is None else f"{r['pass_rate']:.0%}"} for r in rows]
+        table = [
+            {**r, "model": printable(r["model"]), "pass_rate": "n/a" if r["pass_rate"] is None else f"{r['pass_rate']:.0%}"}
+            for r in rows
+        ]
         for key in ("turn_limit", "token_limit", "interrupted"):
             if not any(r[key] for r in rows):
                 for row in table:
@@ -159,7 +169,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
     done_note = f" ({'; '.join(notes)})" if notes else ""
     print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
     for model, reason, count in result.skipped:
-        print(f"harness: skipped {plural(count, 'run')} of {model}: {reason}", file=sys.stderr)
+        print(f"harness: skipped {plural(count, 'run')} of {printable(model)}: {printable(reason)}", file=sys.stderr)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:
         print(f"harness: {plural(infra, 'run')} could not be done (infra_error: server failures, not model failures, "

@@ -345,7 +345,7 @@ def plan_matrix(
 
 def run_matrix(
     plans: Sequence[RunPlan],
-    ledger: Ledger,
+    ledger: Ledger | Callable[[], Ledger],
     options: RunOptions = RunOptions(),
     *,
     resume: bool = True,
@@ -365,7 +365,7 @@ def run_matrix(
 
     Args:
         plans: from :func:`expand_matrix`.
-        ledger: an open, writable ledger (thread-safe).
+        ledger: an open, writable ledger (thread-safe), or a function opening one once the models fit in memory.
         options: how runs are executed (sandbox folder, concurrency, retries, cache, cassettes);
             its ``stop`` event, when set, stops the matrix (runs in flight end as ``interrupted``
             before their next call).
@@ -381,23 +381,24 @@ def run_matrix(
         KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
         MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`); the caller should exit at once.
     """
-    result = MatrixResult()
-    events = events or MatrixEvents()
-    stop = options.stop or threading.Event()
-    endpoints = _open_endpoints(plans, ledger, jobs=options.jobs, backend_factory=backend_factory, result=result)
-    claim = claim_identity(ledger.path, resume=resume)
-    matrix = _MatrixRun(ledger, replace(options, stop=stop, claim=claim), result, events)
+    result, events, stop = MatrixResult(), events or MatrixEvents(), options.stop or threading.Event()
+    opened = ledger if isinstance(ledger, Ledger) else None  # none yet: nothing in it is done
+    endpoints = _open_endpoints(plans, opened, jobs=options.jobs, backend_factory=backend_factory, result=result)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
+    matrix: _MatrixRun | None = None
     try:
         _check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
+        db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
+        claim = claim_identity(db.path, resume=resume)
+        matrix = _MatrixRun(db, replace(options, stop=stop, claim=claim), result, events)
         events.planned(result)
         for model, endpoint in endpoints.items():
             if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
-                endpoint.start_config = start_model(endpoint.backend, ledger)
+                endpoint.start_config = start_model(endpoint.backend, db)
         matrix.run(endpoints, todos)
     finally:
-        if not matrix.quitting:  # after a second Ctrl-C the caller exits at once; a backend's close could wait on calls in flight
+        if matrix is None or not matrix.quitting:  # after a second Ctrl-C the caller exits at once (calls may be in flight)
             for endpoint in endpoints.values():
                 endpoint.backend.close()
     return result

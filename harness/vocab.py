@@ -8,10 +8,12 @@ place, :func:`is_scored`.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Literal, get_args
 
 __all__ = [
     "plural",
+    "printable",
     "DEFAULT_THINK",
     "EXCLUDED_OUTCOMES",
     "OUTCOMES",
@@ -71,3 +73,15 @@ def is_scored(outcome: str | None) -> bool:
 def plural(count: int, word: str) -> str:
     """``"1 run"``, ``"3 runs"``: a count with its noun (console lines and the report alike)."""
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # controls, format (bidi) and line separators, lone surrogates
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` safe for one console line: control, format and separator characters and lone surrogates escaped
+    (``\\x1b``, ``\\r``, ``\\n``, ``\\u202e``), so a server's words cannot move the cursor, recolour or split a
+    line; cut to ``limit`` characters when given."""
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters in the ledger)"
+    return "".join(ascii(ch)[1:-1] if unicodedata.category(ch) in _UNSAFE else ch for ch in text)

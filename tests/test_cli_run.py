@@ -6,6 +6,7 @@ never a traceback, and loses nothing already on disk.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -191,3 +192,40 @@ def test_request_timeout_help_gives_the_embedded_default(capsys):
         cli(capsys, "run", "--help")
     help_text = " ".join(capsys.readouterr().out.split())
     assert "default 60 plus 0.2 per token of max_tokens; 60 plus 1 per token for embedded models" in help_text
+
+
+_HOSTILE = "\x1b[2J\x1b[31mPWNED\rOVERWRITE\nsecond line\x07\u202e" + "A" * 10_000
+
+
+class _HostileServer(FakeAgentServer):
+    """Answers its faulted requests HTTP 500 with terminal escapes, a CR, a newline and 10 KB in the error message."""
+
+    def _answer(self, handler, body, fault, *, warm_up=False):  # type: ignore[no-untyped-def]
+        if fault == "hostile":
+            return self._send(handler, 500, json.dumps({"error": {"message": _HOSTILE}}).encode())
+        return super()._answer(handler, body, fault, warm_up=warm_up)
+
+
+# red-13 finding: a server's error message (and a model spec) reached the console raw: escapes, CR, newlines, 10 KB
+@pytest.mark.parametrize("always", [False, True])
+def test_a_hostile_server_error_cannot_hijack_the_console_and_each_attempt_stays_one_line(tmp_path, capsys, always):
+    ledger = tmp_path / "l.sqlite"
+    with _HostileServer(faults=lambda n: "hostile" if always or n == 1 else None) as server:
+        rc, out, err = cli(capsys, "run", "--model", f"openai:m\x1b[31m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
+                           "--repeats", "1", "--max-attempts", "2")  # fmt: skip
+    assert rc == (1 if always else 0), err
+    for text in (out, err):
+        assert not any(ch in text for ch in "\x1b\r\x07\u202e"), text[:500]
+        assert max(len(line) for line in text.splitlines()) < 1200
+    lines = [line for line in err.splitlines() if "retrying" in line]
+    assert len(lines) == 1 and "attempt 1 of 2 failed" in lines[0], err
+    assert "HTTP 500 (\\x1b[2J\\x1b[31mPWNED\\rOVERWRITE\\nsecond line\\x07\\u202eAAA" in lines[0]
+    assert "more characters in the ledger" in lines[0] and "openai:m\\x1b[31m@" in lines[0]
+    with Ledger(ledger, readonly=True) as db:
+        assert _HOSTILE in db.attempts()[0].error  # the ledger keeps the server's words whole
+
+
+def test_an_error_sentence_naming_a_hostile_file_name_stays_one_escaped_line(tmp_path, capsys):
+    rc, out, err = cli(capsys, "run", tmp_path / "x\x1b[2J\rY\n.toml")
+    assert rc == 1 and err.count("\n") == 1 and "\x1b" not in err and "\r" not in err
+    assert "x\\x1b[2J\\rY\\n.toml: no such scenario file" in err

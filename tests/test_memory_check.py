@@ -3,7 +3,11 @@ available, and the one sentence the CLI prints for a model that does not fit (on
 
 from __future__ import annotations
 
+import os
 import re
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +173,54 @@ def test_a_refused_start_keeps_a_ledger_that_existed_before(tmp_path, capsys, mo
     assert ledger.is_file()
     with Ledger(ledger, readonly=True) as db:
         assert db.runs() == []
+
+
+_OTHER_PROCESS = """
+import sys
+from harness.ledger import Ledger
+ledger = Ledger(sys.argv[1])  # another `harness run` on the same new path: opened, its model still loading
+ledger.record_template("first")
+print("open", flush=True)
+sys.stdin.readline()
+ledger.record_template("second")  # what it records after our refused start
+ledger.close()
+"""
+
+
+def test_a_refused_start_never_deletes_a_ledger_another_process_has_open(tmp_path, capsys, monkeypatch):
+    """Red-team finding: the refused start deleted 'its' new empty ledger while another process had it open, so
+    everything that process recorded afterwards went to an unlinked file (lost)."""
+    ledger = tmp_path / "new" / "ledger.sqlite"
+    model = sparse(tmp_path / "model.gguf", 600 * 1024**2)
+    monkeypatch.setenv(mem.LIMIT_ENV, "512M")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    other = subprocess.Popen([sys.executable, "-c", _OTHER_PROCESS, str(ledger)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    real = mem.memory_available_bytes
+
+    def check_while_the_other_has_it_open():  # the other process opens the ledger just before our check refuses
+        if other.stdout is not None and not getattr(check_while_the_other_has_it_open, "done", False):
+            check_while_the_other_has_it_open.done = True  # type: ignore[attr-defined]
+            assert other.stdout.readline() == "open\n"
+        return real()
+
+    monkeypatch.setattr(mem, "memory_available_bytes", check_while_the_other_has_it_open)
+    try:
+        rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--ledger", ledger)
+        assert rc == 2 and "needs about" in err
+    finally:
+        other.communicate("go\n", timeout=30)
+    assert other.returncode == 0
+    with sqlite3.connect(ledger) as db:  # both templates the other process recorded are in the ledger on disk
+        assert db.execute("SELECT count(*) FROM templates").fetchone() == (2,)
+
+
+# red-13 finding: a limit of 310 digits overflowed the float to inf and int(inf) raised OverflowError (a traceback)
+def test_a_limit_too_large_for_a_float_is_no_cap_not_a_traceback(tmp_path, capsys, monkeypatch):
+    model = sparse(tmp_path / "model.gguf", 100 * 1024**2)
+    for huge in ("9" * 400 + "G", "9999999999999999999999T"):
+        monkeypatch.setenv(mem.LIMIT_ENV, huge)
+        assert mem._limit() == 2**63  # beyond any machine: no cap (MemAvailable still applies)
+        rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--repeats", "1",
+                           "--temperature", "0", "--ledger", tmp_path / "l.sqlite", "--dry-run")  # fmt: skip
+        assert rc == 0 and "1 run planned" in out, err

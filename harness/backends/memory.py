@@ -194,4 +194,4 @@ def _limit() -> int | None:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", raw, re.IGNORECASE)
     if match is None:
         raise UsageError(f"{LIMIT_ENV}={raw!r} is not a size; set it like 512M, 0.5G or 8G (powers of 1024), or unset it.")
-    return int(float(match[1]) * _UNITS[match[2].upper()])
+    return int(min(float(match[1]) * _UNITS[match[2].upper()], 2.0**63))  # 400 digits are a float's inf: no cap

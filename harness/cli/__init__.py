@@ -19,6 +19,7 @@ from harness.cli.inputs import add_classify, add_models, add_scenarios
 from harness.cli.reports import add_attest, add_compare, add_report, add_review
 from harness.cli.run import add_run
 from harness.errors import HarnessError, UsageError
+from harness.vocab import printable
 
 __all__ = ["build_parser", "main"]
 
@@ -59,11 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _show_library_messages()
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(f"harness: {exc}", file=sys.stderr)
+    except UsageError as exc:  # escaped: a server's or a file's words may be in the sentence
+        print(f"harness: {printable(str(exc))}", file=sys.stderr)
         return 2
     except HarnessError as exc:
-        print(f"harness: {exc}", file=sys.stderr)
+        print(f"harness: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("harness: interrupted; everything finished so far is in the ledger.", file=sys.stderr)

@@ -101,7 +101,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
     from harness.backends import open_backend
-    from harness.console import plan_label, plural
+    from harness.console import plan_label, plural, printable
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
@@ -120,7 +120,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
     unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
-        print(f"harness: {plural(count, 'run')} of {model} cannot be planned: {reason}", file=sys.stderr)
+        print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
     to_run = len(planned.planned) - planned.already_done - planned.running_elsewhere
     running = f"{planned.running_elsewhere} running in another process, " if planned.running_elsewhere else ""
     cannot = f"{unplanned} cannot be planned, " if unplanned else ""
@@ -131,44 +131,56 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None) -> MatrixResult:
     """Run the matrix and print its summary; a refused start leaves no new ledger behind."""
     from harness.console import print_run_summary
-    from harness.ledger import Ledger
 
     started = time.perf_counter()
-    created = not path.exists()
-    ledger = Ledger(path)
+    ledger = _LedgerOnDemand(path)
     try:
-        try:
-            result, head = _run_in(plans, ledger, options, resume=resume, timeout_s=timeout_s)
-        finally:
-            ledger.close()
-    except Exception:  # e.g. a model refused by the memory check or not downloadable: no new ledger left behind
-        _remove_new_ledger(path, created)
-        raise
+        result = _run_in(plans, ledger, options, resume=resume, timeout_s=timeout_s)
+    finally:
+        ledger.close()
     print_run_summary(result, time.perf_counter() - started, path)
-    print(head_line(head.anchor))
+    if ledger.head is not None:  # always, once the matrix got as far as running
+        print(head_line(ledger.head.anchor))
     return result
 
 
-def _remove_new_ledger(path: Path, created: bool) -> None:
-    """Delete the ledger this command created when nothing was recorded in it; never one that existed before."""
-    from harness.errors import LedgerError
-    from harness.ledger import Ledger
+class _LedgerOnDemand:
+    """The ledger at ``path``, opened (created when new) only once the models are open and fit in memory.
 
-    if not created or not path.is_file():
-        return
-    try:
-        with Ledger(path, readonly=True) as ledger:
-            if ledger.runs():
-                return
-    except LedgerError:
-        return  # not a ledger we can read: leave it alone
-    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}-journal"):
-        path.with_name(name).unlink(missing_ok=True)
+    A start refused by the memory check or a failed download thus creates no ledger, and nothing is ever deleted:
+    deleting "our" new empty ledger could delete one that another process has just opened and is recording in.
+    """
+
+    def __init__(self, path: Path) -> None:
+        from harness.errors import LedgerError
+        from harness.ledger import Ledger, cannot_create
+
+        self.path, self.ledger = path, Ledger(path) if path.exists() else None
+        self.head: LedgerHead | None = None
+        problem = None if self.ledger is not None else cannot_create(path)
+        if problem:  # say so before a model is downloaded or loaded
+            raise LedgerError(problem)
+
+    def open(self) -> Ledger:
+        from harness.ledger import Ledger
+
+        if self.ledger is None:
+            self.ledger = Ledger(self.path)
+        return self.ledger
+
+    def take_head(self) -> LedgerHead | None:
+        """The ledger's head now (None when it was never opened); kept for the summary."""
+        self.head = self.ledger.head() if self.ledger is not None else None
+        return self.head
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
 
 
-def _run_in(plans: list[RunPlan], ledger: Ledger, options: RunOptions, *, resume: bool,
-            timeout_s: float | None) -> tuple[MatrixResult, LedgerHead]:  # fmt: skip
-    """The matrix on an open ledger, with progress on the terminal; a second Ctrl-C quits the process at once."""
+def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, *, resume: bool,
+            timeout_s: float | None) -> MatrixResult:  # fmt: skip
+    """The matrix with progress on the terminal; a second Ctrl-C quits the process at once."""
     from harness.backends import open_backend
     from harness.console import Progress, plural
     from harness.runner import MatrixQuit, run_matrix
@@ -177,7 +189,8 @@ def _run_in(plans: list[RunPlan], ledger: Ledger, options: RunOptions, *, resume
         progress = Progress(len(plans), ledger.path)
         try:
             factory = functools.partial(open_backend, timeout_s=timeout_s)
-            result = run_matrix(plans, ledger, options, resume=resume, events=progress, backend_factory=factory)
+            opened = ledger.ledger if ledger.ledger is not None else ledger.open
+            result = run_matrix(plans, opened, options, resume=resume, events=progress, backend_factory=factory)
         except MatrixQuit as quit:
             progress.close()
             print(
@@ -186,11 +199,14 @@ def _run_in(plans: list[RunPlan], ledger: Ledger, options: RunOptions, *, resume
             os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
         except KeyboardInterrupt:  # first Ctrl-C: the runs in flight are recorded as interrupted; the head still ends the output
             progress.close()
-            print(head_line(ledger.head().anchor), flush=True)
+            head = ledger.take_head()
+            if head is not None:
+                print(head_line(head.anchor), flush=True)
             raise
         finally:
             progress.close()
-        return result, ledger.head()
+        ledger.take_head()
+        return result
 
 
 class _CtrlC:
