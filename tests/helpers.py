@@ -46,6 +46,27 @@ def function_tool(name: str, description: str, props: dict | None = None, requir
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
+FILE_TOOLS = [
+    function_tool(
+        "list_files", "List the names of the files in a directory of the working directory.", {"path": {"type": "string"}}
+    ),
+    function_tool("read_file", "Read a text file from the working directory.", {"path": {"type": "string"}}, ["path"]),
+    function_tool(
+        "write_file", "Write text to a file.", {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]
+    ),
+]
+"""The three file tools the classifier rule tests offer (list, read, write)."""
+
+
+def reply_modes(content, tools=None, prompt="Do the task.", *, history=None, requires_tool=True, **response) -> set[str]:
+    """The failure modes of one reply with ``content`` (and any other ``response`` fields) to a one-line ``prompt``."""
+    from harness.classifier import classify
+
+    messages = [{"role": "user", "content": prompt}, *(history or [])]
+    reply = {"content": content, **response}
+    return set(classify(reply, tools=tools, history=messages, requires_tool=requires_tool).failure_modes)
+
+
 def write_cassette(path: Path, replies: list[dict]) -> Path:
     """Write replies (cassette line dicts) to a JSONL cassette and return its path."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,27 +13,18 @@ import pytest
 
 from harness.classifier import classify
 from tests.helpers import CORPUS, function_tool
+from tests.helpers import FILE_TOOLS as FILES
+from tests.helpers import reply_modes as modes
 
 F, N = "fabricated_tool_result", "narration_without_call"
 
 
-PATH = {"path": {"type": "string"}}
-FILES = [
-    function_tool("list_files", "List the names of the files in a directory of the working directory.", PATH),
-    function_tool("read_file", "Read a text file from the working directory.", PATH, ["path"]),
-    function_tool("write_file", "Write text to a file.", {**PATH, "content": {"type": "string"}}, ["path", "content"]),
-]
 WEATHER = [function_tool("get_current_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
 TICKETS = [function_tool("list_tickets", "List the open support tickets.")]
 LIST = "List the files in the working directory and write their names to report.txt."
 REVIEW = "utils.py has one bug. Read it, then write review.md naming the buggy function and its line."
 WX = "What is the weather in Paris right now?"
 TK = "List the open support tickets and write triage.csv with id and category."
-
-
-def modes(content, tools=None, prompt="Do the task.", *, history=None, requires_tool=True):
-    messages = [{"role": "user", "content": prompt}, *(history or [])]
-    return set(classify({"content": content}, tools=tools, history=messages, requires_tool=requires_tool).failure_modes)
 
 
 def calls(content, tools=None):

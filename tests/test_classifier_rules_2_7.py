@@ -13,24 +13,14 @@ import pytest
 
 from harness.classifier import classify
 from tests.helpers import CORPUS, function_tool
-
-PATH = {"path": {"type": "string"}}
-FILES = [
-    function_tool("list_files", "List the names of the files in a directory of the working directory.", PATH),
-    function_tool("read_file", "Read a text file from the working directory.", PATH, ["path"]),
-    function_tool("write_file", "Write text to a file.", {**PATH, "content": {"type": "string"}}, ["path", "content"]),
-]
+from tests.helpers import FILE_TOOLS as FILES
+from tests.helpers import reply_modes as modes
 
 
 def structured(name, arguments, tools=None):
     call = {"type": "function", "id": "c1", "function": {"name": name, "arguments": arguments}}
     response = {"content": None, "tool_calls": [call], "finish_reason": "tool_calls"}
     return set(classify(response, tools=tools).failure_modes)
-
-
-def modes(content, tools=None, prompt="Do the task.", *, requires_tool=True):
-    messages = [{"role": "user", "content": prompt}]
-    return set(classify({"content": content}, tools=tools, history=messages, requires_tool=requires_tool).failure_modes)
 
 
 # --- unknown_tool: a structured name holding chat-template special tokens, tools known or not

@@ -7,23 +7,13 @@ from __future__ import annotations
 import pytest
 
 from harness.classifier import classify
+from tests.helpers import FILE_TOOLS as FILES
 from tests.helpers import function_tool
+from tests.helpers import reply_modes as modes
 
-PATH = {"path": {"type": "string"}}
-FILES = [
-    function_tool("list_files", "List the names of the files in a directory of the working directory.", PATH),
-    function_tool("read_file", "Read a text file from the working directory.", PATH, ["path"]),
-    function_tool("write_file", "Write text to a file.", {**PATH, "content": {"type": "string"}}, ["path", "content"]),
-]
 WEATHER = [function_tool("get_current_weather", "Get the current weather.", {"location": {"type": "string"}}, ["location"])]
 CITY = [function_tool("get_weather", "Get the current weather for a city.", {"city": {"type": "string"}}, ["city"])]
 TICKETS = [function_tool("list_tickets", "List the open support tickets.", {}), *FILES]
-
-
-def modes(content, tools=None, prompt="Do the task.", *, requires_tool=True, **response):
-    messages = [{"role": "user", "content": prompt}]
-    reply = {"content": content, **response}
-    return set(classify(reply, tools=tools, history=messages, requires_tool=requires_tool).failure_modes)
 
 
 def calls(content, tools=None):
