@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.backends.hub import split_parts
 from harness.errors import UsageError
 
 __all__ = [
@@ -54,7 +55,6 @@ LIMIT_ENV = "HARNESS_MEMORY_LIMIT"
 _OVERHEAD = "10 % + 128 MiB overhead"
 _MEMINFO = Path("/proc/meminfo")
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 
 
 def load_estimate_bytes(file_bytes: int, n_ctx: int) -> int:
@@ -78,12 +78,13 @@ def model_files_bytes(path: Path) -> int:
     Raises:
         OSError: the file cannot be read.
     """
-    match = _SPLIT.match(path.name)
-    if match is None:
+    try:
+        names = split_parts(path.name)
+    except UsageError:  # a later part named (a local path): llama.cpp will say what is wrong; count this file
+        names = [path.name]
+    if len(names) == 1:
         return path.stat().st_size
-    total = int(match["total"])
-    parts = [path.with_name(f"{match['stem']}-{i:05d}-of-{match['total']}.gguf") for i in range(1, total + 1)]
-    return sum(part.stat().st_size for part in parts if part.is_file())
+    return sum(part.stat().st_size for part in map(path.with_name, names) if part.is_file())
 
 
 def memory_available_bytes() -> tuple[int, str] | None:
