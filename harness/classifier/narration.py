@@ -39,11 +39,14 @@ _TOOL_VERB = (
 )
 _NARRATION = re.compile(
     _OWN + r"\s+(?:(?:now|first|then|next|just|also|simply|quickly|\w+ly)\s+)?(?:go ahead and\s+|proceed to\s+|start by\s+"
-    r"|begin by\s+|have to\s+|need to\s+|try to\s+)?"
+    r"|begin by\s+|have to\s+|need to\s+|try to\s+|help(?:\s+you)?\s+by\s+)?"
     r"(?:(?:re-?)?" + _TOOL_VERB + r"(?:ing)?\b|do\b"
     r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code|package|library|module|program)s?\b))",
     re.I,
 )
+"""An announcement: the reply's own next act with a verb an offered tool performs. An offer of help ("I'll help you
+create a JSON object") makes the user the doer and announces nothing; help by the reply's own tool act ("I'll help by
+reading memo.txt") does."""
 _GERUND = (
     r"(?:creat|writ|mak|list|read|runn|execut|call|check|open|sav|generat|look|search|updat|edit|delet|remov|add|fetch"
     r"|gett|copy|mov|renam|inspect|examin|view|scann|find|fix|append|modify|putt|record|stor|query|retriev|load|invok)ing\b"
@@ -188,9 +191,43 @@ def _inside(unit: Unit, spans: list[tuple[int, int]]) -> bool:
     return any(a <= unit.start < b for a, b in spans)
 
 
-def _passes_tool(code: str, names: list[str]) -> bool:
-    """Whether code hands an offered tool to something that runs it (``asyncio.gather(list_tickets, [])``)."""
-    return any(re.search(rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]", code) for n in names)
+def _uses_tool(code: str, names: list[str]) -> bool:
+    """Whether code takes up an offered tool to run it: hands it to something that runs it (``asyncio.gather(list_tickets,
+    [])``) or imports it (``from jira_util import list_tickets``, then code building the ticket list)."""
+    return any(
+        re.search(rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]|^[ \t]*(?:from[ \t]+\S+[ \t]+)?import\b[^\n]*\b{re.escape(n)}\b", code, re.M)
+        for n in names
+    )
+
+
+_LANGUAGE_LINE = re.compile(r"[ \t]*[A-Za-z][\w+#-]{0,15}[ \t]*")
+_SENTENCE_LINE = re.compile(r"[ \t]*[^\W\d_][^(){}\[\]=;$<>|`\n]*[.!?][ \t]*")
+
+
+def _holds_code(block: str) -> bool:
+    """Whether a fence holds a command or code at all: a fence of only sentences (after a language name such as
+    ``bash``) hands nothing over, whatever its frame names ("This is a simple command that ..." then a fence holding
+    ``bash`` and a sentence about it)."""
+    lines = [line for line in block.splitlines() if line.strip()]
+    if lines and _LANGUAGE_LINE.fullmatch(lines[0]) and len(lines) > 1:
+        lines = lines[1:]
+    return not lines or not all(_SENTENCE_LINE.fullmatch(line) and len(line.split()) >= 4 for line in lines)
+
+
+_DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|function)[ \t]+([A-Za-z_]\w*)", re.M)
+_EMPTY_LINE = re.compile(
+    r"[ \t]*(?:[\w.]+[ \t]*=[ \t]*(?:\{\}|\[\]|\(\)|None|null|\"\"|''|0)|pass|return(?:[ \t]+(?:None|\w+))?|\.\.\.|[{}]|#.*|//.*)[ \t]*;?[ \t]*"
+)
+"""A line of a body that does no work: an empty value assigned, ``pass``, a bare return, a comment."""
+
+
+def _rewrites_tool(code: str, names: list[str]) -> bool:
+    """Whether code only redefines an offered tool with a body that does none of its work (``def get_current_weather():``
+    then ``current_weather = {}``): a rewrite of the tool with no tool step, which hands nothing over. A body building
+    the tool's result (``return [{...} for ticket in tickets]``) does its work."""
+    defined = {m.group(1).lower() for m in _DEF_NAME.finditer(code)}
+    body = [x for x in code.splitlines() if x.strip() and not _DEF_NAME.match(x)]
+    return bool(defined & set(names)) and all(_EMPTY_LINE.fullmatch(x) for x in body[:200]) and not _uses_tool(code, names)
 
 
 def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any]) -> str | None:
@@ -201,15 +238,18 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
         if (
             not (unit.fence or is_code(unit.text))
             or is_data(unit.text)
+            or not _holds_code(unit.text)
             or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines)
+            or _rewrites_tool(unit.text, names)
+            or _inside(unit, fake)
         ):
-            continue  # prose, JSON (data: no call was found in it), or comments, installs and bare signatures only
+            continue  # prose, data, comments and installs only, a rewrite of the offered tool, a fake result's body
         before = frame_before(seq, k)
         if (_OTHER.search(before) and not _REMEDY.search(before)) or _RESULT_FRAME.search(before):
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
         shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
         means = bool(MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
-        if (means and about) or ((acts(unit.text) or _passes_tool(unit.text, names)) and not _inside(unit, fake)):
-            return unit.text  # a fake result's body is fabrication
+        if (means and about) or acts(unit.text) or _uses_tool(unit.text, names):
+            return unit.text
     return None
