@@ -24,6 +24,7 @@ from harness.classifier.heuristics import FILE_TOKEN, History, tools_text
 from harness.classifier.readings import (
     DOMAIN_WORDS,
     MEANS,
+    RESULT_TAGS,
     Unit,
     acts,
     drop_code_lines,
@@ -69,7 +70,7 @@ def _claims(content: ContentResult, seq: list[Unit]) -> str:
 # --------------------------------------------------------------------------- rule 1: result markup
 
 _MARKUP = re.compile(
-    r"(?!(?<=`)<[^<>`\n]{1,60}>`)<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
+    rf"(?!(?<=`)<[^<>`\n]{{1,60}}>`)<\s*(?:{RESULT_TAGS})\b[^>]*>"
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython(?:<\|end_header_id\|>)?|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.readings import DOMAIN_WORDS, MEANS, Unit, acts, frame_before, is_code, is_data, tool_domains, units
+from harness.classifier.readings import DOMAIN_WORDS, MEANS, RESULT_TAGS, Unit, acts, frame_before, is_code, is_data, tool_domains, units
 from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
@@ -32,11 +32,25 @@ _OWN = (
     r"(?:\bI(?:'ll|’ll| will| shall| am going to|'m going to|’m going to| need to| have to| am| 'm|'m|’m)|\blet me|\blet's|\blet’s"
     r"|\bwe(?:'ll|’ll| will| are going to|'re going to| need to)|\b(?:now|next|first|then),? I(?:'ll|’ll| will))"
 )
-_TOOL_VERB = (
-    r"(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
-    r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
-    r"|invoke|complete|handle|perform)"
-)
+TOOL_VERBS = (
+    "create write make list read run execute call check open save generate look search update edit refer delete remove add"
+    " fetch get copy move rename inspect examine view scan find fix append modify put record store query retrieve load"
+    " invoke complete handle perform"
+).split()
+"""The verbs of a tool's act (on files, the weather, tickets): the one vocabulary of an announcement, as verb or gerund."""
+
+
+def _gerund(verb: str) -> str:
+    """``write`` -> ``writing``, ``run`` -> ``running``, ``list`` -> ``listing``."""
+    if verb.endswith("e") and not verb.endswith("ee"):
+        return verb[:-1] + "ing"
+    if re.fullmatch(r"[^aeiou]*[aeiou][bdgmnprt]", verb):  # one short vowel before a final consonant: run, get, scan
+        return verb + verb[-1] + "ing"
+    return verb + "ing"
+
+
+_TOOL_VERB = "(?:" + "|".join(TOOL_VERBS) + ")"
+_GERUND = "(?:" + "|".join(_gerund(v) for v in TOOL_VERBS) + r")\b"
 _NARRATION = re.compile(
     _OWN + r"\s+(?:(?:now|first|then|next|just|also|simply|quickly|\w+ly)\s+)?(?:go ahead and\s+|proceed to\s+|start by\s+"
     r"|begin by\s+|have to\s+|need to\s+|try to\s+|help(?:\s+you)?\s+by\s+)?"
@@ -47,10 +61,6 @@ _NARRATION = re.compile(
 """An announcement: the reply's own next act with a verb an offered tool performs. An offer of help ("I'll help you
 create a JSON object") makes the user the doer and announces nothing; help by the reply's own tool act ("I'll help by
 reading memo.txt") does."""
-_GERUND = (
-    r"(?:creat|writ|mak|list|read|runn|execut|call|check|open|sav|generat|look|search|updat|edit|delet|remov|add|fetch"
-    r"|gett|copy|mov|renam|inspect|examin|view|scann|find|fix|append|modify|putt|record|stor|query|retriev|load|invok)ing\b"
-)
 _BARE_PROGRESSIVE = re.compile(
     r"(?:^|(?<=[.!?]\s)|(?<=\n))[ \t]*(?:(?:now|next|first|then),?[ \t]+)?"
     + _GERUND
@@ -73,7 +83,9 @@ _NARRATION_CJK = re.compile(
     r"(?:使用|调用|获取|查询|读取|列出|写入|创建|搜索|查看|检查|运行|执行|打开|保存)"
 )
 """The announcing cue in Chinese ("我将使用..." = "I will use..."), for the models that answer in it."""
-_SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
+_FILE_COMMANDS = r"(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])"
+"""Shell commands that act on files (a tool's action); ``echo ... >`` writes one."""
+_SHELL_ACTION = re.compile(rf"^[ \t]*(?:\$ )?(?:{_FILE_COMMANDS}|echo\b.*>)", re.M)
 _GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re.M)
 """A gerund heading of a tool act ("Creating report.txt using a for loop:"): the means when the block after it is code
 (a listing after "Listing files:" is the block it frames, data)."""
@@ -97,12 +109,8 @@ _NO_ACTION_LINE = re.compile(
 )
 """A comment, a package install, or a stub's body (``return None``, ``pass``): a block of only these and signatures
 shows no tool action."""
-_RESULT_OPEN = re.compile(
-    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
-)
-_RESULT_CLOSE = re.compile(
-    r"</\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\s*>", re.I
-)
+_RESULT_OPEN = re.compile(rf"<\s*(?:{RESULT_TAGS})\b[^>]*>", re.I)
+_RESULT_CLOSE = re.compile(rf"</\s*(?:{RESULT_TAGS})\s*>", re.I)
 
 
 def no_call_step(
@@ -157,7 +165,7 @@ _LITERAL = re.compile(r"\"[^\"\n]*+\"|'[^'\n]*+'|`[^`\n]*+`|(?:#|//)[^\n]*+")
 
 
 _INLINE_SHELL = re.compile(
-    r"`[ \t]*((?:\$ )?(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
+    rf"`[ \t]*((?:\$ )?{_FILE_COMMANDS}[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
 )
 _HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$", re.I)
 

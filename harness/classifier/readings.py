@@ -26,6 +26,7 @@ from harness.classifier.types import MAX_SCAN_CHARS, get
 __all__ = [
     "DOMAIN_WORDS",
     "MEANS",
+    "RESULT_TAGS",
     "Unit",
     "acts",
     "drop_code_lines",
@@ -55,6 +56,10 @@ HEDGE = re.compile(
 ("This will write ... to a file named x.json", "This script creates report.txt ...": the code's effect, not a result):
 such a sentence states no result. So does a frame saying how the data is laid out ("This is how the list of files is
 formatted:", "Your answer will be in the format ..."): it shows the form, not the facts."""
+
+RESULT_TAGS = r"tool_response|tool_result|tool_output|function_results?|function_response|observation"
+"""The names of tool-result markup a reply may write itself (``<tool_response>``): what a tool told, when a tool did;
+invented when none did (fabrication), and never code handed over (narration)."""
 
 MEANS = re.compile(
     r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"
