@@ -22,7 +22,18 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.readings import DOMAIN_WORDS, MEANS, RESULT_TAGS, Unit, acts, frame_before, is_code, is_data, tool_domains, units
+from harness.classifier.readings import (
+    DOMAIN_WORDS,
+    MEANS,
+    RESULT_TAGS,
+    Unit,
+    acts,
+    frame_before,
+    is_code,
+    is_data,
+    tool_domains,
+    units,
+)
 from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
@@ -164,9 +175,7 @@ _LITERAL = re.compile(r"\"[^\"\n]*+\"|'[^'\n]*+'|`[^`\n]*+`|(?:#|//)[^\n]*+")
 """String literals and comments of code (one line each)."""
 
 
-_INLINE_SHELL = re.compile(
-    rf"`[ \t]*((?:\$ )?{_FILE_COMMANDS}[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
-)
+_INLINE_SHELL = re.compile(rf"`[ \t]*((?:\$ )?{_FILE_COMMANDS}[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`")
 _HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$", re.I)
 
 
@@ -203,7 +212,9 @@ def _uses_tool(code: str, names: list[str]) -> bool:
     """Whether code takes up an offered tool to run it: hands it to something that runs it (``asyncio.gather(list_tickets,
     [])``) or imports it (``from jira_util import list_tickets``, then code building the ticket list)."""
     return any(
-        re.search(rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]|^[ \t]*(?:from[ \t]+\S+[ \t]+)?import\b[^\n]*\b{re.escape(n)}\b", code, re.M)
+        re.search(
+            rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]|^[ \t]*(?:from[ \t]+\S+[ \t]+)?import\b[^\n]*\b{re.escape(n)}\b", code, re.M
+        )
         for n in names
     )
 

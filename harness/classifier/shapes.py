@@ -118,7 +118,6 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
     return _vendor_call_inside(obj)
 
 
-
 def _vendor_call_inside(document: Mapping[str, Any]) -> list[RawCall]:
     """A call under a vendor's call key (:data:`_VENDOR_KEYS`) anywhere inside a document (a fenced imitation of a
     Gemini response whose ``candidates[0].content.parts[0].functionCall`` holds the call: js-genai#607). Breadth
