@@ -17,31 +17,31 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (681, 721), "tune": (619, 630), "held-out": (62, 91)}
+EXACT = {"all": (693, 721), "tune": (619, 630), "held-out": (74, 91)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
-    "raw_json_in_content": (1.00, 0.98),
+    "raw_json_in_content": (1.00, 1.00),
     "code_fence": (1.00, 1.00),
-    "mixed_prose": (1.00, 0.98),
+    "mixed_prose": (1.00, 1.00),
     "tool_call_tags_in_content": (1.00, 1.00),
-    "wrong_wrapper_tag": (1.00, 0.93),
-    "foreign_call_syntax": (1.00, 0.98),
+    "wrong_wrapper_tag": (1.00, 0.97),
+    "foreign_call_syntax": (1.00, 1.00),
     "multiple_calls": (1.00, 1.00),
     "invalid_json": (1.00, 1.00),
     "pseudo_code_in_arguments": (1.00, 0.92),
     "repaired_json": (1.00, 1.00),
     "stringified_arguments": (1.00, 1.00),
-    "nonstandard_keys": (1.00, 0.96),
-    "unknown_tool": (1.00, 0.90),
+    "nonstandard_keys": (1.00, 0.98),
+    "unknown_tool": (1.00, 1.00),
     "schema_violation": (0.96, 0.96),
     "repeated_call": (1.00, 1.00),
-    "fabricated_tool_result": (0.94, 0.93),
-    "narration_without_call": (0.92, 0.92),
+    "fabricated_tool_result": (0.95, 0.94),
+    "narration_without_call": (0.95, 0.93),
     "empty_response": (1.00, 1.00),
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
-    "sandbox_escape_attempt": (1.00, 0.92),
+    "sandbox_escape_attempt": (1.00, 1.00),
     "skipped_required_tool": (0.99, 1.00),
     "unneeded_call": (1.00, 1.00),
     "chat_markup_leak": (1.00, 1.00),

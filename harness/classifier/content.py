@@ -35,6 +35,24 @@ _REASON_OPEN = re.compile(r"<\s*(think|thinking|reasoning|thought)\s*>", re.I)
 _REASON_CLOSE = re.compile(r"<\s*/\s*(think|thinking|reasoning|thought)\s*>", re.I)
 
 
+_NAMESPACE_TOKEN = re.compile(r"[\[\]<|{}][\[\]<>|{}]{0,2}[A-Za-z_]\w{0,20}[\[\]<>|{}]{1,3}(?=</?[A-Za-z_])")
+
+
+def _without_namespace_tokens(text: str) -> str:
+    """``text`` without a vendor's namespace token written before each tag (MiniMax M3's ``]<]minimax[>[<tool_call>``,
+    ``]<]minimax[>[</path>``): part of the tags' spelling, so each tag is read by its own name (MiniMax-M3#31). A
+    token counts when it stands before at least three tags and nowhere else."""
+    if "<" not in text:
+        return text
+    seen: dict[str, int] = {}
+    for m, _ in zip(_NAMESPACE_TOKEN.finditer(text), range(MAX_REGIONS * 4), strict=False):
+        seen[m.group()] = seen.get(m.group(), 0) + 1
+    for token, count in seen.items():
+        if count >= 3 and text.count(token) == count:
+            text = text.replace(token, "")
+    return text
+
+
 def _strip_reasoning(text: str) -> tuple[str, int, str]:
     """Drop reasoning blocks; returns ``(visible_text, number_of_blocks, the blocks' text)``."""
     out: list[str] = []
@@ -70,14 +88,17 @@ _MARKERS = (
 )
 _MENTION = r"(?!(?<=`)<[^<>`\n]{1,60}>`)"
 """Not a tag alone in an inline code span (`<tool_call>`): that is a mention, not markup."""
+_NS = r"(?:[A-Za-z_][\w-]{0,20}:)?"
+"""A namespace inside a wrapper's name (``<minimax:tool_call>``): the name is then another wrapper's (MiniMax-M3#31)."""
 _TAG_OPEN = re.compile(
-    rf"{_MENTION}<\s*({_WRAPPER})\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])|{_MENTION}<\s*({_WRAPPER})\s+([^<>{{\[]{{1,300}})>",
+    rf"{_MENTION}<\s*({_NS}(?:{_WRAPPER}))\s*>|({_MARKERS})|<\s*({_WRAPPER})\s+(?=[{{\[])"
+    rf"|{_MENTION}<\s*({_NS}(?:{_WRAPPER}))\s+([^<>{{\[]{{1,300}})>",
     re.I,
 )
 """Groups: 1 a bare wrapper tag, 2 a marker, 3 a tag holding its call inline, 4 and 5 a wrapper tag with attributes
 (``<tool_call id="..." name="x">``) and its attribute text."""
 _NAME_ATTR = re.compile(r"""\bname[ \t]*=[ \t]*["']([^"'<>]{1,100})["']""")
-_TAG_CLOSE = re.compile(rf"{_MENTION}<\s*/\s*({_WRAPPER})\s*>|<\|/(tool_calls?)\|>", re.I)
+_TAG_CLOSE = re.compile(rf"{_MENTION}<\s*/\s*({_NS}(?:{_WRAPPER}))\s*>|<\|/(tool_calls?)\|>", re.I)
 _MARKER_CLOSE = re.compile(
     r"<\|python_end\|>|<\|action_end\|>|<\|tool_call_end\|>|\[/TOOL_CALLS?\]|\[END_TOOL_REQUEST\]|<\|eom_id\|>|<\|eot_id\|>"
     r"|<tool_call\|>",
@@ -332,7 +353,7 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
     tool_names = frozenset(offered)
     modes: set[str] = set()
     details: dict[str, Any] = {}
-    visible, blocks, reasoning = _strip_reasoning(text)
+    visible, blocks, reasoning = _strip_reasoning(_without_namespace_tokens(text))
     if blocks:
         modes.add("reasoning_leak")
         details["reasoning_leak"] = {"blocks": blocks, "chars_removed": len(text) - len(visible)}

@@ -24,6 +24,7 @@ from harness.classifier.heuristics import FILE_TOKEN, History, tools_text
 from harness.classifier.readings import (
     DOMAIN_WORDS,
     MEANS,
+    RESULT_TAGS,
     Unit,
     acts,
     drop_code_lines,
@@ -69,7 +70,7 @@ def _claims(content: ContentResult, seq: list[Unit]) -> str:
 # --------------------------------------------------------------------------- rule 1: result markup
 
 _MARKUP = re.compile(
-    r"(?!(?<=`)<[^<>`\n]{1,60}>`)<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>"
+    rf"(?!(?<=`)<[^<>`\n]{{1,60}}>`)<\s*(?:{RESULT_TAGS})\b[^>]*>"
     r"|<\|im_start\|>\s*tool|<\|start_header_id\|>\s*ipython(?:<\|end_header_id\|>)?|^[ \t]*(?:Observation|Tool (?:output|result|response))[ \t]*:",
     re.I | re.M,
 )
@@ -332,10 +333,19 @@ def _inline_file_content(claims: str) -> list[str]:
     return []
 
 
+_GROUP_LINE = re.compile(r"[ \t]*#[ \t]*\d{1,4}[ \t]*")
+"""A numbered group's label (``#1``): it opens entries rather than being prose."""
+_VALUE_LINE = re.compile(r"[ \t]*(?=[^\s]*[\d._-])[^\s:#*`<>\[\]{}()][^\s<>]{3,}[ \t]*")
+"""A line holding one value token with a digit or a name's punctuation (``2022-05-01T09:35:17.342555-14-3018.24``): an
+entry whatever it holds, like a file's name; markup (``<tools>``) is none."""
+
+
 def _bare_listing(seq: list[Unit], prompt: str) -> list[str]:
-    """A bare list given as the whole answer to "List the files": it is presented as the listing."""
+    """A bare list given as the whole answer to "List the files": it is presented as the listing whatever its entries
+    hold (list items, names, numbered groups of values); steps, prose, headings and empty items are no entries."""
     lines = [line for unit in seq for line in unit.lines if not _BRACKET_LINE.fullmatch(line)]  # a JSON array's brackets
-    listed = sum(bool(_LIST_LINE.match(line) or _NAME_LINE.fullmatch(line)) for line in lines)
+    lines = [line for line in lines if not _GROUP_LINE.fullmatch(line)]  # the groups' labels: their entries count
+    listed = sum(bool(_LIST_LINE.match(line) or _NAME_LINE.fullmatch(line) or _VALUE_LINE.fullmatch(line)) for line in lines)
     steps = sum(bool(_IMPERATIVE_ITEM.match(line)) for line in lines)  # a plan or an echo of the task, not a listing
     if (
         listed >= 2

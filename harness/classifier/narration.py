@@ -22,7 +22,18 @@ import re
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.readings import DOMAIN_WORDS, MEANS, Unit, acts, frame_before, is_code, is_data, tool_domains, units
+from harness.classifier.readings import (
+    DOMAIN_WORDS,
+    MEANS,
+    RESULT_TAGS,
+    Unit,
+    acts,
+    frame_before,
+    is_code,
+    is_data,
+    tool_domains,
+    units,
+)
 from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
 
@@ -32,22 +43,35 @@ _OWN = (
     r"(?:\bI(?:'ll|’ll| will| shall| am going to|'m going to|’m going to| need to| have to| am| 'm|'m|’m)|\blet me|\blet's|\blet’s"
     r"|\bwe(?:'ll|’ll| will| are going to|'re going to| need to)|\b(?:now|next|first|then),? I(?:'ll|’ll| will))"
 )
-_TOOL_VERB = (
-    r"(?:create|write|make|list|read|run|execute|call|check|open|save|generate|look|search|update|edit|refer|delete|remove"
-    r"|add|fetch|get|copy|move|rename|inspect|examine|view|scan|find|fix|append|modify|put|record|store|query|retrieve|load"
-    r"|invoke|complete|handle|perform)"
-)
+TOOL_VERBS = (
+    "create write make list read run execute call check open save generate look search update edit refer delete remove add"
+    " fetch get copy move rename inspect examine view scan find fix append modify put record store query retrieve load"
+    " invoke complete handle perform"
+).split()
+"""The verbs of a tool's act (on files, the weather, tickets): the one vocabulary of an announcement, as verb or gerund."""
+
+
+def _gerund(verb: str) -> str:
+    """``write`` -> ``writing``, ``run`` -> ``running``, ``list`` -> ``listing``."""
+    if verb.endswith("e") and not verb.endswith("ee"):
+        return verb[:-1] + "ing"
+    if re.fullmatch(r"[^aeiou]*[aeiou][bdgmnprt]", verb):  # one short vowel before a final consonant: run, get, scan
+        return verb + verb[-1] + "ing"
+    return verb + "ing"
+
+
+_TOOL_VERB = "(?:" + "|".join(TOOL_VERBS) + ")"
+_GERUND = "(?:" + "|".join(_gerund(v) for v in TOOL_VERBS) + r")\b"
 _NARRATION = re.compile(
     _OWN + r"\s+(?:(?:now|first|then|next|just|also|simply|quickly|\w+ly)\s+)?(?:go ahead and\s+|proceed to\s+|start by\s+"
-    r"|begin by\s+|have to\s+|need to\s+|try to\s+)?"
+    r"|begin by\s+|have to\s+|need to\s+|try to\s+|help(?:\s+you)?\s+by\s+)?"
     r"(?:(?:re-?)?" + _TOOL_VERB + r"(?:ing)?\b|do\b"
     r"|us(?:e|ing)\b(?=[^.\n]{0,40}?\b(?:tool|function|api|command|script|code|package|library|module|program)s?\b))",
     re.I,
 )
-_GERUND = (
-    r"(?:creat|writ|mak|list|read|runn|execut|call|check|open|sav|generat|look|search|updat|edit|delet|remov|add|fetch"
-    r"|gett|copy|mov|renam|inspect|examin|view|scann|find|fix|append|modify|putt|record|stor|query|retriev|load|invok)ing\b"
-)
+"""An announcement: the reply's own next act with a verb an offered tool performs. An offer of help ("I'll help you
+create a JSON object") makes the user the doer and announces nothing; help by the reply's own tool act ("I'll help by
+reading memo.txt") does."""
 _BARE_PROGRESSIVE = re.compile(
     r"(?:^|(?<=[.!?]\s)|(?<=\n))[ \t]*(?:(?:now|next|first|then),?[ \t]+)?"
     + _GERUND
@@ -70,7 +94,9 @@ _NARRATION_CJK = re.compile(
     r"(?:使用|调用|获取|查询|读取|列出|写入|创建|搜索|查看|检查|运行|执行|打开|保存)"
 )
 """The announcing cue in Chinese ("我将使用..." = "I will use..."), for the models that answer in it."""
-_SHELL_ACTION = re.compile(r"^[ \t]*(?:\$ )?(?:(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])|echo\b.*>)", re.M)
+_FILE_COMMANDS = r"(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])"
+"""Shell commands that act on files (a tool's action); ``echo ... >`` writes one."""
+_SHELL_ACTION = re.compile(rf"^[ \t]*(?:\$ )?(?:{_FILE_COMMANDS}|echo\b.*>)", re.M)
 _GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re.M)
 """A gerund heading of a tool act ("Creating report.txt using a for loop:"): the means when the block after it is code
 (a listing after "Listing files:" is the block it frames, data)."""
@@ -94,12 +120,8 @@ _NO_ACTION_LINE = re.compile(
 )
 """A comment, a package install, or a stub's body (``return None``, ``pass``): a block of only these and signatures
 shows no tool action."""
-_RESULT_OPEN = re.compile(
-    r"<\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\b[^>]*>", re.I
-)
-_RESULT_CLOSE = re.compile(
-    r"</\s*(?:tool_response|tool_result|tool_output|function_results?|function_response|observation)\s*>", re.I
-)
+_RESULT_OPEN = re.compile(rf"<\s*(?:{RESULT_TAGS})\b[^>]*>", re.I)
+_RESULT_CLOSE = re.compile(rf"</\s*(?:{RESULT_TAGS})\s*>", re.I)
 
 
 def no_call_step(
@@ -153,9 +175,7 @@ _LITERAL = re.compile(r"\"[^\"\n]*+\"|'[^'\n]*+'|`[^`\n]*+`|(?:#|//)[^\n]*+")
 """String literals and comments of code (one line each)."""
 
 
-_INLINE_SHELL = re.compile(
-    r"`[ \t]*((?:\$ )?(?:ls|cat|touch|mkdir|rm|cp|mv|head|tail|tree)\b(?![ \t]*[=(:])[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`"
-)
+_INLINE_SHELL = re.compile(rf"`[ \t]*((?:\$ )?{_FILE_COMMANDS}[^`\n]*+|echo\b[^`\n>]*+>[^`\n]*+)`")
 _HANDS_OVER = re.compile(r"(?::|\b(?:run|type|enter|execute|use|using|try))[ \t]*$", re.I)
 
 
@@ -188,9 +208,45 @@ def _inside(unit: Unit, spans: list[tuple[int, int]]) -> bool:
     return any(a <= unit.start < b for a, b in spans)
 
 
-def _passes_tool(code: str, names: list[str]) -> bool:
-    """Whether code hands an offered tool to something that runs it (``asyncio.gather(list_tickets, [])``)."""
-    return any(re.search(rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]", code) for n in names)
+def _uses_tool(code: str, names: list[str]) -> bool:
+    """Whether code takes up an offered tool to run it: hands it to something that runs it (``asyncio.gather(list_tickets,
+    [])``) or imports it (``from jira_util import list_tickets``, then code building the ticket list)."""
+    return any(
+        re.search(
+            rf"[(,][ \t]*{re.escape(n)}[ \t]*[,)]|^[ \t]*(?:from[ \t]+\S+[ \t]+)?import\b[^\n]*\b{re.escape(n)}\b", code, re.M
+        )
+        for n in names
+    )
+
+
+_LANGUAGE_LINE = re.compile(r"[ \t]*[A-Za-z][\w+#-]{0,15}[ \t]*")
+_SENTENCE_LINE = re.compile(r"[ \t]*[^\W\d_][^(){}\[\]=;$<>|`\n]*[.!?][ \t]*")
+
+
+def _holds_code(block: str) -> bool:
+    """Whether a fence holds a command or code at all: a fence of only sentences (after a language name such as
+    ``bash``) hands nothing over, whatever its frame names ("This is a simple command that ..." then a fence holding
+    ``bash`` and a sentence about it)."""
+    lines = [line for line in block.splitlines() if line.strip()]
+    if lines and _LANGUAGE_LINE.fullmatch(lines[0]) and len(lines) > 1:
+        lines = lines[1:]
+    return not lines or not all(_SENTENCE_LINE.fullmatch(line) and len(line.split()) >= 4 for line in lines)
+
+
+_DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|function)[ \t]+([A-Za-z_]\w*)", re.M)
+_EMPTY_LINE = re.compile(
+    r"[ \t]*(?:[\w.]+[ \t]*=[ \t]*(?:\{\}|\[\]|\(\)|None|null|\"\"|''|0)|pass|return(?:[ \t]+(?:None|\w+))?|\.\.\.|[{}]|#.*|//.*)[ \t]*;?[ \t]*"
+)
+"""A line of a body that does no work: an empty value assigned, ``pass``, a bare return, a comment."""
+
+
+def _rewrites_tool(code: str, names: list[str]) -> bool:
+    """Whether code only redefines an offered tool with a body that does none of its work (``def get_current_weather():``
+    then ``current_weather = {}``): a rewrite of the tool with no tool step, which hands nothing over. A body building
+    the tool's result (``return [{...} for ticket in tickets]``) does its work."""
+    defined = {m.group(1).lower() for m in _DEF_NAME.finditer(code)}
+    body = [x for x in code.splitlines() if x.strip() and not _DEF_NAME.match(x)]
+    return bool(defined & set(names)) and all(_EMPTY_LINE.fullmatch(x) for x in body[:200]) and not _uses_tool(code, names)
 
 
 def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any]) -> str | None:
@@ -201,15 +257,18 @@ def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any])
         if (
             not (unit.fence or is_code(unit.text))
             or is_data(unit.text)
+            or not _holds_code(unit.text)
             or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines)
+            or _rewrites_tool(unit.text, names)
+            or _inside(unit, fake)
         ):
-            continue  # prose, JSON (data: no call was found in it), or comments, installs and bare signatures only
+            continue  # prose, data, comments and installs only, a rewrite of the offered tool, a fake result's body
         before = frame_before(seq, k)
         if (_OTHER.search(before) and not _REMEDY.search(before)) or _RESULT_FRAME.search(before):
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result
         shown = f"{before}\n{_LITERAL.sub(' ', unit.text)}"  # what code prints or says in comments is not what it does
         about = any(DOMAIN_WORDS[d].search(shown) for d in domains) or any(n in shown.lower() for n in names)
         means = bool(MEANS.search(before) or (_GERUND_HEADING.search(before) and is_code(unit.text)))
-        if (means and about) or ((acts(unit.text) or _passes_tool(unit.text, names)) and not _inside(unit, fake)):
-            return unit.text  # a fake result's body is fabrication
+        if (means and about) or acts(unit.text) or _uses_tool(unit.text, names):
+            return unit.text
     return None

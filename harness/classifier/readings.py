@@ -26,6 +26,7 @@ from harness.classifier.types import MAX_SCAN_CHARS, get
 __all__ = [
     "DOMAIN_WORDS",
     "MEANS",
+    "RESULT_TAGS",
     "Unit",
     "acts",
     "drop_code_lines",
@@ -46,12 +47,19 @@ HEDGE = re.compile(
     r"|e\.g\.|such as|imagine|suppose|assum(?:e|ing)|let's say|something like|example|sample|placeholder|template|if"
     r"|this (?:(?:script|code|program|function|command|snippet) )?(?:(?:will|would) (?:write|create|save|make|generate|open"
     r"|read|run|execute|call|add|append|update|install)|(?:writes|creates|saves|makes|generates|opens|reads|runs|executes"
-    r"|calls|adds|appends|updates|installs)))\b",
+    r"|calls|adds|appends|updates|installs))"
+    r"|how\b[^.!?\n]{0,60}\b(?:formatted|laid out|structured)|(?:is|are|be) (?:formatted|laid out|structured) (?:as|like)"
+    r"|(?:in|of) the (?:following )?format)\b",
     re.I,
 )
 """Words that mark a value as unknown, possible or an example, and what a reply says its own code will do or does
 ("This will write ... to a file named x.json", "This script creates report.txt ...": the code's effect, not a result):
-such a sentence states no result."""
+such a sentence states no result. So does a frame saying how the data is laid out ("This is how the list of files is
+formatted:", "Your answer will be in the format ..."): it shows the form, not the facts."""
+
+RESULT_TAGS = r"tool_response|tool_result|tool_output|function_results?|function_response|observation"
+"""The names of tool-result markup a reply may write itself (``<tool_response>``): what a tool told, when a tool did;
+invented when none did (fabrication), and never code handed over (narration)."""
 
 MEANS = re.compile(
     r"\b(?:(?:you|we|I) (?:can|could|may|should|might) (?:use|run|call|try|do)|use (?:the following|this)|like this"

@@ -36,6 +36,9 @@ _ARG_KEYS = (
 )
 """Argument keys: the plain ones and their variants prefixed with what they name (``tool_arguments``,
 ``function_args``, ``toolInput``); the guide's lists are examples."""
+_ARG_KIND = re.compile(r"[a-z]+_(?:params|parameters|args|arguments)")
+"""An argument key prefixed with the kind of argument it holds (``path_params``, ``query_params`` beside ``body``:
+Hermes-Function-Calling#17): the call's arguments are then all its fields but the name."""
 _NAME_KEYS = ("tool", "function", "action") + tuple(f"{p}{s}" for p in _PREFIXES for s in ("_name", "Name")) + ("name",)
 _CALL_KEY_RE = re.compile("""["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_NAME_KEYS) + """)\\b["'\u201c\u201d]?\\s*:""")
 _ARGS_KEY_RE = re.compile("""["'\u201c\u201d]?\\b(?P<key>""" + "|".join(_ARG_KEYS) + """)\\b["'\u201c\u201d]?\\s*:""")
@@ -95,6 +98,9 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         name = obj.get(key)
         if not isinstance(name, str) or not name.strip():
             continue
+        kinds = [k for k in obj if isinstance(k, str) and k not in _ARG_KEYS and _ARG_KIND.fullmatch(k)]
+        if kinds and not any(k in obj for k in _ARG_KEYS):
+            return [RawCall(name, {k: v for k, v in obj.items() if k not in (key, "id", "type")}, True)]
         for akey in _ARG_KEYS:
             if akey in obj:
                 if name not in tool_names and _is_data(obj, key, akey):
@@ -109,10 +115,33 @@ def _call_from_obj(obj: Any, tool_names: frozenset[str], depth: int = 0) -> list
         ((key, value),) = obj.items()
         if isinstance(key, str) and key in tool_names and (value is None or isinstance(value, Mapping)):
             return [RawCall(key, value, True)]
+    return _vendor_call_inside(obj)
+
+
+def _vendor_call_inside(document: Mapping[str, Any]) -> list[RawCall]:
+    """A call under a vendor's call key (:data:`_VENDOR_KEYS`) anywhere inside a document (a fenced imitation of a
+    Gemini response whose ``candidates[0].content.parts[0].functionCall`` holds the call: js-genai#607). Breadth
+    first over at most :data:`_MAX_NODES` nested objects and lists, so any document costs bounded work."""
+    queue: list[Any] = list(document.values())
+    for node in queue:
+        if len(queue) > _MAX_NODES:
+            break
+        if isinstance(node, Mapping):
+            if any(k in node for k in _VENDOR_KEYS) and (action := _action_wrapper(node)) is not None:
+                return [action]
+            queue.extend(v for v in node.values() if isinstance(v, (Mapping, list)))
+        elif isinstance(node, list):
+            queue.extend(v for v in node if isinstance(v, (Mapping, list)))
     return []
 
 
-_ACTION_KEYS = ("action", "tool_call", "call")
+_MAX_NODES = 400
+
+
+_ACTION_KEYS = ("action", "tool_call", "call", "function_call", "functionCall", "tool_use", "toolUse")
+"""Keys that name an invocation, the vendors' own among them (Gemini's ``functionCall``, Anthropic's ``tool_use``):
+a call object under one is a call at any depth of a document (js-genai#607)."""
+_VENDOR_KEYS = _ACTION_KEYS[3:]
 
 
 def _action_wrapper(obj: Mapping[str, Any]) -> RawCall | None:
@@ -366,7 +395,7 @@ def wrapper_call(inner: str, attr_name: str | None) -> list[Cand]:
     arguments (``nonstandard_keys``)."""
     start = inner.find("{")
     if start < 0 or inner[:start].strip():
-        return []
+        return _wrapped_pairs(inner)
     end, _closed, _depth = scan_balanced(inner, start, len(inner))
     value = loads(inner[start:end])
     if not isinstance(value, Mapping) or _is_tool_definition(value):
@@ -379,6 +408,25 @@ def wrapper_call(inner: str, attr_name: str | None) -> list[Cand]:
         return []
     flat = {k: v for k, v in value.items() if k not in ("name", "id", "type")}
     return [Cand(start, end, "json_document", [RawCall(name, flat or None, True)], excerpt=span)]
+
+
+_WRAPPED_PAIRS = re.compile(
+    r"\A\s*+(?P<name>[A-Za-z_][\w.-]{0,127}+)(?P<args>(?:[ \t]+[A-Za-z_]\w*+=(?>\"[^\"\n]*+\"|'[^'\n]*+'|[^\s\"'/>]\S*+))++)"
+    r"[ \t]*+/?>?\s*+\Z"
+)
+_PAIR = re.compile(r"(?<!\w)([A-Za-z_]\w*+)=(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s\"'/>]\S*))")
+
+
+def _wrapped_pairs(inner: str) -> list[Cand]:
+    """Inside a call wrapper, an identifier followed by ``key="value"`` pairs, self-closing ``/>`` or not, as the whole
+    body (``<tool_call>exec tool="exec" command="ls -la" />``): that call whatever the tools are, since the wrapper
+    makes it a call (openclaw#33258); a notation of the model's own (``foreign``)."""
+    m = _WRAPPED_PAIRS.match(inner[:MAX_REPAIR_CHARS])
+    if m is None:
+        return []
+    args = {a.group(1): next(v for v in a.groups()[1:] if v is not None) for a in _PAIR.finditer(m.group("args"))}
+    raw = RawCall(m.group("name"), args, False)
+    return [Cand(m.start("name"), m.end(), "tagged", [raw], excerpt=short(m.group().strip()), foreign=True)]
 
 
 def _identifier_like(name: str) -> bool:

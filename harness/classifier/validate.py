@@ -335,8 +335,9 @@ def _nearest_name(name: str, tool_names: frozenset[str]) -> str | None:
     return nearest
 
 
-_SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>")
-"""A chat-template special token (``<|channel|>``, ``<|constrain|>``): no tool is offered under a name holding one."""
+_SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|</?[A-Za-z_][\w:-]{0,40}/?>|\[/?[A-Z_]{3,20}\]")
+"""A token of the chat or tool-call template (``<|channel|>``, ``<|constrain|>``, GLM's ``</arg_value>``, Mistral's
+``[ARGS]``): no tool is offered under a name holding one (fw-ai python-sdk#119)."""
 
 
 def _nameless(calls: list[ToolCall]) -> tuple[set[str], dict[str, Any]]:

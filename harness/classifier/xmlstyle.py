@@ -67,7 +67,8 @@ def xml_candidates(text: str, schemas: Mapping[str, Any]) -> list[Cand]:
         if body.lstrip().startswith("{") and not _XML_PARAM.search(body):
             cands.append(wrapped_json(text, start, end, body_start + body.index("{"), name, excerpt_end=end))
             continue
-        args = _xml_args(text, body_start, body_end, schema_types(schemas.get(name)))
+        types = schema_types(schemas.get(name))
+        args = _xml_args(text, body_start, body_end, types) or _child_args(body, types)
         cands.append(
             Cand(start, end, "xml_parameters", [RawCall(name, args, False)], foreign=True, excerpt=short(text[start:end]))
         )
@@ -94,6 +95,13 @@ def _xml_args(text: str, body_start: int, body_end: int, types: Mapping[str, Any
             args[key] = value
         pos = em.end() if em and em.group().startswith("</") else value_end
     return args
+
+
+def _child_args(body: str, types: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments written as child elements named by their key (``<invoke name="read_file"><path>a.rs</path>``, MiniMax
+    M3's form once its namespace tokens are read as part of the tags: MiniMax-M3#31), when no ``<parameter>`` is."""
+    pairs = zip(_CHILDREN_ONE.finditer(body), range(MAX_CANDIDATES * 2), strict=False)
+    return {m.group(1): _typed(m.group(2).strip("\n"), types.get(m.group(1))) for m, _ in pairs}
 
 
 _ARG_PAIR = re.compile(r"\s*<arg_key>\s*([^<\n]{1,128}?)\s*</arg_key>\s*<arg_value>")
