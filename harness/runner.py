@@ -106,22 +106,23 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         LedgerError: the lock file cannot be made (e.g. the ledger's folder is read-only).
     """
     path = Path(ledger_path)
+    folder = lock_folder(path)  # once: each run's lock is then one open and one flock
 
     def take(identity: str) -> Claim | None:
         try:
-            lock = take_lock(path, identity)
+            lock = take_lock(path, identity, folder=folder)
         except OSError as exc:
-            file = lock_folder(path) / f"{identity}.lock"
+            file = folder / f"{identity}.lock"
             if file.is_symlink() or (file.exists() and not file.is_file()):
                 raise LedgerError(f"{file} is not a lock file (a folder or a symlink); delete it and run again.") from exc
             raise LedgerError(
-                f"cannot lock run {identity[:12]} in {lock_folder(path)} ({exc.strerror or exc}); "
+                f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); "
                 "check that the ledger's folder is writable."
             ) from exc
         if lock is None:
             return None
         policy = identity_free if resume else _accept_any
-        return Claim(policy, {"lock": lock.path.relative_to(lock_folder(path).parent).as_posix()}, lock.release)
+        return Claim(policy, {"lock": lock.path.relative_to(folder.parent).as_posix()}, lock.release)
 
     return take
 
