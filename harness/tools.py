@@ -29,6 +29,7 @@ Confinement (nothing the model sends may touch anything outside its run's sandbo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -267,11 +268,23 @@ def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
     return json.dumps(sorted(entry.name for entry in target.iterdir()))
 
 
+#: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)
+_NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+
+
 def _read_file(sandbox: Sandbox, path: Any) -> str:
     target = sandbox.resolve(path)
-    if not target.is_file():
+    try:
+        info: os.stat_result | None = target.stat()  # one stat for "is it a file" and "how large"
+    except OSError as exc:
+        if exc.errno not in _NO_SUCH_FILE:
+            raise
+        info = None
+    except ValueError:  # as Path.is_file
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
         raise ToolError(f"no such file: {path!r}")
-    if target.stat().st_size > MAX_READ_BYTES:
+    if info.st_size > MAX_READ_BYTES:
         raise ToolError(f"{path!r} is larger than {MAX_READ_BYTES} bytes")
     fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as handle:
@@ -292,8 +305,9 @@ def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
     target = sandbox.resolve(path)
     if target == sandbox.root or target.is_dir():
         raise ToolError(f"{path!r} is a directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sandbox.resolve(sandbox.relative(target.parent))  # re-check after mkdir: no symlinked parent
+    if target.parent != sandbox.root:  # the root exists
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sandbox.resolve(sandbox.relative(target.parent))  # re-check after mkdir: no symlinked parent
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
