@@ -60,8 +60,7 @@ def test_the_planned_identity_is_the_recorded_one_and_differs_with_the_embedded_
     plan = RunPlan(scenario, f"embedded:{gguf}", 0.0)
     digest = EmbeddedBackend(str(gguf), num_ctx=256).identity().identity_digest
     planned = {
-        slots: [p.identity for p in plan_matrix([plan], None, jobs=slots, embedded_slots=slots).planned]
-        for slots in (1, 2)
+        slots: [p.identity for p in plan_matrix([plan], None, jobs=slots, embedded_slots=slots).planned] for slots in (1, 2)
     }
     assert planned == {1: [plan.identity(digest)], 2: [plan.identity(digest, 2)]}
     assert plan_matrix([plan], None, jobs=4).planned[0].identity == plan.identity(digest)  # --jobs alone: one slot
@@ -131,7 +130,9 @@ def test_embedded_slots_out_of_range_is_one_sentence(tmp_path, capsys, value):
 @pytest.mark.slow
 def test_jobs_1_on_the_embedded_model_reproduces_the_replies_byte_for_byte_across_two_processes(tmp_path):
     """One slot, the same seed, the same order: two separate processes get the same replies, byte for byte."""
-    scenario = scenario_toml(tmp_path, head_replace=[("max_tokens = 256", "max_tokens = 24"), ("turn_limit = 8", "turn_limit = 3")])
+    scenario = scenario_toml(
+        tmp_path, head_replace=[("max_tokens = 256", "max_tokens = 24"), ("turn_limit = 8", "turn_limit = 3")]
+    )
     replies = []
     for name in ("first", "second"):
         ledger = tmp_path / f"{name}.sqlite"
