@@ -2,18 +2,30 @@
 
 Run: ``python benchmarks/matrix_scale.py`` (about a minute on 2 cores). Prints:
 
-1. Overhead per turn (classify + execute tools + write the ledger) against a zero-latency
-   replay backend: turns per second and the median per-turn overhead in ms (target < 2 ms).
+1. Cost per turn against a zero-latency replay backend (``list_and_report``, a cassette of three tool calls and a
+   final answer): the whole run's wall time divided by its turns (sandbox, lock, start row, turns, checks, end row),
+   turns per second, and the median of the part from reply to committed turn (classify + execute tools + write the
+   ledger).
 2. Scaling: a scripted OpenAI-compatible server on 127.0.0.1 (tests/fake_agent_server.py) answering
    every request after a fixed delay with 16 slots; runs per second for jobs = 1, 2, 4, 8, 16
    and the ratio to jobs x single-job throughput (target >= 0.85 up to 16 jobs).
 3. The ledger under concurrency: 16 concurrent runs; rows counted and the chain verified.
+
+``--baseline DIR`` (a checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) measures only part 1,
+alternating this code and that code in fresh child processes (``--rounds`` each, ``--runs`` runs per measurement),
+and prints each one's median and their ratio: a shared, noisy machine distorts a ratio measured in one run less than
+absolute figures. ``--profile`` prints part 1's top cProfile entries (the run worker's thread).
 """
 
 from __future__ import annotations
 
+import argparse
+import cProfile
 import json
+import os
+import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -21,7 +33,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(os.environ.get("HARNESS_BENCH_CODE") or REPO)))  # the code measured (--baseline's child)
+sys.path.insert(1, str(REPO))
 
 from harness.backends.replay import ReplayBackend  # noqa: E402
 from harness.ledger import Ledger  # noqa: E402
@@ -61,7 +74,9 @@ _STAMP: dict[int, float] = {}
 _OVERHEAD_MS: list[float] = []
 
 
-def overhead(tmp: Path, runs: int = 200) -> None:
+def overhead(tmp: Path, runs: int = 200, *, quiet: bool = False, profile: bool = False) -> dict[str, float]:
+    """Part 1; returns ``{"ms_per_turn": whole-run wall time / turns, "overhead_ms": median reply-to-commit}``."""
+    _OVERHEAD_MS.clear()
     cassette = tmp / "ideal.jsonl"
     cassette.write_text("\n".join([
         _line([("list_files", {"path": "."})]),
@@ -70,19 +85,66 @@ def overhead(tmp: Path, runs: int = 200) -> None:
         _line(content="I wrote report.txt."),
     ]) + "\n")  # fmt: skip
     plans = expand_matrix([SCENARIO], MatrixOverrides([f"replay:{cassette}"], [0.0], runs, None, ["native"], None))
-    with _TimedLedger(tmp / "overhead.sqlite") as ledger:
+    profiler = cProfile.Profile() if profile else None
+    with _TimedLedger(tmp / f"overhead{time.monotonic_ns()}.sqlite") as ledger:
+        if profiler is not None:
+            _profiled(profiler)
         start = time.perf_counter()
         result = run_matrix(
             plans, ledger, RunOptions(runs_dir=tmp / "runs"), backend_factory=lambda spec, **kw: _TimedReplay(cassette)
         )
         elapsed = time.perf_counter() - start
     total_turns = sum(s.turns for s in result.summaries)
+    assert all(s.outcome == "pass" for s in result.summaries), {s.outcome for s in result.summaries}
     ordered = sorted(_OVERHEAD_MS)
-    print("1. Harness overhead per turn (zero-latency replay backend, jobs=1)")
-    print(f"   {len(result.summaries)} runs, {total_turns} turns in {elapsed:.2f} s = {total_turns / elapsed:.0f} turns/s "
-          f"(wall time incl. sandbox setup and run rows: {elapsed / total_turns * 1000:.2f} ms per turn)")  # fmt: skip
-    print(f"   per-turn overhead (classify + tools + ledger write): median {statistics.median(ordered):.2f} ms, "
-          f"p99 {ordered[int(len(ordered) * 0.99)]:.2f} ms")  # fmt: skip
+    figures = {"ms_per_turn": elapsed / total_turns * 1000, "overhead_ms": statistics.median(ordered)}
+    if not quiet:
+        print("1. Harness cost per turn (zero-latency replay backend, jobs=1)")
+        print(f"   {len(result.summaries)} runs, {total_turns} turns in {elapsed:.2f} s = {total_turns / elapsed:.0f} turns/s "
+              f"(whole runs: sandbox, lock, run rows, turns, checks: {figures['ms_per_turn']:.2f} ms per turn)")  # fmt: skip
+        print(f"   reply to committed turn (classify + tools + ledger write): median {figures['overhead_ms']:.2f} ms, "
+              f"p99 {ordered[int(len(ordered) * 0.99)]:.2f} ms")  # fmt: skip
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("tottime").print_stats(20)
+        stats.sort_stats("cumulative").print_stats(30)
+    return figures
+
+
+def _profiled(profiler: cProfile.Profile) -> None:
+    """Turn ``profiler`` on around each run in the worker thread that executes it (cProfile sees one thread)."""
+    from harness import runner
+
+    execute = runner._MatrixRun.execute
+
+    def profiled(self, planned, endpoint):  # noqa: ANN001, ANN202 - the wrapped method's shape
+        profiler.enable()
+        try:
+            return execute(self, planned, endpoint)
+        finally:
+            profiler.disable()
+
+    runner._MatrixRun.execute = profiled  # type: ignore[method-assign]
+
+
+def compare(baseline: Path, rounds: int, runs: int) -> None:
+    """Part 1 for this code and ``baseline``, alternating in child processes; medians and their ratio."""
+    codes = {"this code": REPO, "baseline": baseline.resolve()}
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
+    for _ in range(rounds):
+        for name, code in codes.items():
+            env = {**os.environ, "HARNESS_BENCH_CODE": str(code)}
+            done = subprocess.run([sys.executable, __file__, "--child", "--runs", str(runs)], env=env, check=True,
+                                  capture_output=True, text=True)  # fmt: skip
+            got[name].append(json.loads(done.stdout.splitlines()[-1]))
+    print(f"1. Cost per turn, {rounds} alternating rounds of {runs} runs each (medians)")
+    medians = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in got.items()}
+    for name, m in medians.items():
+        print(f"   {name:9s} ({codes[name]}): {m['ms_per_turn']:.3f} ms per turn (whole runs), "
+              f"{m['overhead_ms']:.3f} ms reply to commit")  # fmt: skip
+    mine, base = medians["this code"], medians["baseline"]
+    print(f"   ratio this code / baseline: whole runs {mine['ms_per_turn'] / base['ms_per_turn']:.2f}, "
+          f"reply to commit {mine['overhead_ms'] / base['overhead_ms']:.2f}")  # fmt: skip
 
 
 def scaling(tmp: Path, delay_s: float = 0.2) -> None:
@@ -118,8 +180,26 @@ def ledger_concurrency(tmp: Path) -> None:
     )
 
 
-if __name__ == "__main__":
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", type=Path, help="a checkout of other code: part 1 only, alternating with it")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds with --baseline (default 5)")
+    parser.add_argument("--runs", type=int, default=200, help="runs per part-1 measurement (default 200)")
+    parser.add_argument("--profile", action="store_true", help="part 1 only, under cProfile; print its top entries")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        overhead(Path(folder))
-        scaling(Path(folder))
-        ledger_concurrency(Path(folder))
+        if args.child:
+            print(json.dumps(overhead(Path(folder), args.runs, quiet=True)))
+        elif args.baseline is not None:
+            compare(args.baseline, args.rounds, args.runs)
+        elif args.profile:
+            overhead(Path(folder), args.runs, profile=True)
+        else:
+            overhead(Path(folder), args.runs)
+            scaling(Path(folder))
+            ledger_concurrency(Path(folder))
+
+
+if __name__ == "__main__":
+    main()

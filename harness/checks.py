@@ -37,13 +37,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import regex
+
+from harness.tools import real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -144,8 +147,9 @@ def validate_check(check: Any) -> str | None:
 
 
 def _read(ctx: CheckContext, rel: str) -> str | None:
-    path = (ctx.sandbox / rel).resolve()
-    if ctx.sandbox.resolve() not in path.parents or not path.is_file():
+    """The text of the sandbox file ``rel`` (``ctx.sandbox`` is a real path), or None when it is no file inside it."""
+    path = real_path_within(ctx.sandbox, rel)
+    if ctx.sandbox not in path.parents or not path.is_file():
         return None
     with path.open("rb") as handle:
         return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
@@ -156,11 +160,13 @@ _RUN_CHECKS = frozenset(
 )
 
 
-def _evaluate(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, str]:
+def _evaluate(check: Mapping[str, Any], ctx: CheckContext, reads: dict[str, str | None]) -> tuple[bool, str]:
     kind = check["type"]
     if kind in _RUN_CHECKS:
         return _evaluate_run(check, ctx)
-    text = _read(ctx, check["path"])
+    if check["path"] not in reads:  # several checks on one file read it once (the run is over: it cannot change)
+        reads[check["path"]] = _read(ctx, check["path"])
+    text = reads[check["path"]]
     if text is None:
         return False, f"{check['path']} does not exist"
     if kind in ("file_csv_value", "file_csv_values_in"):
@@ -288,9 +294,11 @@ def evaluate_checks(checks: Sequence[Mapping[str, Any]], ctx: CheckContext) -> l
         One :class:`CheckResult` per check, in order.
     """
     results = []
+    ctx = replace(ctx, sandbox=Path(os.path.realpath(ctx.sandbox)))
+    reads: dict[str, str | None] = {}
     for check in checks:
         try:
-            passed, detail = _evaluate(check, ctx)
+            passed, detail = _evaluate(check, ctx, reads)
         except (OSError, ValueError, RecursionError) as exc:  # ValueError covers UnicodeError
             passed, detail = False, f"could not evaluate: {exc}"
         results.append(CheckResult(check["type"], passed, detail))

@@ -24,7 +24,6 @@ is :mod:`harness.tool_protocol`'s business; what the run is (:class:`RunPlan`) i
 from __future__ import annotations
 
 import os
-import random
 import socket
 import threading
 import time
@@ -47,6 +46,7 @@ from harness.errors import BackendError, BackendResponseError, BreakerTripped, C
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_now
 from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
+from harness.retry import DEFAULT_RETRY, RetryPolicy
 from harness.scenarios import Scenario
 from harness.tool_protocol import assistant_message, refusal_text, request_hash, result_message
 from harness.tools import Sandbox, ToolResult
@@ -61,35 +61,6 @@ IDENTITY_VERSION = "1"
 REFUSED_CALL = (
     f"call refused, not run: a reply may make at most {MAX_STRUCTURED_CALLS} structured calls; send the rest in the next reply"
 )
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How infrastructure errors are retried: exponential backoff with jitter, honouring ``Retry-After``.
-
-    Attempt ``a`` (from 1) that fails with a retryable :class:`~harness.errors.BackendError` waits
-    ``Retry-After`` seconds when the server sent one (capped at ``max_delay_s``), else a uniformly
-    jittered ``[0.5, 1] x min(max_delay_s, base_delay_s x 2^(a-1))`` seconds ("equal jitter"),
-    then tries again, up to ``max_attempts`` attempts in all.
-
-    Attributes:
-        max_attempts: attempts per model call, >= 1 (1 means no retry).
-        base_delay_s: first backoff, seconds.
-        max_delay_s: cap on any single wait, seconds.
-    """
-
-    max_attempts: int = 4
-    base_delay_s: float = 0.5
-    max_delay_s: float = 30.0
-
-    def delay_s(self, attempt: int, retry_after_s: float | None) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (from 1)."""
-        if retry_after_s is not None:
-            return max(0.0, min(self.max_delay_s, retry_after_s))
-        return min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-
-
-DEFAULT_RETRY = RetryPolicy()
 
 
 class IdentityTaken(Exception):
@@ -141,16 +112,18 @@ class RunPlan:
             stream=self.stream,
         )
 
-    def identity(self, model_digest: str | None = None) -> str:
+    def identity(self, model_digest: str | None = None, slots: int | None = None) -> str:
         """Deterministic SHA-256 over everything that can change the model's output.
 
         Covers the scenario file's content, tool schemas, rendered system prompt, model spec
         and digest (when known: :attr:`BackendIdentity.identity_digest`), effective options (``think``
         only when it is not ``default``, ``stream`` only when on: :meth:`GenerateOptions.as_dict`, so runs
-        recorded before they existed keep their identity), tool mode, parser policy, repetition and
-        :data:`IDENTITY_VERSION`. Concurrency, retries and timeouts are not part of it.
+        recorded before they existed keep their identity), tool mode, parser policy, repetition,
+        :data:`IDENTITY_VERSION`, and ``slots`` when given and not 1 (the embedded server's slot count:
+        :attr:`BackendIdentity.identity_slots`; batched decoding changes the replies). ``--jobs``, retries and
+        timeouts are not part of it.
         """
-        payload = {
+        payload: dict[str, Any] = {
             "v": IDENTITY_VERSION,
             "scenario": self.scenario.content_hash,
             "tools": self.scenario.tool_schemas(),
@@ -162,6 +135,8 @@ class RunPlan:
             "parser": self.parser,
             "repetition": self.repetition,
         }
+        if slots is not None and slots != 1:
+            payload["slots"] = slots
         return sha256_of(payload)
 
 
@@ -200,7 +175,9 @@ class RunOptions:
 
     Attributes:
         runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
-        jobs: concurrent runs per model endpoint in a matrix, >= 1 (an embedded server gets this many slots; in ``config``).
+        jobs: concurrent runs per model endpoint in a matrix, >= 1 (in ``config``).
+        embedded_slots: parallel slots of each embedded model's server, >= 1 (``--embedded-slots``); with fewer slots
+            than ``jobs`` requests queue at the server. More than 1 enters the run identity.
         retry: how infrastructure errors are retried; every failed attempt is recorded.
         use_cache: reuse the reply recorded for the same run identity and request messages (repeats stay apart).
         claim: when set, called with the run's identity before its start row: None (a live run owns it) or a
@@ -215,6 +192,7 @@ class RunOptions:
 
     runs_dir: Path = Path("results") / "runs"
     jobs: int = 1
+    embedded_slots: int = 1
     retry: RetryPolicy = DEFAULT_RETRY
     use_cache: bool = False
     claim: ClaimTaker | None = None
@@ -344,7 +322,7 @@ class _Run:
             ident = BackendIdentity(backend=plan.model.split(":", 1)[0], model=plan.model)
             outcome, error = "infra_error", str(exc)
         git_sha, git_dirty = _git_revision()
-        self.identity = plan.identity(ident.identity_digest)
+        self.identity = plan.identity(ident.identity_digest, ident.identity_slots)
         tools = self.tool_schemas if plan.tool_mode == "native" else None
         if self.options.claim is not None:
             self.claim = self.options.claim(self.identity)

@@ -61,10 +61,10 @@ def lock_folder(ledger_path: str | Path) -> Path:
     return path.with_name(path.name + ".locks")
 
 
-def _lock_file(ledger_path: str | Path, identity: str) -> Path:
+def _lock_file(ledger_path: str | Path, identity: str, folder: Path | None = None) -> Path:
     if not identity or not all(c in "0123456789abcdef" for c in identity):
         raise ValueError(f"a run identity is lowercase hex, not {identity!r}")
-    return lock_folder(ledger_path) / f"{identity}.lock"
+    return (folder or lock_folder(ledger_path)) / f"{identity}.lock"
 
 
 class RunLock:
@@ -85,12 +85,13 @@ class RunLock:
             os.close(fd)  # closing the only descriptor of the open file releases its flock
 
 
-def take_lock(ledger_path: str | Path, identity: str) -> RunLock | None:
+def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = None) -> RunLock | None:
     """Take the identity's lock if no live process (or thread) owns it.
 
     Args:
         ledger_path: the ledger file; the lock lives in :func:`lock_folder` of it (created if missing).
         identity: the run identity (lowercase hex).
+        folder: :func:`lock_folder` of ``ledger_path`` when the caller has it already (a matrix takes many locks).
 
     Returns:
         The held lock, or None when a live owner holds it now.
@@ -98,9 +99,13 @@ def take_lock(ledger_path: str | Path, identity: str) -> RunLock | None:
     Raises:
         OSError: the lock folder or file cannot be created or opened (e.g. a read-only folder).
     """
-    path = _lock_file(ledger_path, identity)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    path = _lock_file(ledger_path, identity, folder)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:  # the first lock, or the folder was deleted: make it (once, not on every run)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

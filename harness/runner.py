@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -23,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.backends import EmbeddedBackend, memory, open_backend, parse_model_spec
-from harness.backends.base import Backend
-from harness.errors import BackendError, BackendUnavailable, LedgerError, ModelNotFound, UsageError
+from harness.backends import open_backend, parse_model_spec
+from harness.endpoints import BackendFactory, Concurrency, Endpoint, PlannedRun, check_memory_together, open_endpoints
+from harness.errors import LedgerError, UsageError
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
@@ -41,8 +40,6 @@ __all__ = [
 ]  # fmt: skip
 
 MAX_PLANNED_RUNS = 1_000_000
-BackendFactory = Callable[..., Backend]
-"""Opens a backend from a spec; called as ``factory(spec, api_key_env=, num_ctx=, parallel=)`` (like :func:`open_backend`)."""
 
 
 def expand_matrix(scenarios: Iterable[Scenario], overrides: MatrixOverrides = MatrixOverrides()) -> list[RunPlan]:
@@ -109,22 +106,23 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         LedgerError: the lock file cannot be made (e.g. the ledger's folder is read-only).
     """
     path = Path(ledger_path)
+    folder = lock_folder(path)  # once: each run's lock is then one open and one flock
 
     def take(identity: str) -> Claim | None:
         try:
-            lock = take_lock(path, identity)
+            lock = take_lock(path, identity, folder=folder)
         except OSError as exc:
-            file = lock_folder(path) / f"{identity}.lock"
+            file = folder / f"{identity}.lock"
             if file.is_symlink() or (file.exists() and not file.is_file()):
                 raise LedgerError(f"{file} is not a lock file (a folder or a symlink); delete it and run again.") from exc
             raise LedgerError(
-                f"cannot lock run {identity[:12]} in {lock_folder(path)} ({exc.strerror or exc}); "
+                f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); "
                 "check that the ledger's folder is writable."
             ) from exc
         if lock is None:
             return None
         policy = identity_free if resume else _accept_any
-        return Claim(policy, {"lock": lock.path.relative_to(lock_folder(path).parent).as_posix()}, lock.release)
+        return Claim(policy, {"lock": lock.path.relative_to(folder.parent).as_posix()}, lock.release)
 
     return take
 
@@ -178,23 +176,6 @@ class MatrixQuit(KeyboardInterrupt):
 
 
 @dataclass
-class PlannedRun:
-    """A plan with its identity resolved against the model server.
-
-    Attributes:
-        plan: what to run.
-        identity: :meth:`RunPlan.identity` with the model digest the server reported.
-        done: the ledger already holds a finished, non-infrastructure run with this identity.
-        running: a live process holds the identity's lock now (resolved by :func:`plan_matrix` only).
-    """
-
-    plan: RunPlan
-    identity: str
-    done: bool
-    running: bool = False
-
-
-@dataclass
 class MatrixResult:
     """What a matrix came to.
 
@@ -217,106 +198,13 @@ class MatrixResult:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Endpoint:
-    backend: Backend
-    plans: list[PlannedRun]
-    parallel: int
-    start_config: dict[str, Any] = field(default_factory=dict)  # warm-up and provenance (harness.startup)
-
-
-def _open_endpoints(
-    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int, backend_factory: BackendFactory, result: MatrixResult
-) -> dict[str, _Endpoint]:
-    """Open one backend per model, preflight it, and resolve every plan's identity."""
-    finished = ledger.finished_identities() if ledger is not None else {}
-    by_model: dict[str, list[RunPlan]] = {}
-    for plan in plans:
-        by_model.setdefault(plan.model, []).append(plan)
-    endpoints: dict[str, _Endpoint] = {}
-    try:
-        _open_each(by_model, endpoints, finished, jobs=jobs, backend_factory=backend_factory, result=result)
-    except BaseException:
-        for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
-            endpoint.backend.close()
-        raise
-    return endpoints
-
-
-def _check_memory_together(endpoints: dict[str, _Endpoint]) -> None:
-    """Every endpoint with runs to do starts its server before the first run and keeps it until the matrix ends, so
-    the embedded models among ``endpoints`` (those with runs to do) must fit in memory together, not only one by one.
-
-    Raises:
-        UsageError: their estimates add up to more than the memory available (:func:`memory.check_fit_together`).
-    """
-    needs = [(model, e.backend.model_file, e.backend.num_ctx * e.backend.parallel)
-             for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)]  # fmt: skip
-    memory.check_fit_together(needs)
-
-
-def _ollama_num_parallel() -> int:
-    """OLLAMA_NUM_PARALLEL as this machine's environment sets it (the server's own is not queryable)."""
-    try:
-        return max(1, int(os.environ.get("OLLAMA_NUM_PARALLEL") or 1))
-    except ValueError:
-        return 1
-
-
-def _open_each(by_model: dict[str, list[RunPlan]], endpoints: dict[str, _Endpoint], finished: dict[str, int], *,
-               jobs: int, backend_factory: BackendFactory, result: MatrixResult) -> None:  # fmt: skip
-    for model, model_plans in by_model.items():
-        api_key_env = next((p.scenario.api_key_env for p in model_plans if p.scenario.api_key_env), None)
-        num_ctx = max(p.scenario.num_ctx for p in model_plans)
-        backend = backend_factory(model, api_key_env=api_key_env, num_ctx=num_ctx, parallel=jobs)
-        try:
-            digest = backend.identity().identity_digest  # preflight: a dead server is one message, not N runs
-        except (BackendUnavailable, ModelNotFound) as exc:
-            result.skipped.append((model, str(exc), len(model_plans)))
-            backend.close()
-            continue
-        except BackendError:
-            digest = None  # may be transient: each run meets it again and records it as infra_error
-        _check_thinking(model, backend, model_plans)
-        parallel = jobs
-        if parse_model_spec(model)[0] == "ollama":
-            parallel = min(jobs, _ollama_num_parallel())
-            if jobs > parallel:
-                result.warnings.append(
-                    f"--jobs {jobs} for {model}: an Ollama server answers OLLAMA_NUM_PARALLEL requests at once "
-                    f"(here {parallel}; Ollama's default is 1) and queues the rest; set it on the server to match."
-                )
-        planned = []
-        for plan in model_plans:
-            identity = plan.identity(digest)
-            planned.append(PlannedRun(plan, identity, identity in finished))
-        result.planned.extend(planned)
-        endpoints[model] = _Endpoint(backend, planned, parallel)
-
-
-def _check_thinking(model: str, backend: Backend, plans: Sequence[RunPlan]) -> None:
-    """Refuse ``think = on`` for a model whose server says it cannot think, before any run starts.
-
-    Raises:
-        UsageError: the server reports the model's capabilities without ``thinking`` (Ollama's ``/api/show``);
-            the backend is closed first.
-    """
-    if not any(plan.think == "on" for plan in plans):
-        return
-    try:
-        able = backend.can_think()
-    except BackendError:
-        able = None  # the server's trouble shows up in the runs themselves
-    if able is False:
-        backend.close()
-        raise UsageError(
-            f"{model} cannot think (the server lists no 'thinking' capability for it), but the matrix asks for "
-            "think = on; use --think off or --think default for it, or drop it from the matrix."
-        )
-
-
 def plan_matrix(
-    plans: Sequence[RunPlan], ledger: Ledger | None, *, jobs: int = 1, backend_factory: BackendFactory = open_backend
+    plans: Sequence[RunPlan],
+    ledger: Ledger | None,
+    *,
+    jobs: int = 1,
+    embedded_slots: int = 1,
+    backend_factory: BackendFactory = open_backend,
 ) -> MatrixResult:
     """Resolve identities, what is already done and what another process runs now, without running anything (``--dry-run``).
 
@@ -326,18 +214,20 @@ def plan_matrix(
     Args:
         plans: from :func:`expand_matrix`.
         ledger: the ledger to compare against, or None when there is none yet (nothing done).
-        jobs: the real run's ``--jobs``: backends are opened as it would open them (an embedded model's memory check
-            counts ``jobs`` slots of context).
+        jobs: the real run's ``--jobs`` (the warnings about requests queueing at a server are the real run's).
+        embedded_slots: the real run's ``--embedded-slots``: backends are opened as it would open them (an embedded
+            model's memory check counts that many slots of context, and the slot count is part of the identities).
         backend_factory: opens a backend from a spec.
     """
     result = MatrixResult()
-    endpoints = _open_endpoints(plans, ledger, jobs=jobs, backend_factory=backend_factory, result=result)
+    concurrency = Concurrency(jobs, embedded_slots)
+    endpoints = open_endpoints(plans, ledger, concurrency, backend_factory=backend_factory, result=result)
     for endpoint in endpoints.values():
         endpoint.backend.close()
     if ledger is not None:
         for planned in result.planned:
             planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity)
-    _check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
+    check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
     return result
@@ -354,7 +244,7 @@ def run_matrix(
 ) -> MatrixResult:
     """Run every plan not already in the ledger, up to ``options.jobs`` at once per model endpoint.
 
-    Each model gets one backend (an embedded server is started with ``jobs`` slots); runs of
+    Each model gets one backend (an embedded server with ``options.embedded_slots`` slots); runs of
     different models proceed side by side, each endpoint with its own limit. With ``resume``,
     every run whose identity the ledger already holds is skipped (:func:`identity_free`;
     ``infra_error``/``interrupted`` runs are redone) and each run claims its identity as it
@@ -383,12 +273,13 @@ def run_matrix(
     """
     result, events, stop = MatrixResult(), events or MatrixEvents(), options.stop or threading.Event()
     opened = ledger if isinstance(ledger, Ledger) else None  # none yet: nothing in it is done
-    endpoints = _open_endpoints(plans, opened, jobs=options.jobs, backend_factory=backend_factory, result=result)
+    concurrency = Concurrency(options.jobs, options.embedded_slots)
+    endpoints = open_endpoints(plans, opened, concurrency, backend_factory=backend_factory, result=result)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     matrix: _MatrixRun | None = None
     try:
-        _check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
+        check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
         matrix = _MatrixRun(db, replace(options, stop=stop, claim=claim), result, events)
@@ -416,7 +307,7 @@ class _MatrixRun:
         self.futures: list[Future[None]] = []
         self.quitting = False
 
-    def run(self, endpoints: dict[str, _Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
+    def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
         try:
             for model, endpoint in endpoints.items():
                 if not todos[model]:
@@ -451,7 +342,7 @@ class _MatrixRun:
             for pool in self.pools:  # after a second Ctrl-C, do not wait for the model calls in flight
                 pool.shutdown(wait=not self.quitting, cancel_futures=True)
 
-    def execute(self, planned: PlannedRun, endpoint: _Endpoint) -> None:
+    def execute(self, planned: PlannedRun, endpoint: Endpoint) -> None:
         if self.stop.is_set():
             return
         handle = endpoint.backend.for_run()

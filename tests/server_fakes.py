@@ -150,11 +150,12 @@ LLAMACPP_TOOL_TEMPLATE = (
 """A chat template that renders tools (shortened from Qwen2.5's), for :func:`llamacpp_props`."""
 
 
-def llamacpp_props(template: str | None, *, supports_tools: bool, ftype: str = "Q4_K_M") -> Responder:
+def llamacpp_props(template: str | None, *, supports_tools: bool, ftype: str = "Q4_K_M", slots: Any = 1) -> Responder:
     """``GET /props`` of llama.cpp's server, shaped as the bundled server (``xllamacpp`` 2026.10.11549) answers it:
     ``default_generation_settings`` (``params`` with the sampling defaults, ``n_ctx``), ``model_ftype``,
     ``chat_template``, ``chat_template_caps`` (``supports_tools``, ...) and ``build_info``; the real body, minus the
-    fields the harness does not read, is printed by ``tests/test_provenance_embedded.py``'s server."""
+    fields the harness does not read, is printed by ``tests/test_provenance_embedded.py``'s server; ``total_slots`` is
+    ``slots`` (the real server's ``--parallel``)."""
     body: dict[str, Any] = {
         "default_generation_settings": {"params": {
             "seed": 4294967295, "temperature": 0.800000011920929, "top_k": 40, "top_p": 0.949999988079071,
@@ -162,7 +163,7 @@ def llamacpp_props(template: str | None, *, supports_tools: bool, ftype: str = "
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "mirostat": 0, "n_predict": -1, "max_tokens": -1,
             "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]},
             "n_ctx": 4096},
-        "total_slots": 1, "model_alias": "/models/qwen2.5-0.5b-instruct-q4_k_m.gguf", "model_ftype": ftype,
+        "total_slots": slots, "model_alias": "/models/qwen2.5-0.5b-instruct-q4_k_m.gguf", "model_ftype": ftype,
         "model_path": "/models/qwen2.5-0.5b-instruct-q4_k_m.gguf",
         "chat_template_caps": {"supports_parallel_tool_calls": supports_tools, "supports_system_role": True,
                                "supports_tool_calls": supports_tools, "supports_tools": supports_tools},

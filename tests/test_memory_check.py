@@ -99,7 +99,7 @@ def test_the_cli_says_one_sentence_and_records_nothing_for_a_model_over_the_limi
     assert err == (
         "harness: model.gguf needs about 1.02 GiB of memory to load (0.59 GiB of weights, 10 % + 128 MiB overhead, "
         "and a 4096-token context) but only 0.50 GiB is available (set by HARNESS_MEMORY_LIMIT); choose a smaller "
-        "model, lower num_ctx or --jobs, or free memory.\n"
+        "model, lower num_ctx or --embedded-slots, or free memory.\n"
     )
     assert not ledger.exists()  # nothing ran: no fresh empty ledger is left behind
     # the dry run says the same before anything would run
@@ -124,8 +124,9 @@ def test_memory_taken_after_the_backend_opened_stops_the_matrix_before_any_run(t
         assert ledger.runs() == []  # refused before loading: no run recorded as an infrastructure failure
 
 
-def test_the_dry_run_checks_memory_with_the_jobs_of_the_real_run(tmp_path, capsys, monkeypatch):
-    """``--jobs 4`` gives the server 4 slots of context: the dry run must refuse what the real run would."""
+def test_the_dry_run_checks_memory_with_the_slots_of_the_real_run(tmp_path, capsys, monkeypatch):
+    """``--embedded-slots 4`` gives the server 4 slots of context: the dry run must refuse what the real run would;
+    ``--jobs 4`` alone keeps one slot (its requests queue), so it fits."""
     model = sparse(tmp_path / "model.gguf", 100 * 1024**2)  # 1 slot: 0.48 GiB; 4 slots: 1.23 GiB
     monkeypatch.setenv(mem.LIMIT_ENV, "1G")
     ledger = tmp_path / "ledger.sqlite"
@@ -133,9 +134,11 @@ def test_the_dry_run_checks_memory_with_the_jobs_of_the_real_run(tmp_path, capsy
     rc, out, err = cli(capsys, *args, "--dry-run")
     assert rc == 0 and "1 run planned" in out, err
     rc, out, err = cli(capsys, *args, "--jobs", "4", "--dry-run")
+    assert rc == 0 and "1 run planned" in out, err
+    rc, out, err = cli(capsys, *args, "--embedded-slots", "4", "--dry-run")
     assert_one_sentence_error(rc, err)
     assert rc == 2 and "needs about 1.23 GiB of memory to load" in err and "16384-token context" in err
-    rc, out, err = cli(capsys, *args, "--jobs", "4")  # the real run refuses with the same sentence
+    rc, out, err = cli(capsys, *args, "--embedded-slots", "4")  # the real run refuses with the same sentence
     assert rc == 2 and "needs about 1.23 GiB of memory to load" in err
     assert not ledger.exists()
 
@@ -155,7 +158,7 @@ def test_embedded_models_that_fit_one_by_one_but_not_together_are_refused(tmp_pa
             f"harness: the 2 embedded models of this matrix are loaded side by side and together need about 0.96 GiB of "
             f"memory (embedded:{first} 0.48 GiB, embedded:{second} 0.48 GiB; each is weights, 10 % + 128 MiB overhead, "
             f"and its context) but only 0.75 GiB is available (set by HARNESS_MEMORY_LIMIT); run them in separate "
-            f"matrices, lower num_ctx or --jobs, or free memory.\n"
+            f"matrices, lower num_ctx or --embedded-slots, or free memory.\n"
         )
         assert not ledger.exists()
     monkeypatch.setenv(mem.LIMIT_ENV, "1G")  # both fit: the dry run plans them

@@ -90,6 +90,7 @@ def test_llamacpp_props_give_the_template_its_tool_support_sampling_defaults_qua
         "quantization": "Q4_K_M",
         "parameters": "494032768",
         "template_fallback": False,
+        "slots": 1,
     }  # fmt: skip
 
 

@@ -5,12 +5,14 @@ Also holds a red-team regression test: path escapes sent through a whole run wri
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+from pathlib import Path
 
 import pytest
 
-from harness.tools import BUILTIN_TOOLS, MAX_WRITE_BYTES, Sandbox
+from harness.tools import BUILTIN_TOOLS, MAX_WRITE_BYTES, Sandbox, real_path_within
 from tests.helpers import assert_recorded, call_line, run_replay, text_line
 
 
@@ -121,3 +123,25 @@ def test_guard_path_escapes_are_refused_and_nothing_is_written_outside(tmp_path,
     assert not (summary.sandbox / "big.txt").exists()
     outputs = [c["output"] for t in facts["turn_rows"][:-1] for c in t.record.executed_calls]
     assert all(o.startswith("ERROR: ") for o in outputs)
+
+
+def test_a_path_resolves_below_the_root_exactly_as_realpath_resolves_it(tmp_path):
+    """real_path_within looks only below the root; every path of up to 4 parts (links in and out, '..', '.', empty
+    parts, missing names, a file used as a folder, an absolute path) resolves as os.path.realpath resolves it."""
+    (tmp_path / "outside").mkdir()
+    box = Sandbox(tmp_path / "a" / "box")
+    box.seed({"f.txt": "x", "d/g.txt": "y"})
+    os.symlink(tmp_path / "outside", box.root / "out")
+    os.symlink("d", box.root / "in")
+    os.symlink("in/../..", box.root / "up")
+    os.symlink("loop", box.root / "loop")
+    parts = ["d", "f.txt", "in", "out", "up", "loop", "..", ".", "", "nope", "g.txt"]
+    checked = 0
+    for n in range(1, 5):
+        for combo in itertools.product(parts, repeat=n):
+            path = "/".join(combo)
+            assert real_path_within(box.root, path) == Path(os.path.realpath(box.root / path)), path
+            checked += 1
+    for path in ("/etc/passwd", "//x", "/" + str(box.root) + "/d"):
+        assert real_path_within(box.root, path) == Path(os.path.realpath(box.root / path)), path
+    assert checked == sum(len(parts) ** n for n in range(1, 5))

@@ -83,6 +83,10 @@ class BackendIdentity:
             from ``GET /api/tags``; ``manifest/manifest.go``): it changes when any layer changes (weights,
             template, parameters, system prompt), so it names the model as served, but it is not a hash
             of the weights. ``None`` for other backends.
+        slots: the parallel slots the harness started the server with (the embedded backend's ``--embedded-slots``),
+            which change llama.cpp's batched arithmetic and so the replies; ``None`` for a server the harness does not
+            start (what such a server reports is recorded with each run, not part of its identity:
+            ``server_slots``, :mod:`harness.startup`).
     """
 
     backend: str
@@ -91,11 +95,18 @@ class BackendIdentity:
     server_version: str | None = None
     model_digest: str | None = None
     manifest_digest: str | None = None
+    slots: int | None = None
 
     @property
     def identity_digest(self) -> str | None:
         """The digest that enters a run's identity: the model file's, else Ollama's manifest digest."""
         return self.model_digest or self.manifest_digest
+
+    @property
+    def identity_slots(self) -> int | None:
+        """The slot count that enters a run's identity: :attr:`slots` when it is not 1, else ``None`` (one slot, or a
+        server the harness does not start), so runs recorded before slots were counted keep their identity."""
+        return self.slots if self.slots is not None and self.slots != 1 else None
 
 
 @dataclass

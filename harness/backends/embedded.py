@@ -105,7 +105,9 @@ class EmbeddedBackend(Backend):
     Args:
         name_or_path: a known model name (``smollm2-135m``, ``qwen2.5-coder-7b-instruct``), a path to a ``.gguf``
             file or ``hf:OWNER/REPO/FILE.gguf[@REVISION]``.
-        parallel: number of concurrent requests (llama.cpp slots).
+        parallel: number of concurrent requests (llama.cpp slots; ``--embedded-slots``). More than one batches
+            requests together, which changes the arithmetic and so the replies for the same seed; it enters the run
+            identity (:attr:`BackendIdentity.identity_slots <harness.backends.base.BackendIdentity.identity_slots>`).
         num_ctx: context length per slot, in tokens.
         timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 1 s per token of ``max_tokens``
             (:data:`~harness.backends.server_facts.EMBEDDED_PER_TOKEN_S`).
@@ -220,7 +222,7 @@ class EmbeddedBackend(Backend):
         return (time.perf_counter() - started) * 1000.0
 
     def identity(self) -> BackendIdentity:
-        """``embedded``, the model name, ``sha256:<gguf sha256>`` and ``xllamacpp <version>``.
+        """``embedded``, the model name, ``sha256:<gguf sha256>``, ``xllamacpp <version>`` and the slot count.
 
         Hashes a plain ``.gguf`` path once (seconds for GB files); never starts the server.
 
@@ -238,6 +240,7 @@ class EmbeddedBackend(Backend):
             base_url=self.base_url,
             server_version=f"xllamacpp {_xllamacpp_version()}",
             model_digest=f"sha256:{self._sha256}",
+            slots=self.parallel,
         )
 
     def close(self) -> None:

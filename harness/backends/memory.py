@@ -132,7 +132,7 @@ def check_fits(path: Path, n_ctx: int) -> None:
         raise UsageError(
             f"{path.name} needs about {gib(needed)} of memory to load ({gib(file_bytes)} of weights, {_OVERHEAD}, "
             f"and a {n_ctx}-token context) but only {gib(available)} is available ({_where(source)}); choose a smaller "
-            f"model, lower num_ctx or --jobs, or free memory."
+            f"model, lower num_ctx or --embedded-slots, or free memory."
         )
 
 
@@ -160,7 +160,7 @@ def check_fit_together(needs: Sequence[tuple[str, Path, int]]) -> None:
             f"the {len(needs)} embedded models of this matrix are loaded side by side and together need about "
             f"{gib(sum(estimates))} of memory ({parts}; each is weights, {_OVERHEAD}, and its context) but only "
             f"{gib(available)} is available ({_where(source)}); run them in separate matrices, lower num_ctx or "
-            f"--jobs, or free memory."
+            f"--embedded-slots, or free memory."
         )
 
 

@@ -9,7 +9,8 @@ Provenance (issue 12, section 3) is read once per model, before its runs, and re
      "sampling_defaults": {name: value} | None,  # the server's own defaults, for what a request does not set
      "quantization": str | None,         # e.g. "Q4_K_M"
      "parameters": str | None,           # parameter count as the server words it, e.g. "751.63M" or "134515008"
-     "template_fallback": bool}          # the template is the server's stand-in for a model without one
+     "template_fallback": bool,          # the template is the server's stand-in for a model without one
+     "slots": int | None}                # llama.cpp only: the server's parallel slots (None: not reported)
 
 Sources, as the servers send them:
 
@@ -17,7 +18,8 @@ Sources, as the servers send them:
   ``tests/test_provenance_embedded.py``; not read from llama.cpp's source): ``chat_template`` (the template in use:
   the GGUF's ``tokenizer.chat_template`` or the ``--chat-template`` override), ``chat_template_caps.supports_tools``,
   ``default_generation_settings.params`` (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repeat_penalty``, ...),
-  ``model_ftype`` (``Q4_1``); ``GET /v1/models`` ``data[0].meta.n_params``.
+  ``model_ftype`` (``Q4_1``), ``total_slots`` (the server's parallel slots, ``--parallel``: 1 and 2 observed for an
+  embedded server started with 1 and 2); ``GET /v1/models`` ``data[0].meta.n_params``.
 * Ollama's ``POST /api/show`` (``server/routes.go``, ``GetModelInfo``; ``api/types.go``, ``ShowResponse``):
   ``template``, ``capabilities`` (``tools``: ``types/model/capability.go``), ``parameters`` (one ``%-30s %#v`` line
   per option: ``temperature                    0.7``, ``stop                           "<|im_start|>"``),
@@ -119,7 +121,13 @@ def llamacpp_facts(props: dict[str, Any], models: dict[str, Any] | None = None) 
         "quantization": _text(props.get("model_ftype")),
         "parameters": parameters,
         "template_fallback": False,
+        "slots": _count(props.get("total_slots")),
     }
+
+
+def _count(value: Any) -> int | None:
+    """A positive integer as sent, else None (a server could send anything)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31 else None
 
 
 def parse_ollama_parameters(text: Any) -> dict[str, Any] | None:

@@ -49,6 +49,10 @@ def add_run(sub: Subparsers) -> None:
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
+    p.add_argument("--embedded-slots", type=int, default=1, metavar="N",
+                   help="parallel slots of each embedded model's server (default 1: replies reproduce byte for byte "
+                        "at --jobs 1; with fewer slots than --jobs requests queue; more than 1 changes the replies "
+                        "and the run identity)")  # fmt: skip
     p.add_argument(
         "--max-attempts", type=int, default=4, metavar="N", help="attempts per model call on server errors (default 4)"
     )
@@ -68,8 +72,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import expand_matrix
     from harness.scenarios import load_scenario
 
-    if not 1 <= args.jobs <= 256 or not 1 <= args.max_attempts <= 100:
-        raise UsageError("--jobs must be from 1 to 256 and --max-attempts from 1 to 100.")
+    if not 1 <= args.jobs <= 256 or not 1 <= args.embedded_slots <= 256 or not 1 <= args.max_attempts <= 100:
+        raise UsageError("--jobs and --embedded-slots must be from 1 to 256 and --max-attempts from 1 to 100.")
     if args.timeout is not None and not 1 <= args.timeout <= 86_400:  # also refuses nan
         raise UsageError("--request-timeout must be from 1 to 86400 seconds.")
     if args.record is not None:
@@ -83,9 +87,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plans = expand_matrix(scenarios, overrides)
     path = ledger_path(args)
     if args.dry_run:
-        return _dry_run(plans, path, jobs=args.jobs)
-    options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, retry=RetryPolicy(max_attempts=args.max_attempts),
-                         use_cache=args.cache, record_dir=args.record)  # fmt: skip
+        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots)
+    options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
+                         retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record)  # fmt: skip
     result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout)
     if args.record is not None and not result.summaries:
         print(
@@ -95,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
 
 
-def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
+def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:
     """Print the planned runs and what a real run would do with them now; never creates a ledger.
 
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
@@ -111,7 +115,8 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int) -> int:
         return 1
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
-        planned = plan_matrix(plans, ledger, jobs=jobs, backend_factory=functools.partial(open_backend, plan_only=True))
+        factory = functools.partial(open_backend, plan_only=True)
+        planned = plan_matrix(plans, ledger, jobs=jobs, embedded_slots=slots, backend_factory=factory)
     finally:
         if ledger is not None:
             ledger.close()

@@ -1,0 +1,202 @@
+"""One backend per model of a matrix: opened, preflighted, checked for memory and thinking, and every plan's identity
+resolved against it (:func:`open_endpoints`); :mod:`harness.runner` runs the plans on them.
+
+Concurrency per endpoint (:class:`Concurrency`): ``--jobs`` runs at once per model; an embedded model's server gets
+``--embedded-slots`` slots (default 1), so with fewer slots than jobs its requests queue at the server. More than one
+slot batches requests, which changes llama.cpp's arithmetic and so the replies for the same seed: the slot count
+enters the run identity when it is not 1 (:attr:`~harness.backends.base.BackendIdentity.identity_slots`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness.backends import EmbeddedBackend, memory, parse_model_spec
+from harness.backends.base import Backend, BackendIdentity
+from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
+from harness.ledger import Ledger
+from harness.loop import RunPlan
+
+if TYPE_CHECKING:
+    from harness.runner import MatrixResult
+
+__all__ = [
+    "BackendFactory", "Concurrency", "Endpoint", "PlannedRun", "check_memory_together", "check_thinking", "open_endpoints",
+]  # fmt: skip
+
+BackendFactory = Callable[..., Backend]
+"""Opens a backend from a spec; called as ``factory(spec, api_key_env=, num_ctx=, parallel=)`` (like
+:func:`~harness.backends.open_backend`; ``parallel`` is the embedded server's slot count)."""
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """How much runs at once per model endpoint.
+
+    Attributes:
+        jobs: concurrent runs per model endpoint (``--jobs``), >= 1.
+        embedded_slots: parallel slots of an embedded model's server (``--embedded-slots``), >= 1.
+    """
+
+    jobs: int = 1
+    embedded_slots: int = 1
+
+
+@dataclass
+class PlannedRun:
+    """A plan with its identity resolved against the model server.
+
+    Attributes:
+        plan: what to run.
+        identity: :meth:`RunPlan.identity` with the model digest the server reported (and the embedded slot count).
+        done: the ledger already holds a finished, non-infrastructure run with this identity.
+        running: a live process holds the identity's lock now (resolved by :func:`~harness.runner.plan_matrix` only).
+    """
+
+    plan: RunPlan
+    identity: str
+    done: bool
+    running: bool = False
+
+
+@dataclass
+class Endpoint:
+    """One model's backend and its planned runs.
+
+    Attributes:
+        backend: the open backend.
+        plans: the model's planned runs.
+        parallel: requests the server answers at once for this matrix (``min(jobs, slots)`` where the slots are known
+            or set by the harness), recorded with each run as ``endpoint_parallel``.
+        start_config: the warm-up and provenance (:func:`harness.startup.start_model`), recorded with each run.
+    """
+
+    backend: Backend
+    plans: list[PlannedRun]
+    parallel: int
+    start_config: dict[str, Any] = field(default_factory=dict)
+
+
+def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency: Concurrency, *,
+                   backend_factory: BackendFactory, result: MatrixResult) -> dict[str, Endpoint]:  # fmt: skip
+    """Open one backend per model, preflight it, and resolve every plan's identity.
+
+    A model whose server cannot be used at all goes to ``result.skipped`` (closed); the plans of the others to
+    ``result.planned``; sentences about requests queueing at a server to ``result.warnings``.
+
+    Returns:
+        model spec -> its endpoint.
+
+    Raises:
+        UsageError: a model cannot think but the matrix asks it to (:func:`check_thinking`), a spec or a ``.gguf``
+            path is bad, or an embedded model does not fit in memory.
+        ModelCacheError: an embedded model could not be fetched.
+    """
+    finished = ledger.finished_identities() if ledger is not None else {}
+    by_model: dict[str, list[RunPlan]] = {}
+    for plan in plans:
+        by_model.setdefault(plan.model, []).append(plan)
+    endpoints: dict[str, Endpoint] = {}
+    try:
+        for model, model_plans in by_model.items():
+            opened = _open_one(model, model_plans, concurrency, backend_factory, result)
+            if opened is None:
+                continue
+            backend, ident, parallel = opened
+            parts = (ident.identity_digest, ident.identity_slots) if ident is not None else (None, None)
+            planned = []
+            for plan in model_plans:
+                identity = plan.identity(*parts)
+                planned.append(PlannedRun(plan, identity, identity in finished))
+            result.planned.extend(planned)
+            endpoints[model] = Endpoint(backend, planned, parallel)
+    except BaseException:
+        for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
+            endpoint.backend.close()
+        raise
+    return endpoints
+
+
+def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backend_factory: BackendFactory,
+              result: MatrixResult) -> tuple[Backend, BackendIdentity | None, int] | None:  # fmt: skip
+    """Open and preflight one model's backend: ``(backend, its identity or None when unknown now, parallel)``, or
+    None when its server cannot be used at all (recorded in ``result.skipped``)."""
+    api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
+    num_ctx = max(p.scenario.num_ctx for p in plans)
+    backend = backend_factory(model, api_key_env=api_key_env, num_ctx=num_ctx, parallel=concurrency.embedded_slots)
+    ident: BackendIdentity | None
+    try:
+        ident = backend.identity()  # preflight: a dead server is one message, not N runs
+    except (BackendUnavailable, ModelNotFound) as exc:
+        result.skipped.append((model, str(exc), len(plans)))
+        backend.close()
+        return None
+    except BackendError:
+        ident = None  # may be transient: each run meets it again and records it as infra_error
+    check_thinking(model, backend, plans)
+    jobs, kind = concurrency.jobs, parse_model_spec(model)[0]
+    parallel = jobs
+    if kind == "ollama":
+        parallel = min(jobs, _ollama_num_parallel())
+        if jobs > parallel:
+            result.warnings.append(
+                f"--jobs {jobs} for {model}: an Ollama server answers OLLAMA_NUM_PARALLEL requests at once "
+                f"(here {parallel}; Ollama's default is 1) and queues the rest; set it on the server to match."
+            )
+    elif kind == "embedded":
+        parallel = min(jobs, concurrency.embedded_slots)
+        if jobs > parallel:
+            result.warnings.append(
+                f"--jobs {jobs} for {model}: its embedded server has {_slots(parallel)} (--embedded-slots), so "
+                "requests queue at it in an order that varies from run to run; more slots answer them at once, with "
+                "other replies than one slot gives."
+            )
+    return backend, ident, parallel
+
+
+def _slots(count: int) -> str:
+    return f"{count} slot{'' if count == 1 else 's'}"
+
+
+def check_memory_together(endpoints: dict[str, Endpoint]) -> None:
+    """Every endpoint with runs to do starts its server before the first run and keeps it until the matrix ends, so
+    the embedded models among ``endpoints`` (those with runs to do) must fit in memory together, not only one by one.
+
+    Raises:
+        UsageError: their estimates add up to more than the memory available (:func:`memory.check_fit_together`).
+    """
+    needs = [(model, e.backend.model_file, e.backend.num_ctx * e.backend.parallel)
+             for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)]  # fmt: skip
+    memory.check_fit_together(needs)
+
+
+def _ollama_num_parallel() -> int:
+    """OLLAMA_NUM_PARALLEL as this machine's environment sets it (the server's own is not queryable)."""
+    try:
+        return max(1, int(os.environ.get("OLLAMA_NUM_PARALLEL") or 1))
+    except ValueError:
+        return 1
+
+
+def check_thinking(model: str, backend: Backend, plans: Sequence[RunPlan]) -> None:
+    """Refuse ``think = on`` for a model whose server says it cannot think, before any run starts.
+
+    Raises:
+        UsageError: the server reports the model's capabilities without ``thinking`` (Ollama's ``/api/show``);
+            the backend is closed first.
+    """
+    if not any(plan.think == "on" for plan in plans):
+        return
+    try:
+        able = backend.can_think()
+    except BackendError:
+        able = None  # the server's trouble shows up in the runs themselves
+    if able is False:
+        backend.close()
+        raise UsageError(
+            f"{model} cannot think (the server lists no 'thinking' capability for it), but the matrix asks for "
+            "think = on; use --think off or --think default for it, or drop it from the matrix."
+        )
