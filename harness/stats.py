@@ -150,7 +150,7 @@ def newcombe_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 
     l1, u1 = wilson_interval(a + b, n, confidence=confidence)
     l2, u2 = wilson_interval(a + c, n, confidence=confidence)
     margins = (a + b) * (c + d) * (a + c) * (b + d)
-    cross = a * d - b * c  # Newcombe's continuity-corrected correlation: ad - bc shrunk by n/2 towards 0 when positive
+    cross: float = a * d - b * c  # Newcombe's continuity-corrected correlation: ad - bc shrunk by n/2 towards 0 when positive
     cross = cross - n / 2 if cross > n / 2 else 0.0 if cross >= 0 else cross
     phi = 0.0 if margins == 0 else cross / math.sqrt(margins)
     diff = p1 - p2

@@ -202,6 +202,7 @@ def test_report_markdown_plots_and_csv(two, tmp_path):
         "pass_k.png",
         "summary.csv",
         "failure_modes.csv",
+        "checks.csv",
         "runs.csv",
         "report.md",
     ]
@@ -209,24 +210,26 @@ def test_report_markdown_plots_and_csv(two, tmp_path):
     low, high = wilson_by_hand(3, 10)
     assert f"30.0% [{100 * low:.1f}, {100 * high:.1f}]" in md  # 30.0% [10.8, 60.3]
     assert "Same in every row: scenario = `s`, tool_mode = `native`, parser = `lenient`, think = `default`, stream = `off`." in md
-    assert f"15/20 = 75.0% [{100 * wilson_by_hand(15, 20)[0]:.1f}, {100 * wilson_by_hand(15, 20)[1]:.1f}]" in md
+    write_report(two, tmp_path / "by-model", by=["model"], formats=["md"])
+    by_model = (tmp_path / "by-model" / "report.md").read_text()
+    assert f"15/20 = 75.0% [{100 * wilson_by_hand(15, 20)[0]:.1f}, {100 * wilson_by_hand(15, 20)[1]:.1f}]" in by_model
+    assert "| ollama:qwen2.5-coder:1.5b | 16/20 | `file_exists` 16/20 |" in re.sub(" +", " ", by_model)
     assert "run `small-t0.7-r0` turn 1 (39 chars)" in md
     for name in ("pass_rate.png", "failure_modes.png", "outcomes.png", "pass_k.png"):
         assert f"]({name})" in md
         width, height = _png_size(tmp_path / "r" / name)
         assert 500 <= width <= 2000 and 250 <= height <= 1500
-    assert _png_size(tmp_path / "r" / "pass_rate.png") == (800, 500)
     import matplotlib.image
 
     image = matplotlib.image.imread(tmp_path / "r" / "pass_rate.png")
-    assert image.shape[:2] == (500, 800) and image.std() > 0.05  # not blank
+    assert image.std() > 0.05  # not blank
 
 
 def test_report_is_byte_identical(two, tmp_path):
     write_report(two, tmp_path / "a", formats=["md", "png", "csv"])
     write_report(two, tmp_path / "b", formats=["md", "png", "csv"])
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert len(files) == 8
+    assert len(files) == 9
     for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
@@ -339,11 +342,23 @@ def test_a_run_identity_counts_once_the_newest_run(tmp_path):
     frames = load_frames(path)
     assert frames.runs.set_index("run_id")["superseded"].to_dict() == {"old": True, "new": False, "other": False}
     [row] = summary_table(frames, ["model"]).to_dict("records")
-    assert (row["runs"], row["scored"], row["passes"]) == (3, 2, 1)
+    assert (row["runs"], row["scored"], row["passes"]) == (2, 2, 1)  # the identity's repeat is no second run
     assert row["pass_rate"] == 0.5
     write_report(path, tmp_path / "out", formats=["md"])
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "1 run(s) repeat a run identity that finished again later" in text
+    assert "1 run(s) repeat a run identity recorded again" in text and "2 runs (and 1 earlier attempt" in text
+
+
+def test_an_interrupted_then_resumed_run_counts_once(tmp_path):
+    path = tmp_path / "resumed.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "cut", model=SMALL, outcome="interrupted", identity="same", day=1)
+        add_run(ledger, "resumed", model=SMALL, outcome="pass", identity="same", day=2)
+        add_run(ledger, "still-cut", model=SMALL, outcome="interrupted", identity="other", day=3)
+    frames = load_frames(path)
+    assert frames.runs.set_index("run_id")["counted"].to_dict() == {"cut": False, "resumed": True, "still-cut": True}
+    [row] = summary_table(frames, ["model"]).to_dict("records")
+    assert (row["runs"], row["scored"], row["passes"], row["interrupted"]) == (2, 1, 1, 1)
 
 
 # -- red-team: names cannot break the markdown, plots stay readable, numbers stay right -------------------
@@ -530,4 +545,10 @@ def test_guard_reports_of_only_unfinished_or_interrupted_runs(tmp_path):
     written = write_report(ledger, tmp_path / "out", formats=["md", "png", "csv"])
     text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "**No scored run:**" in text and "n/a (no scored run)" in text
-    assert {p.name for p in written} == {"report.md", "summary.csv", "failure_modes.csv", "runs.csv"}  # no empty plots
+    assert {p.name for p in written} == {
+        "report.md",
+        "summary.csv",
+        "failure_modes.csv",
+        "checks.csv",
+        "runs.csv",
+    }  # no empty plots

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerError
-from harness.ledger.blobs import content_length_sql
+from harness.ledger.blobs import content_length_sql, resolve_rows
 from harness.ledger.queries import NEWEST_LABELS, runs_frame_sql
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads"]
+__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads", "run_details_sql"]
 
 RUN_TURN_TOTALS = (
     "SELECT run_id, COUNT(*) AS turns_recorded, COUNT(latency_ms) AS latencies_recorded,"
@@ -51,6 +51,22 @@ RUN_MODE_COUNTS = (
 """Per run × failure mode shown by >= 1 of its turns (newest labels): the turns showing it, and the reply length in
 characters, ``seq`` and turn number of its shortest such turn (ties: the earliest; found as the smallest of the three
 packed into 3 × 20 zero-padded digits). ``{chars}`` is :func:`content_length_sql`."""
+
+
+def run_details_sql(run_columns: Sequence[str], turn_columns: Sequence[str], end_columns: Sequence[str]) -> str:
+    """The query behind :meth:`ReportReads.run_details` (timings NULL before ``m008_streaming``, no blobs before ``m005``)."""
+    timing = (
+        "(SELECT AVG(ttft_ms) FROM turns t WHERE t.run_id = r.run_id) AS ttft_ms,"
+        " (SELECT AVG(decode_tps) FROM turns t WHERE t.run_id = r.run_id) AS decode_tps"
+        if "ttft_ms" in turn_columns
+        else "NULL AS ttft_ms, NULL AS decode_tps"
+    )
+    refs = "e.blob_refs" if "blob_refs" in end_columns else "NULL"
+    return (
+        "SELECT r.run_id, CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.requires_tool') END AS requires_tool,"
+        f" e.checks, e.final_answer, e.error, e.breach, {refs} AS blob_refs, {timing}"
+        " FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+    )
 
 
 class ReportReads:
@@ -151,6 +167,61 @@ class ReportReads:
                                    ("run_id", "turns_recorded", "latencies_recorded", "turn_prompt_tokens",
                                     "turn_completion_tokens", "latency_ms")})  # fmt: skip
         return totals, values[:at]
+
+    def reply_calls(self, seqs: Sequence[int]) -> dict[int, Any]:
+        """The structured tool calls of the given turns (by ``turns.seq``), JSON decoded as the server sent them
+        (a list, usually), for turns that have any; others are left out."""
+        import json
+
+        if not seqs:
+            return {}
+        refs = ", blob_refs" if self._has_blobs() else ""
+        sql = f"SELECT seq, tool_calls{refs} FROM turns WHERE seq IN ({','.join('?' * len(seqs))}) AND tool_calls IS NOT NULL"
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql, [int(s) for s in seqs])
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                if self._has_blobs():
+                    resolve_rows(self._db, "turns", rows)
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        out = {}
+        for row in rows:
+            try:
+                calls = json.loads(row["tool_calls"])
+            except (TypeError, ValueError):
+                continue
+            if calls:
+                out[int(row["seq"])] = calls
+        return out
+
+    def run_details(self) -> list[dict[str, Any]]:
+        """Per run in start order, what the summary frame leaves out (large payloads put back from blobs).
+
+        Returns:
+            One dict per run: ``run_id``; ``requires_tool`` (the scenario's flag as recorded in ``config``: 1, 0, or None
+            for runs recorded before it was); ``checks`` (the done checks' JSON text ``[{"check", "passed", "detail"}]``,
+            None while unfinished); ``final_answer``, ``error`` (text or None); ``breach`` (JSON text or None);
+            ``ttft_ms`` (mean time to first token over the run's turns, ms) and ``decode_tps`` (mean decode rate,
+            completion tokens per second), None where no turn recorded one.
+
+        Raises:
+            LedgerError: the file cannot be read.
+        """
+        sql = run_details_sql(self._columns["runs"], self._columns["turns"], self._columns["run_ends"])
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql)
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                if self._has_blobs("run_ends"):
+                    resolve_rows(self._db, "run_ends", rows, "blob_refs")
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        for row in rows:
+            row.pop("blob_refs", None)
+        return rows
 
     def _has_blobs(self, table: str = "turns") -> bool:
         return "blob_refs" in self._columns[table]  # since m005
