@@ -11,6 +11,7 @@ from harness.report.frames import LedgerFrames, load_frames
 from harness.report.markdown import write_report
 from harness.report.tables import (
     CELL_AXES,
+    check_failure_table,
     failure_mode_table,
     lenient_rescue,
     parse_axes,
@@ -24,6 +25,7 @@ __all__ = [
     "Comparison",
     "LedgerFrames",
     "ModeComparison",
+    "check_failure_table",
     "compare_models",
     "failure_mode_table",
     "format_comparison",

@@ -37,6 +37,9 @@ _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "
 _DPI = 100
 _MAX_WIDTH_IN = 40.0
 _MAX_HEIGHT_IN = 60.0
+_MAX_ROWS = 40
+"""A plot with more groups than this draws one row per model (the first axis) instead: small multiples per failure
+mode, outcomes and pass^k pooled over the other axes (the caption says so)."""
 _KIND_TITLES = {"tool": "tool-using scenarios", "restraint": "restraint scenarios (no tool needed)"}
 
 
@@ -158,6 +161,9 @@ def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFra
     """Heat map: rows = the ``--by`` groups, columns = failure modes (sorted by spread)."""
     if failures.empty:
         return None
+    row_axes = ["model"] if "model" in axes else axes[:1]
+    if len(failures.drop_duplicates(axes)) > _MAX_ROWS and len(axes) > 1:
+        return _failure_multiples(failures, row_axes, [a for a in axes if a not in row_axes], out)
     modes = list(dict.fromkeys(failures["mode"]))
     groups = failures.drop_duplicates(axes)[axes].sort_values(axes, kind="stable")
     labels = [_label(x) for x in _group_labels(groups, axes)]
@@ -190,8 +196,55 @@ def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFra
     )
 
 
+def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: list[str], out: Path) -> tuple[str, str, str]:
+    """Small multiples: one heat map per failure mode, rows = model (first axis), columns = the other axes."""
+    modes = list(dict.fromkeys(failures["mode"]))
+    rows = failures.drop_duplicates(row_axes)[row_axes].sort_values(row_axes, kind="stable")
+    cols = failures.drop_duplicates(col_axes)[col_axes].sort_values(col_axes, kind="stable")
+    row_labels, col_labels = [_label(x) for x in _group_labels(rows, row_axes)], _group_labels(cols, col_axes)
+    keyed = {(str(r["mode"]), *(r[a] for a in [*row_axes, *col_axes])): r for r in failures.to_dict("records")}
+    per_line = 2 if len(modes) > 1 else 1
+    lines = -(-len(modes) // per_line)
+    panel_w, panel_h = 1.5 + 0.45 * len(col_labels), 1.2 + 0.28 * len(rows) + 0.06 * max(len(c) for c in col_labels)
+    fig = _figure(1.5 + 0.12 * max(len(x) for x in row_labels) + per_line * panel_w, 1.2 + lines * panel_h)
+    image: AxesImage | None = None
+    for n, mode in enumerate(modes):
+        ax = fig.add_subplot(lines, per_line, n + 1)
+        values = np.full((len(rows), len(cols)), np.nan)
+        texts = [["" for _ in range(len(cols))] for _ in range(len(rows))]
+        for i, rk in enumerate(rows.to_dict("records")):
+            for j, ck in enumerate(cols.to_dict("records")):
+                r = keyed.get((str(mode), *rk.values(), *ck.values()))
+                if r is not None:
+                    values[i, j] = 100 * r["share"]
+                    texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
+        image = _heat(ax, values, texts, "Reds")
+        ax.set_title(mode, fontsize=10)
+        ax.set_xticks(range(len(col_labels)), [_label(c, 24) for c in col_labels], rotation=90, fontsize=7)
+        ax.set_yticks(range(len(row_labels)), row_labels if n % per_line == 0 else [""] * len(row_labels), fontsize=7)
+    assert image is not None
+    fig.colorbar(image, ax=fig.axes, label="runs with ≥1 occurrence (%)", location="right", shrink=0.6)
+    fig.suptitle(
+        f"Share of scored runs showing each failure mode: one panel per mode, {' × '.join(row_axes)} by {' × '.join(col_axes)}"
+    )
+    total = int(failures.drop_duplicates([*row_axes, *col_axes])["scored_runs"].sum())
+    footer = f"n = {plural(total, 'scored run')}; cell text: runs with the mode/scored runs; grey: no scored run"
+    _save(fig, out / "failure_modes.png", footer)
+    return ("failure_modes.png", "Failure-mode shares, one panel per mode",
+            f"Share of scored runs with at least one turn showing each mode, per {' × '.join([*row_axes, *col_axes])}; {footer}.")  # fmt: skip
+
+
+def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
+    """``axes``, or only the model (first axis) when that gives more than :data:`_MAX_ROWS` rows; and a caption note."""
+    if len(frames.runs.drop_duplicates(axes)) <= _MAX_ROWS or len(axes) < 2:
+        return axes, ""
+    rows = ["model"] if "model" in axes else axes[:1]
+    return rows, f" (pooled over {' × '.join(a for a in axes if a not in rows)}: {_MAX_ROWS}+ rows would not be readable)"
+
+
 def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
     """Horizontal stacked bars: one bar per ``--by`` group (counted runs), the legend outside on the right."""
+    axes, pooled = _few_rows(frames, axes)
     runs = frames.runs[frames.runs["counted"]]
     counts = runs.groupby([*axes, "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
     groups = counts.index.to_frame(index=False)
@@ -214,11 +267,12 @@ def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out
     ax.legend(title="outcome", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     footer = f"n = {plural(len(runs), 'run')}, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
     _save(fig, out / "outcomes.png", footer)
-    return "outcomes.png", "Run outcomes", f"Run outcomes stacked per {' × '.join(axes)}; {footer}."
+    return "outcomes.png", "Run outcomes", f"Run outcomes stacked per {' × '.join(axes)}{pooled}; {footer}."
 
 
 def _pass_k(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = the ``--by`` groups, columns = k; pass^k as tau-bench defines it (mean over the group's cells)."""
+    axes, pooled = _few_rows(frames, axes)
     table = summary_table(frames, axes)
     table = table[table["scored"] > 0].reset_index(drop=True)
     ks = [c for c in table.columns if c.startswith("pass^")]
@@ -239,4 +293,4 @@ def _pass_k(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: 
     footer = (f"n = {plural(int(table['scored'].sum()), 'scored run')}; mean over a row's cells of C(c,k)/C(n,k); "
               "grey: a cell has fewer than k scored runs")  # fmt: skip
     _save(fig, out / "pass_k.png", footer)
-    return "pass_k.png", "pass^k against k", f"pass^k per {' × '.join(axes)}; {footer}."
+    return "pass_k.png", "pass^k against k", f"pass^k per {' × '.join(axes)}{pooled}; {footer}."
