@@ -10,10 +10,10 @@ import struct
 from pathlib import Path
 
 import pytest
+from ledger_builders import add_run
 
 from harness.ledger import Ledger, RunEnd, TurnRecord
 from harness.report import check_failure_table, failure_mode_table, load_frames, shortest_examples, write_report
-from ledger_builders import add_run
 
 MODELS = [f"ollama:model-{i:02d}-{'x' * (i % 5)}:{i}b" for i in range(20)]
 SCENARIOS = [f"scenario_{j:02d}" for j in range(11)] + ["no_tool_needed"]
@@ -111,7 +111,7 @@ def test_shortest_example_shows_the_structured_call(tmp_path):
     assert row["kind"] == "call" and row["excerpt"] == 'delete_everything({"path": "/"})'
     write_report(path, tmp_path / "r", formats=["md"])
     md = (tmp_path / "r" / "report.md").read_text()
-    assert "(empty text; its structured tool call): `delete_everything({\"path\": \"/\"})`" in md
+    assert '(empty text; its structured tool call): `delete_everything({"path": "/"})`' in md
     assert "(empty reply)" not in md
 
 
@@ -121,5 +121,3 @@ def test_runs_recorded_before_requires_tool_read_as_tool_using(tmp_path):
         add_run(ledger, "a", model="ollama:m")
     frames = load_frames(path)
     assert frames.runs["task_kind"].tolist() == ["tool"] and frames.runs["checks_failed"].tolist() == [()]
-
-
