@@ -121,3 +121,32 @@ def test_runs_recorded_before_requires_tool_read_as_tool_using(tmp_path):
         add_run(ledger, "a", model="ollama:m")
     frames = load_frames(path)
     assert frames.runs["task_kind"].tolist() == ["tool"] and frames.runs["checks_failed"].tolist() == [()]
+
+
+def test_export_runs_is_one_row_per_run_with_json_lists_and_no_nan(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from harness.cli import main
+
+    path = tmp_path / "e.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "p", model="ollama:m", turns=[([], "a"), (["repeated_call"], "b")], requires_tool=True)
+        add_run(ledger, "f", model="ollama:m", outcome="task_failed", repetition=1, turns=[(["raw_json_in_content"], "{}")],
+                checks=[{"check": "file_exists", "passed": True, "detail": ""}, {"check": "names_files", "passed": False, "detail": ""}])  # fmt: skip
+        add_run(ledger, "u", model="ollama:m", outcome=None, repetition=2, turns=[([], "x")], requires_tool=False)
+    out = tmp_path / "runs.csv"
+    assert main(["export", "--runs", "--format", "csv", "--ledger", str(path), "--out", str(out)]) == 0
+    table = pd.read_csv(out, keep_default_na=False)
+    assert len(table) == 3 and table["outcome"].value_counts().to_dict() == {"pass": 1, "task_failed": 1, "unfinished": 1}
+    assert not table.isna().any().any()
+    modes = [json.loads(text) for text in table["failure_modes"]]
+    assert modes == [["repeated_call"], ["raw_json_in_content"], []]
+    failed = table.set_index("run_id")["checks_failed"].map(json.loads).to_dict()
+    assert failed == {"p": [], "f": ["names_files"], "u": []}
+    assert table.set_index("run_id")["turns"].to_dict() == {"p": 2, "f": 1, "u": 1}  # the unfinished run: turns so far
+    assert main(["export", "--runs", "--ledger", str(path)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["requires_tool"] for r in lines] == [True, None, False]
+    assert lines[1]["final_answer"] == "{}" and lines[1]["seed"] == 1 and lines[0]["failure_modes"] == ["repeated_call"]

@@ -20,13 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerError
 from harness.ledger.blobs import content_length_sql, resolve_rows
-from harness.ledger.queries import NEWEST_LABELS, runs_frame_sql
+from harness.ledger.queries import NEWEST_LABELS, axis_sql, runs_frame_sql
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads", "run_details_sql"]
+__all__ = ["RUN_EXPORT_COLUMNS", "RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads", "run_details_sql"]
+
+RUN_EXPORT_COLUMNS = (
+    "run_id", "identity", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "think", "stream", "repetition",
+    "requires_tool", "started_at", "ended_at", "outcome", "turns", "prompt_tokens", "completion_tokens", "latency_ms",
+    "checks_passed", "checks_failed", "failure_modes", "final_answer", "error",
+)  # fmt: skip
+"""The fields of ``harness export --runs``, one record per run (:meth:`ReportReads.export_run_rows`)."""
 
 RUN_TURN_TOTALS = (
     "SELECT run_id, COUNT(*) AS turns_recorded, COUNT(latency_ms) AS latencies_recorded,"
@@ -167,6 +174,59 @@ class ReportReads:
                                    ("run_id", "turns_recorded", "latencies_recorded", "turn_prompt_tokens",
                                     "turn_completion_tokens", "latency_ms")})  # fmt: skip
         return totals, values[:at]
+
+    def export_run_rows(self) -> list[dict[str, Any]]:
+        """One dict per run in start order with :data:`RUN_EXPORT_COLUMNS` (``harness export --runs``).
+
+        ``outcome`` is ``unfinished`` for a run with no end row; ``turns``, ``prompt_tokens``, ``completion_tokens``
+        (tokens) and ``latency_ms`` (ms, summed over turns) are the end row's totals, or the turns recorded so far;
+        never null. ``checks_passed`` and ``checks_failed`` are lists of check names, ``failure_modes`` the sorted list
+        of modes any turn showed (newest labels); ``requires_tool`` is True, False, or None (recorded before the flag);
+        ``stream`` ``on``/``off``; ``think`` ``default``/``on``/``off``; ``final_answer``, ``error`` and ``ended_at`` may
+        be None.
+
+        Raises:
+            LedgerError: the file cannot be read.
+        """
+        import json
+
+        modes: dict[str, list[str]] = {}
+        for run_id, mode in self.run_mode_counts()[["run_id", "mode"]].itertuples(index=False):
+            modes.setdefault(run_id, []).append(str(mode))
+        details = {d["run_id"]: d for d in self.run_details()}
+        sql = (
+            "SELECT r.run_id, r.identity, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser,"
+            f" {axis_sql(self._columns['runs'])}, r.repetition, r.started_at, e.ended_at, COALESCE(e.outcome, 'unfinished') AS outcome,"
+            " COALESCE(e.turns, t.n, 0) AS turns, COALESCE(e.prompt_tokens, t.p, 0) AS prompt_tokens,"
+            " COALESCE(e.completion_tokens, t.c, 0) AS completion_tokens, COALESCE(t.l, 0) AS latency_ms"
+            " FROM runs r LEFT JOIN run_ends e USING (run_id) LEFT JOIN (SELECT run_id, COUNT(*) AS n, TOTAL(prompt_tokens) AS p,"
+            " TOTAL(completion_tokens) AS c, TOTAL(latency_ms) AS l FROM turns GROUP BY run_id) t USING (run_id) ORDER BY r.seq"
+        )  # fmt: skip
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql)
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        out = []
+        for row in rows:
+            d = details.get(row["run_id"], {})
+            try:
+                checks = json.loads(d["checks"]) if d.get("checks") else []
+            except ValueError:
+                checks = []
+            checks = [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+            flag = d.get("requires_tool")
+            row.update(
+                stream="on" if row["stream"] else "off", requires_tool=None if flag is None else bool(flag),
+                turns=int(row["turns"]), prompt_tokens=int(row["prompt_tokens"]), completion_tokens=int(row["completion_tokens"]),
+                latency_ms=float(row["latency_ms"]), checks_passed=[str(c.get("check")) for c in checks if c.get("passed")],
+                checks_failed=[str(c.get("check")) for c in checks if not c.get("passed")],
+                failure_modes=sorted(modes.get(row["run_id"], [])), final_answer=d.get("final_answer"), error=d.get("error"),
+            )  # fmt: skip
+            out.append({c: row[c] for c in RUN_EXPORT_COLUMNS})
+        return out
 
     def reply_calls(self, seqs: Sequence[int]) -> dict[int, Any]:
         """The structured tool calls of the given turns (by ``turns.seq``), JSON decoded as the server sent them
