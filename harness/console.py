@@ -112,7 +112,12 @@ class Progress(MatrixEvents):
 
     def model_starting(self, model: str) -> None:
         """Say that a model is loading, so a bar at 0 for a minute is not silent."""
-        self._note(f"Loading the model {printable(model)} and sending one warm-up request (a large model can take a minute)...")
+        if model.startswith("embedded:"):
+            self._note(
+                f"Loading the model {printable(model)} into memory (a large model takes up to a minute), then one warm-up request..."
+            )
+        else:
+            self._note(f"Warming up {printable(model)} with one request...")
 
     def _note(self, line: str) -> None:
         """A line on standard error above the bar (through tqdm, so the two never share a line)."""

@@ -86,13 +86,26 @@ def test_check_failures_are_counted_per_model_and_per_cell(wide):
     frames = load_frames(wide)
     per_model = check_failure_table(frames, ["model"])
     mine = per_model[per_model["model"] == MODELS[1]].set_index("check")
-    runs = frames.runs[frames.runs["model"] == MODELS[1]]
-    # count by hand from the builder's rule
-    failed_names = [name for names in runs["checks_failed"] for name in names]
-    assert int(mine.loc["file_exists", "failed"]) == failed_names.count("file_exists") > 0
-    assert int(mine.loc["file_exists", "checked"]) == len(runs)
+    runs = frames.runs[(frames.runs["model"] == MODELS[1]) & (frames.runs["scenario"] == "scenario_00")]
+    by_hand = sum("file_exists" in names for names in runs["checks_failed"])  # the builder's rule, counted from the runs
+    assert int(mine.loc["scenario_00: file_exists", "failed"]) == by_hand > 0
+    assert int(mine.loc["scenario_00: file_exists", "checked"]) == len(runs) == 2
     per_cell = check_failure_table(frames, ["model", "scenario", "temperature"])
     assert per_cell["failed"].sum() == sum(len(names) for names in frames.runs["checks_failed"])
+    assert set(per_cell["check"]) <= {"file_exists", "names_0", "names_1", "names_2"}  # the row names the scenario
+
+
+def test_a_check_listed_twice_counts_a_run_once(tmp_path):
+    path = tmp_path / "twice.sqlite"
+    twice = [
+        {"check": "file_contains", "passed": False, "detail": "a"},
+        {"check": "file_contains", "passed": False, "detail": "b"},
+    ]
+    with Ledger(path) as ledger:
+        add_run(ledger, "a", model="ollama:m", outcome="task_failed", checks=twice)
+        add_run(ledger, "b", model="ollama:m", outcome="pass", repetition=1, checks=[{**twice[0], "passed": True}])
+    [row] = check_failure_table(load_frames(path), ["model"]).to_dict("records")
+    assert (row["check"], row["failed"], row["checked"]) == ("s: file_contains", 1, 2)
 
 
 def test_shortest_example_shows_the_structured_call(tmp_path):

@@ -213,7 +213,7 @@ def test_report_markdown_plots_and_csv(two, tmp_path):
     write_report(two, tmp_path / "by-model", by=["model"], formats=["md"])
     by_model = (tmp_path / "by-model" / "report.md").read_text()
     assert f"15/20 = 75.0% [{100 * wilson_by_hand(15, 20)[0]:.1f}, {100 * wilson_by_hand(15, 20)[1]:.1f}]" in by_model
-    assert "| ollama:qwen2.5-coder:1.5b | 16/20 | `file_exists` 16/20 |" in re.sub(" +", " ", by_model)
+    assert "| ollama:qwen2.5-coder:1.5b | 16/20 | `s: file_exists` 16/20 |" in re.sub(" +", " ", by_model)
     assert "run `small-t0.7-r0` turn 1 (39 chars)" in md
     for name in ("pass_rate.png", "failure_modes.png", "outcomes.png", "pass_k.png"):
         assert f"]({name})" in md

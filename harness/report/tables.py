@@ -215,21 +215,23 @@ def check_failure_table(frames: LedgerFrames, by: Sequence[str] = ("model",)) ->
 
     Returns:
         Long DataFrame sorted by the groups, then ``failed`` descending, then check name: the ``by`` axes, ``check``
-        (name), ``failed`` (scored runs in which it failed), ``checked`` (scored runs that ran it) and ``share``
+        (name, as ``scenario: name`` unless ``scenario`` is in ``by``), ``failed`` (scored runs in which it failed; a
+        check listed twice by a scenario counts a run once), ``checked`` (scored runs that ran it) and ``share``
         (``failed / checked``, in [0, 1]). Only checks that failed at least once in a group are listed.
     """
     keys = list(by)
     columns = [*keys, "check", "failed", "checked", "share"]
     runs = frames.runs[frames.runs["scored"]]
-    checks = frames.run_checks.merge(runs[["run_id", *keys]], on="run_id", how="inner")
+    checks = frames.run_checks.merge(
+        runs[["run_id", "scenario", *[k for k in keys if k != "scenario"]]], on="run_id", how="inner"
+    )
     if checks.empty:
         return pd.DataFrame(columns=columns)
-    table = (
-        checks.assign(failed=~checks["passed"])
-        .groupby([*keys, "check"], sort=True)
-        .agg(failed=("failed", "sum"), checked=("run_id", "nunique"))
-        .reset_index()
-    )
+    if "scenario" not in keys:  # check names repeat across scenarios (file_exists, ...): say whose check it was
+        checks["check"] = checks["scenario"].astype(str) + ": " + checks["check"].astype(str)
+    # a scenario may list a check kind twice: a run counts once per check name, failed if any of them failed
+    per_run = checks.assign(failed=~checks["passed"]).groupby([*keys, "check", "run_id"], sort=True)["failed"].any().reset_index()
+    table = per_run.groupby([*keys, "check"], sort=True).agg(failed=("failed", "sum"), checked=("run_id", "size")).reset_index()
     table = table[table["failed"] > 0].copy()
     table[["failed", "checked"]] = table[["failed", "checked"]].astype("int64")
     table["share"] = table["failed"] / table["checked"]
