@@ -163,3 +163,22 @@ def test_export_runs_is_one_row_per_run_with_json_lists_and_no_nan(tmp_path, cap
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["requires_tool"] for r in lines] == [True, None, False]
     assert lines[1]["final_answer"] == "{}" and lines[1]["seed"] == 1 and lines[0]["failure_modes"] == ["repeated_call"]
+
+
+def test_compare_on_two_pairs_prints_an_interval_that_holds_zero(tmp_path, capsys):
+    from harness.cli import main
+
+    path = tmp_path / "c.sqlite"
+    with Ledger(path) as ledger:
+        for rep in range(2):  # A passes both pairs, B neither; a 1/2-vs-1/2 mode whose pairs agree
+            modes = ["repeated_call"] if rep == 0 else []
+            add_run(ledger, f"a{rep}", model="ollama:a", repetition=rep, turns=[(modes, "ok")])
+            add_run(ledger, f"b{rep}", model="ollama:b", repetition=rep, outcome="task_failed", turns=[(modes, "no")])
+    assert main(["compare", "a", "b", "--ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    rate = next(line for line in out.splitlines() if line.startswith("| pass rate"))
+    low, high = (float(x) for x in re.search(r"\+100\.0 \[([-+]\d+\.\d), ([-+]\d+\.\d)\]", rate).groups())
+    assert low < 0 < high and "0.2500" in rate  # consistent with McNemar's mid-p 0.25
+    mode = next(line for line in out.splitlines() if line.startswith("| `repeated_call`"))
+    low, high = (float(x) for x in re.search(r"\+0\.0 \[([-+]\d+\.\d), ([-+]\d+\.\d)\]", mode).groups())
+    assert low < 0 < high  # never the zero-width [+0.0, +0.0]
