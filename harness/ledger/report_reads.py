@@ -63,16 +63,17 @@ packed into 3 × 20 zero-padded digits). ``{chars}`` is :func:`content_length_sq
 def run_details_sql(run_columns: Sequence[str], turn_columns: Sequence[str], end_columns: Sequence[str]) -> str:
     """The query behind :meth:`ReportReads.run_details` (timings NULL before ``m008_streaming``, no blobs before ``m005``)."""
     timing = (
-        "(SELECT AVG(ttft_ms) FROM turns t WHERE t.run_id = r.run_id) AS ttft_ms,"
-        " (SELECT AVG(decode_tps) FROM turns t WHERE t.run_id = r.run_id) AS decode_tps"
+        "LEFT JOIN (SELECT run_id, AVG(ttft_ms) AS ttft_ms, AVG(decode_tps) AS decode_tps FROM turns"
+        " WHERE ttft_ms IS NOT NULL OR decode_tps IS NOT NULL GROUP BY run_id) t USING (run_id)"
         if "ttft_ms" in turn_columns
-        else "NULL AS ttft_ms, NULL AS decode_tps"
+        else ""
     )
+    columns = "t.ttft_ms, t.decode_tps" if timing else "NULL AS ttft_ms, NULL AS decode_tps"
     refs = "e.blob_refs" if "blob_refs" in end_columns else "NULL"
     return (
         "SELECT r.run_id, CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.requires_tool') END AS requires_tool,"
-        f" e.checks, e.final_answer, e.error, e.breach, {refs} AS blob_refs, {timing}"
-        " FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY r.seq"
+        f" e.checks, e.final_answer, e.error, e.breach, {refs} AS blob_refs, {columns}"
+        f" FROM runs r LEFT JOIN run_ends e USING (run_id) {timing} ORDER BY r.seq"
     )
 
 

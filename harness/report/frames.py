@@ -215,12 +215,13 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
         head = ledger.chain_head("runs")
         # SQLite runs without the interpreter lock: the two passes over the turns (each on its own connection) go on
         # side by side while this connection reads the runs
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(3) as pool:
             mode_counts = pool.submit(_read, path, Ledger.run_mode_counts)
             latency_reads = pool.submit(_read, path, Ledger.turn_latencies)
+            detail_reads = pool.submit(_read, path, Ledger.run_details)
             runs = ledger.runs_frame()
             model_runs = ledger.model_runs()
-            details = ledger.run_details()
+            details = detail_reads.result()
             modes = mode_counts.result()
             totals, values = latency_reads.result()
     run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
@@ -241,31 +242,34 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
 
 
 def _add_details(runs: pd.DataFrame, details: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The columns :meth:`harness.ledger.Ledger.run_details` gives (aligned by start order) and the run × check rows."""
+    """The columns :meth:`harness.ledger.Ledger.run_details` gives (both read in start order) and the run × check rows."""
     import json
 
-    by_id = {d["run_id"]: d for d in details}
-    flags, failed, rows = [], [], []
-    for run_id in runs["run_id"].tolist():
-        d = by_id.get(run_id, {})
-        flags.append(d.get("requires_tool") is None or bool(d.get("requires_tool")))
-        try:
-            checks = json.loads(d["checks"]) if d.get("checks") else []
-        except ValueError:
-            checks = []
-        names = []
-        for check in checks if isinstance(checks, list) else []:
-            if isinstance(check, dict) and isinstance(check.get("check"), str):
-                rows.append((run_id, check["check"], bool(check.get("passed"))))
-                if not check.get("passed"):
-                    names.append(check["check"])
+    if [d["run_id"] for d in details] != runs["run_id"].tolist():  # a run started between the two reads: align by id
+        by_id = {d["run_id"]: d for d in details}
+        details = [by_id.get(r, {"run_id": r}) for r in runs["run_id"].tolist()]
+    failed: list[tuple[str, ...]] = []
+    rows: list[tuple[str, str, bool]] = []
+    for d in details:
+        text = d.get("checks")
+        names: list[str] = []
+        if text and text != "[]":
+            try:
+                checks = json.loads(text)
+            except ValueError:
+                checks = []
+            for check in checks if isinstance(checks, list) else []:
+                if isinstance(check, dict) and isinstance(check.get("check"), str):
+                    rows.append((d["run_id"], check["check"], bool(check.get("passed"))))
+                    if not check.get("passed"):
+                        names.append(check["check"])
         failed.append(tuple(names))
-    runs["requires_tool"] = np.array(flags, dtype=bool)
+    flags = [d.get("requires_tool") for d in details]
+    runs["requires_tool"] = np.array([f is None or bool(f) for f in flags], dtype=bool)
     runs["task_kind"] = np.where(runs["requires_tool"], "tool", "restraint")
     runs["checks_failed"] = pd.Series(failed, index=runs.index, dtype=object)
     for column in ("ttft_ms", "decode_tps"):
-        values = [by_id.get(r, {}).get(column) for r in runs["run_id"].tolist()]
-        runs[column] = np.array([np.nan if v is None else v for v in values], dtype=float)
+        runs[column] = np.array([np.nan if d.get(column) is None else d[column] for d in details], dtype=float)
     run_checks = pd.DataFrame(rows, columns=["run_id", "check", "passed"])
     run_checks["passed"] = run_checks["passed"].astype(bool)
     return runs, run_checks

@@ -149,12 +149,13 @@ def write_report(
     summary = summary_table(frames, _summary_axes(frames, by))
     axes = shown_axes(frames, by) if not frames.runs.empty else by
     failures = failure_mode_table(frames, axes)
+    grouped = summary_table(frames, axes) if not frames.runs.empty else None
     written: list[Path] = []
     figures: dict[str, tuple[str, str]] = {}
     if "png" in formats and frames.runs["scored"].any():
         from harness.report import plots
 
-        figures = plots.write_all(frames, axes, failures, out)
+        figures = plots.write_all(frames, axes, failures, out, grouped)
         written.extend(out / name for name in figures)
     if "csv" in formats:
         runs_csv = frames.runs.drop(columns=["scenario_path"]).assign(checks_failed=frames.runs["checks_failed"].map(";".join))
@@ -163,7 +164,7 @@ def write_report(
             write_csv(table, out / name)
             written.append(out / name)
     if "md" in formats:
-        text = _markdown(frames, summary, by, figures)
+        text = _markdown(frames, summary, by, figures, grouped)
         (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
         written.append(out / "report.md")
     return written
@@ -174,7 +175,9 @@ def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:
     return ["task_kind", *by] if frames.runs["task_kind"].nunique() > 1 else by
 
 
-def _markdown(frames: LedgerFrames, summary: pd.DataFrame, by: list[str], figures: dict[str, tuple[str, str]]) -> str:
+def _markdown(
+    frames: LedgerFrames, summary: pd.DataFrame, by: list[str], figures: dict[str, tuple[str, str]], grouped: pd.DataFrame | None
+) -> str:
     runs = frames.runs
     lines = _header_lines(frames)
     if runs.empty:
@@ -186,7 +189,7 @@ def _markdown(frames: LedgerFrames, summary: pd.DataFrame, by: list[str], figure
     lines += check_lines(frames, by, cell_text)
     lines += failure_lines(frames, by, cell_text)
     lines += _example_lines(frames)
-    lines += latency_lines(frames, by, cell_text)
+    lines += latency_lines(frames, by, cell_text, grouped)
     rescue = lenient_rescue(frames)
     lines += ["## Rescued by the lenient parser", ""]
     if rescue.empty:

@@ -69,7 +69,9 @@ def _save(fig: Figure, path: Path, footer: str) -> None:
     fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
 
 
-def write_all(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame, out: Path) -> dict[str, tuple[str, str]]:
+def write_all(
+    frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame, out: Path, grouped: pd.DataFrame | None = None
+) -> dict[str, tuple[str, str]]:
     """Draw every plot that has data into ``out``.
 
     Args:
@@ -77,14 +79,19 @@ def write_all(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame,
         axes: the ``--by`` axes that vary (:func:`harness.report.sections.shown_axes`): one row per group of them.
         failures: :func:`harness.report.tables.failure_mode_table` by ``axes``.
         out: folder to write into.
+        grouped: :func:`harness.report.tables.summary_table` by ``axes``, when already computed.
 
     Returns:
         ``{file name: (alt text, caption)}`` in drawing order, for the markdown.
     """
     axes = list(axes)
     written: dict[str, tuple[str, str]] = {}
-    for draw in (_pass_rate, _failure_heatmap, _outcomes, _pass_k):
+    for draw in (_pass_rate, _failure_heatmap, _outcomes):
         result = draw(frames, axes, failures, out)
+        if result:
+            written[result[0]] = (result[1], result[2])
+    for draw_k in (_pass_k,):
+        result = draw_k(frames, axes, grouped, out)
         if result:
             written[result[0]] = (result[1], result[2])
     return written
@@ -270,10 +277,11 @@ def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out
     return "outcomes.png", "Run outcomes", f"Run outcomes stacked per {' × '.join(axes)}{pooled}; {footer}."
 
 
-def _pass_k(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+def _pass_k(frames: LedgerFrames, axes: list[str], grouped: pd.DataFrame | None, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = the ``--by`` groups, columns = k; pass^k as tau-bench defines it (mean over the group's cells)."""
-    axes, pooled = _few_rows(frames, axes)
-    table = summary_table(frames, axes)
+    few, pooled = _few_rows(frames, axes)
+    table = grouped if grouped is not None and few == axes else summary_table(frames, few)
+    axes = few
     table = table[table["scored"] > 0].reset_index(drop=True)
     ks = [c for c in table.columns if c.startswith("pass^")]
     if table.empty or not ks:

@@ -152,10 +152,11 @@ def failure_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell) -> list[s
     return lines + [_md(rows), ""]
 
 
-def latency_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell) -> list[str]:
-    """Wall latency beside time to first token and decode rate, per ``--by`` group, and the load caveat."""
+def latency_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell, grouped: pd.DataFrame | None = None) -> list[str]:
+    """Wall latency beside time to first token and decode rate, per ``--by`` group, and the load caveat
+    (``grouped``: :func:`summary_table` by :func:`shown_axes`, when already computed)."""
     axes = shown_axes(frames, by)
-    table = summary_table(frames, axes)
+    table = summary_table(frames, axes) if grouped is None else grouped
     table = table[table["scored"] > 0]
     lines = ["## Latency", "", LOAD_NOTE + " Model start-up is kept apart: each model's warm-up request is in the Models "
              "section above and in no figure here.", ""]  # fmt: skip
