@@ -164,7 +164,7 @@ def write_report(
             write_csv(table, out / name)
             written.append(out / name)
     if "md" in formats:
-        text = _markdown(frames, summary, by, figures, grouped)
+        text = _markdown(frames, summary, by, figures, (grouped, failures))
         (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
         written.append(out / "report.md")
     return written
@@ -176,8 +176,14 @@ def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:
 
 
 def _markdown(
-    frames: LedgerFrames, summary: pd.DataFrame, by: list[str], figures: dict[str, tuple[str, str]], grouped: pd.DataFrame | None
+    frames: LedgerFrames,
+    summary: pd.DataFrame,
+    by: list[str],
+    figures: dict[str, tuple[str, str]],
+    by_shown: tuple[pd.DataFrame | None, pd.DataFrame],
 ) -> str:
+    """The markdown text; ``by_shown``: the summary and failure-mode tables by the shown axes, computed once."""
+    grouped, failures = by_shown
     runs = frames.runs
     lines = _header_lines(frames)
     if runs.empty:
@@ -187,7 +193,7 @@ def _markdown(
     lines += kind_lines(frames, by, cell_text)
     lines += _summary_lines(summary, runs, _summary_axes(frames, by))
     lines += check_lines(frames, by, cell_text)
-    lines += failure_lines(frames, by, cell_text)
+    lines += failure_lines(frames, by, cell_text, failures)
     lines += _example_lines(frames)
     lines += latency_lines(frames, by, cell_text, grouped)
     rescue = lenient_rescue(frames)

@@ -115,7 +115,7 @@ def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, ou
     """Heat map: rows = model (or the first axis), columns = the other axes, one panel per scenario kind."""
     row_axes = ["model"] if "model" in axes else axes[:1]
     col_axes = [a for a in axes if a not in row_axes]
-    table = summary_table(frames, [*row_axes, *col_axes, "task_kind"])
+    table = summary_table(frames, [*row_axes, *col_axes, "task_kind"], latency=False)
     table = table[table["scored"] > 0]
     rows = table.drop_duplicates(row_axes)[row_axes].sort_values(row_axes, kind="stable")
     row_labels = [_label(x) for x in _group_labels(rows, row_axes)]
@@ -280,7 +280,7 @@ def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out
 def _pass_k(frames: LedgerFrames, axes: list[str], grouped: pd.DataFrame | None, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = the ``--by`` groups, columns = k; pass^k as tau-bench defines it (mean over the group's cells)."""
     few, pooled = _few_rows(frames, axes)
-    table = grouped if grouped is not None and few == axes else summary_table(frames, few)
+    table = grouped if grouped is not None and few == axes else summary_table(frames, few, latency=False)
     axes = few
     table = table[table["scored"] > 0].reset_index(drop=True)
     ks = [c for c in table.columns if c.startswith("pass^")]

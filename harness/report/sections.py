@@ -63,7 +63,7 @@ def kind_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell) -> list[str]
             f"All scenarios in this ledger {what} (the scenario's `requires_tool`), so the summary below is one kind.",
             "",
         ]
-    table = summary_table(frames, [*axes, "task_kind"])
+    table = summary_table(frames, [*axes, "task_kind"], latency=False)
     lines += ["A tool-using scenario cannot be done without a tool; a restraint scenario (`requires_tool = false`) is passed "
               "by answering without one. Mixing them makes a model that only shows restraint look like a low pass rate on "
               "tool use, so they are reported apart (pass rate, 95% Wilson interval).", ""]  # fmt: skip
@@ -116,10 +116,11 @@ def _check_table(frames: LedgerFrames, table: pd.DataFrame, axes: list[str], cel
     return _md(rows)
 
 
-def failure_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell) -> list[str]:
-    """The failure-mode table by the ``--by`` groups; groups as columns when few, as rows when many."""
+def failure_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell, table: pd.DataFrame | None = None) -> list[str]:
+    """The failure-mode table by the ``--by`` groups; groups as columns when few, as rows when many (``table``:
+    :func:`failure_mode_table` by :func:`shown_axes`, when already computed)."""
     axes = shown_axes(frames, by)
-    table = failure_mode_table(frames, axes)
+    table = failure_mode_table(frames, axes) if table is None else table
     lines = ["## Failure modes", ""]
     if table.empty:
         return lines + ["No failure mode was labelled in any scored run.", ""]

@@ -58,7 +58,7 @@ def _pass_k_for_group(cells: pd.DataFrame, k: int) -> float:
     return float(np.mean([pass_hat_k(n, c, k) for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)]))
 
 
-def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.DataFrame:
+def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latency: bool = True) -> pd.DataFrame:
     """One row per group of runs (default: per cell) with rates, pass^k, counts and medians.
 
     pass^k (Yao et al. 2024) is the mean over the group's cells of ``C(c, k) / C(n, k)``, each
@@ -67,7 +67,8 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
 
     Args:
         frames: from :func:`load_frames`.
-        by: grouping axes, a subset of :data:`CELL_AXES`.
+        by: grouping axes, a subset of :data:`CELL_AXES` (``task_kind`` may be added).
+        latency: False leaves out ``latency_p50_ms`` and ``latency_p95_ms`` (their order statistics cost the most).
 
     Returns:
         DataFrame sorted by ``by``, columns: the ``by`` axes; ``runs`` (one per run identity: a run interrupted and
@@ -100,8 +101,8 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
     table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
     table = pd.concat([table, _pass_k_columns(scored, table, by)], axis=1)
-    latency = _turn_latency_quantiles(frames, by)
-    table = table.merge(latency, on=by, how="left")
+    if latency:
+        table = table.merge(_turn_latency_quantiles(frames, by), on=by, how="left")
     counts = ["runs", "scored", "passes", "infra_error", "interrupted", "context_overflow"]
     table[counts] = table[counts].astype("int64")
     return table.sort_values(by, kind="stable").reset_index(drop=True)
