@@ -6,6 +6,7 @@ and raises on interrupts); the CLI and this module are the only code that does.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
 from harness.vocab import is_scored, plural, printable
 
-__all__ = ["Progress", "format_run_line", "plan_label", "plural", "print_run_summary", "printable", "summary_rows"]
+__all__ = ["Progress", "format_run_line", "next_steps", "plan_label", "plural", "print_run_summary", "printable", "summary_rows"]
 
 _ERROR_CHARS = 300
 """Characters of an error message shown on a console line (the ledger keeps it whole)."""
@@ -26,10 +27,12 @@ _ERROR_CHARS = 300
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed
-    (...); failure modes: none; run 3fa2b1c04e5d`` (the run id's first 12 characters: a prefix that
-    ``harness review`` and ``harness attest`` accept)."""
+    (...); failed checks: names_files; failure modes: none; run 3fa2b1c04e5d`` (the done checks that failed, if any;
+    the run id's first 12 characters: a prefix that ``harness review`` and ``harness attest`` accept)."""
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
+    failed = [str(c.get("check")) for c in summary.checks if isinstance(c, dict) and not c.get("passed")]
+    checks = f"; failed checks: {', '.join(failed)}" if failed else ""
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
     extra = (
         f" ({printable(summary.error, _ERROR_CHARS)})"
@@ -39,7 +42,7 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     return printable(
         f"[{index}/{total}] {p.scenario.name} {p.model} T={p.temperature:g} seed={p.seed + p.repetition} "
         f"{p.tool_mode}/{p.parser}{_think_note(p)}{' stream' if p.stream else ''} rep={p.repetition} -> {summary.outcome}{extra} "
-        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}); failure modes: {modes}; "
+        f"({plural(summary.turns, 'turn')}, {plural(summary.tokens, 'token')}{timing}){checks}; failure modes: {modes}; "
         f"run {summary.run_id[:12]}"
     )
 
@@ -105,11 +108,23 @@ class Progress(MatrixEvents):
         if self.bar is not None:
             self.bar.reset(total=todo)
         done = f" ({result.already_done} already in the ledger)" if result.already_done else ""
-        print(
-            f"Running {todo} of {plural(self.planned_total, 'planned run')}{done}; ledger: {self.ledger_path}",
-            file=sys.stderr,
-            flush=True,
-        )
+        self._note(f"Running {todo} of {plural(self.planned_total, 'planned run')}{done}; ledger: {self.ledger_path}")
+
+    def model_starting(self, model: str) -> None:
+        """Say that a model is loading, so a bar at 0 for a minute is not silent."""
+        if model.startswith("embedded:"):
+            self._note(
+                f"Loading the model {printable(model)} into memory (a large model takes up to a minute), then one warm-up request..."
+            )
+        else:
+            self._note(f"Warming up {printable(model)} with one request...")
+
+    def _note(self, line: str) -> None:
+        """A line on standard error above the bar (through tqdm, so the two never share a line)."""
+        if self.bar is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.bar.write(line, file=sys.stderr)
 
     def run_finished(self, summary: RunSummary) -> None:
         """One line per finished run; the bar advances."""
@@ -135,10 +150,7 @@ class Progress(MatrixEvents):
         wait = f" in {attempt.retry_in_ms / 1000:.1f} s" if attempt.retry_in_ms is not None else ""
         line = (f"harness: {plan_label(plan)}: turn {attempt.turn}, attempt {attempt.attempt} of {max_attempts} failed "
                 f"({attempt.error_type}: {printable(attempt.error.rstrip('.'), _ERROR_CHARS)}); retrying{wait}.")  # fmt: skip
-        if self.bar is None:
-            print(line, file=sys.stderr, flush=True)
-        else:
-            self.bar.write(line, file=sys.stderr)
+        self._note(line)
 
     def close(self) -> None:
         """Close the bar (idempotent)."""
@@ -178,3 +190,18 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
     if overflow:
         print(f"harness: {plural(overflow, 'run')} outgrew the context (context_overflow: excluded from pass rates); "
               "raise the scenario's num_ctx to score them.", file=sys.stderr)  # fmt: skip
+    if result.summaries or result.already_done:
+        print(next_steps(ledger_path))
+
+
+def next_steps(ledger_path: Path) -> str:
+    """The line that ends a run: the commands to try next (``harness view`` only when the viewer is installed)."""
+    from importlib.util import find_spec
+
+    from harness.ledger import DEFAULT_LEDGER_PATH
+
+    ledger = "" if Path(ledger_path) == DEFAULT_LEDGER_PATH else f" --ledger {shlex.quote(printable(str(ledger_path)))}"
+    view = f", or browse the runs with `harness view{ledger}`" if find_spec("harness.viewer") is not None else ""
+    return (
+        f"Next: `harness report{ledger}` writes the comparison report into reports/{view}; `harness review RUN_ID` shows one run."
+    )

@@ -140,6 +140,9 @@ class MatrixEvents:
     def planned(self, result: MatrixResult) -> None:
         """Identities are resolved (``result.planned``, ``result.already_done``); no run has started yet."""
 
+    def model_starting(self, model: str) -> None:
+        """``model`` is about to be loaded (an embedded server starts) and sent its one warm-up request."""
+
     def run_finished(self, summary: RunSummary) -> None:
         """A run has ended and its end row is in the ledger."""
 
@@ -286,6 +289,7 @@ def run_matrix(
         events.planned(result)
         for model, endpoint in endpoints.items():
             if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
+                events.model_starting(model)
                 endpoint.start_config = start_model(endpoint.backend, db)
         matrix.run(endpoints, todos)
     finally:

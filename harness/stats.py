@@ -15,6 +15,10 @@ and notebooks share one definition of each number. Sources:
   17:2635-2650, method 10, as stated in M. W. Fagerland, S. Lydersen, P. Laake (2014),
   "Recommended tests and confidence intervals for paired binomial proportions", Statistics
   in Medicine 33:2850-2875, section 5.
+* Paired difference score interval: T. Tango (1998), "Equivalence test and confidence interval for the
+  difference in proportions for the paired-sample design", Statistics in Medicine 17:891-908, as stated in
+  Fagerland, Lydersen, Laake (2014), section 4; it inverts the score test, which for a difference of 0 is
+  McNemar's asymptotic test, so the interval excludes 0 exactly when that test rejects.
 * Holm's step-down adjustment: S. Holm (1979), "A simple sequentially rejective multiple test
   procedure", Scandinavian Journal of Statistics 6(2):65-70.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["holm", "mcnemar_midp", "newcombe_paired_diff", "pass_hat_k", "wilson_interval"]
+__all__ = ["holm", "mcnemar_midp", "newcombe_paired_diff", "pass_hat_k", "tango_paired_diff", "wilson_interval"]
 
 _Z95 = 1.959963984540054  # standard normal 97.5% quantile
 
@@ -121,8 +125,8 @@ def newcombe_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 
     The 2×2 table of pairs: ``a`` both succeed, ``b`` only the first, ``c`` only the second,
     ``d`` neither; ``n = a + b + c + d``. The difference is ``p1 - p2 = (b - c) / n``. With
     Wilson intervals ``(l1, u1)`` for ``p1 = (a + b) / n`` and ``(l2, u2)`` for
-    ``p2 = (a + c) / n``, and ``phi = (ad - bc) / sqrt((a+b)(c+d)(a+c)(b+d))`` (0 when a
-    margin is empty)::
+    ``p2 = (a + c) / n``, and ``phi = A / sqrt((a+b)(c+d)(a+c)(b+d))`` (0 when a margin is empty) with
+    ``A = ad - bc - n/2`` when ``ad - bc > n/2``, 0 when ``0 <= ad - bc <= n/2``, else ``ad - bc``::
 
         low  = diff - sqrt((p1-l1)² - 2·phi·(p1-l1)(u2-p2) + (u2-p2)²)
         high = diff + sqrt((u1-p1)² - 2·phi·(u1-p1)(p2-l2) + (p2-l2)²)
@@ -146,11 +150,60 @@ def newcombe_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 
     l1, u1 = wilson_interval(a + b, n, confidence=confidence)
     l2, u2 = wilson_interval(a + c, n, confidence=confidence)
     margins = (a + b) * (c + d) * (a + c) * (b + d)
-    phi = 0.0 if margins == 0 else (a * d - b * c) / math.sqrt(margins)
+    cross: float = a * d - b * c  # Newcombe's continuity-corrected correlation: ad - bc shrunk by n/2 towards 0 when positive
+    cross = cross - n / 2 if cross > n / 2 else 0.0 if cross >= 0 else cross
+    phi = 0.0 if margins == 0 else cross / math.sqrt(margins)
     diff = p1 - p2
     low = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     high = diff + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     return diff, max(-1.0, low), min(1.0, high)
+
+
+def _tango_score(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's score statistic for ``H0: p1 - p2 = delta`` (Tango 1998, equation 3): decreasing in ``delta``."""
+    big_a = 2 * n
+    big_b = -b - c + (2 * n - b + c) * delta
+    big_c = -c * delta * (1 - delta)
+    p21 = (-big_b + math.sqrt(max(0.0, big_b * big_b - 4 * big_a * big_c))) / (2 * big_a)  # constrained MLE of p21
+    variance, score = n * (2 * p21 + delta * (1 - delta)), b - c - n * delta
+    if variance > 0:
+        return score / math.sqrt(variance)
+    return 0.0 if score == 0 else math.copysign(math.inf, score)
+
+
+def tango_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Difference of two paired proportions with Tango's asymptotic score interval (Tango 1998).
+
+    The 2×2 table of pairs as in :func:`newcombe_paired_diff`; ``diff = (b - c) / n``. With ``p21`` the maximum
+    likelihood estimate of the "only the second" cell under ``H0: p1 - p2 = delta`` (a quadratic's root), the score
+    statistic is::
+
+        T(delta) = (b - c - n·delta) / sqrt(n·(2·p21 + delta·(1 - delta)))
+
+    and the interval is every ``delta`` with ``|T(delta)| <= z`` (found by root finding; Fagerland, Lydersen, Laake
+    2014, section 4). ``T(0) = (b - c) / sqrt(b + c)`` is McNemar's asymptotic statistic, so the interval holds 0
+    exactly when McNemar's asymptotic test does not reject; it is never of zero width while ``n >= 1``.
+
+    Args:
+        a, b, c, d: pair counts, each >= 0, summing to at least 1.
+        confidence: two-sided coverage in (0, 1).
+
+    Returns:
+        ``(diff, low, high)``, all in [-1, 1].
+
+    Raises:
+        ValueError: a negative count or no pairs.
+    """
+    if min(a, b, c, d) < 0 or a + b + c + d == 0:
+        raise ValueError(f"need non-negative counts and at least one pair, got {(a, b, c, d)}")
+    from scipy.optimize import brentq
+
+    n, z = a + b + c + d, _z(confidence)
+    diff = (b - c) / n
+    edge = 1e-12
+    low = -1.0 if diff <= -1 else brentq(lambda x: _tango_score(b, c, n, x) - z, -1 + edge, diff, xtol=1e-12)
+    high = 1.0 if diff >= 1 else brentq(lambda x: _tango_score(b, c, n, x) + z, diff, 1 - edge, xtol=1e-12)
+    return diff, max(-1.0, float(low)), min(1.0, float(high))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -14,7 +14,8 @@ def add_run(ledger: Ledger, run_id: str, *, model: str, temperature: float = 0.0
             turns: list[tuple[list[str], str]] | None = None, parser: str = "lenient", scenario: str = "s",
             scenario_path: str = "s.toml", scenario_hash: str = "h", tool_mode: str = "native", seed: int | None = None,
             latency: float | None = None, checks: list[dict] | None = None, files_written: list[str] | None = None,
-            day: int = 1, identity: str | None = None) -> None:  # fmt: skip
+            day: int = 1, identity: str | None = None, requires_tool: bool | None = None,
+            ttft: float | None = None, decode_tps: float | None = None) -> None:  # fmt: skip
     """Append one complete run: start, one turn per ``(failure_modes, content)``, end (unless outcome is None)."""
     turns = [([], "done")] if turns is None else turns
     ledger.start_run(RunStart(
@@ -23,6 +24,7 @@ def add_run(ledger: Ledger, run_id: str, *, model: str, temperature: float = 0.0
         seed=repetition if seed is None else seed, max_tokens=64, num_ctx=2048, tool_mode=tool_mode, parser=parser,
         repetition=repetition, turn_limit=8, token_limit=32000, harness_version="0.1.0", git_sha=None, git_dirty=None,
         sandbox="/tmp/x", started_at=f"2026-01-{day:02d}T00:00:00.000+00:00",
+        config={} if requires_tool is None else {"requires_tool": requires_tool},
     ))  # fmt: skip
     for n, (modes, content) in enumerate(turns, 1):
         ledger.record_turn(TurnRecord(
@@ -30,7 +32,7 @@ def add_run(ledger: Ledger, run_id: str, *, model: str, temperature: float = 0.0
             tool_calls=None, recovered_calls=[], executed_calls=[], failure_modes=list(modes), recovered_by=None,
             classifier_version="1", finish_reason="stop", prompt_tokens=100, completion_tokens=10 * n,
             latency_ms=latency if latency is not None else 100.0 * n + repetition, started_at="2026-01-01T00:00:00.000+00:00",
-            ended_at="2026-01-01T00:00:01.000+00:00",
+            ended_at="2026-01-01T00:00:01.000+00:00", ttft_ms=ttft, decode_tps=decode_tps,
         ))  # fmt: skip
     if outcome is not None:
         ledger.end_run(RunEnd(

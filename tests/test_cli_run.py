@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -114,6 +115,11 @@ def test_weather_answer_without_a_call_shows_its_failure_modes_in_the_run_line_a
                            *RUN_FLAGS, "--ledger", ledger)  # fmt: skip
     assert rc == 0, err
     assert "task_failed" in out and "failure modes: fabricated_tool_result, skipped_required_tool" in out
+    # why it failed: the done checks that failed are on the run line; the model's load is announced; what to try next
+    run_line = next(line for line in out.splitlines() if "-> task_failed" in line)
+    assert re.search(r"\); failed checks: [a-z_]+(, [a-z_]+)*; failure modes: ", run_line), run_line
+    assert f"Warming up openai:m@{server.base_url} with one request..." in err
+    assert f"Next: `harness report --ledger {ledger}`" in out
     rc, out, err = cli(capsys, "report", "--ledger", ledger, "--out", tmp_path / "rep", "--format", "md")
     assert rc == 0, err
     report = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")

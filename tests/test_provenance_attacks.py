@@ -78,7 +78,7 @@ def test_hostile_server_facts_cannot_break_or_inject_into_the_models_section(tmp
         run_plans(tmp_path, [RunPlan(scenario, f"ollama:qwen3:0.6b@{server.url}", 0.0)])
     (report,) = write_report(tmp_path / "ledger.sqlite", tmp_path / "out", formats=("md",))
     text = report.read_text()
-    section = text[text.index("## Models") : text.index("## Summary")]
+    section = text[text.index("## Models") : text.index("\n## ", text.index("## Models"))]
     lines = [line for line in section.splitlines() if line]
     assert lines[0] == "## Models" and lines[1].startswith("- ollama:qwen3:0.6b@") and len(lines) == 2  # one bullet, whole
     for line in lines[1:]:

@@ -120,12 +120,14 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
 
 # -- harness export ----------------------------------------------------------------------------------
 def add_export(sub: Subparsers) -> None:
-    p = sub.add_parser("export", help="write one record per turn as JSONL or CSV")
+    p = sub.add_parser("export", help="write one record per turn (or per run, --runs) as JSONL or CSV")
     ledger_option(p)
     p.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="one JSON object per line (default) or CSV with a header"
     )
     p.add_argument("--out", type=Path, help="output file (default: standard output)")
+    p.add_argument("--runs", action="store_true", help="one record per run (identity, seed, outcome, checks, final answer, "
+                   "totals) instead of one per turn; list fields are JSON lists, in CSV too")  # fmt: skip
     p.set_defaults(func=_cmd_export)
 
 
@@ -133,7 +135,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import io
 
     from harness.console import plural
-    from harness.ledger import EXPORT_COLUMNS, Ledger
+    from harness.ledger import EXPORT_COLUMNS, RUN_EXPORT_COLUMNS, Ledger
     from harness.outputs import write_output_file
 
     path = ledger_path(args)
@@ -143,11 +145,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"--out {args.out} is the ledger itself; choose another file.")
         if target.is_dir():
             raise UsageError(f"--out {args.out} is a folder; give a file path.")
-    with Ledger(path, readonly=True) as ledger:
-        rows = list(ledger.export_rows())  # read everything before any output file is touched
+    with Ledger(path, readonly=True) as ledger:  # read everything before any output file is touched
+        rows = ledger.export_run_rows() if args.runs else list(ledger.export_rows())
     buffer = io.StringIO(newline="")
     if args.format == "jsonl":
         buffer.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    elif args.runs:
+        writer = csv.DictWriter(buffer, fieldnames=RUN_EXPORT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        lists = ("checks_passed", "checks_failed", "failure_modes")
+        writer.writerows({**row, **{k: json.dumps(row[k], ensure_ascii=False) for k in lists},
+                          "requires_tool": "" if row["requires_tool"] is None else str(row["requires_tool"]).lower()} for row in rows)  # fmt: skip
     else:
         writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS, extrasaction="ignore")
         writer.writeheader()
@@ -156,5 +164,5 @@ def _cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.write(buffer.getvalue())
         return 0
     write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
-    print(f"Wrote {plural(len(rows), 'turn')} to {args.out}.", file=sys.stderr)
+    print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {args.out}.", file=sys.stderr)
     return 0

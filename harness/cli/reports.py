@@ -14,15 +14,17 @@ __all__ = ["add_attest", "add_compare", "add_report", "add_review"]
 # -- harness report / compare / review / attest -------------------------------------------------------
 def add_report(sub: Subparsers) -> None:
     p = sub.add_parser("report", help="write a markdown comparison report with tables and plots", description=(
-        "Write report.md (summary per cell, failure modes by model, shortest example replies, lenient-parser "
-        "rescue) with PNG plots and CSV tables. Reads the ledger only; the same ledger gives the same bytes."))  # fmt: skip
+        "Write report.md (pass rate on tool-using vs restraint scenarios, summary, failed done checks, failure modes, "
+        "shortest example replies, latency, lenient-parser rescue) with PNG plots and CSV tables, every one grouped by "
+        "--by. Reads the ledger only; the same ledger gives the same bytes."))  # fmt: skip
     ledger_option(p)
     p.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default: reports/)")
     p.add_argument(
         "--by",
         default=None,
         metavar="AXES",
-        help="summary grouping, comma-separated from scenario,model,temperature,tool_mode,parser,think,stream (default: all)",
+        help="grouping of every table and plot, comma-separated from scenario,model,temperature,tool_mode,parser,think,stream "
+        "(default: all; e.g. --by model,temperature)",
     )
     p.add_argument("--format", default="md,png", metavar="FORMATS", help="comma-separated from md, png, csv (default: md,png)")
     p.set_defaults(func=_cmd_report_write)

@@ -23,12 +23,14 @@ from harness.ledger.records import (
     record_fields,
     utc_now,
 )
+from harness.ledger.report_reads import RUN_EXPORT_COLUMNS
 from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger, decode_labels
 
 __all__ = [
     "CHAINED_TABLES",
     "DEFAULT_LEDGER_PATH",
     "EXPORT_COLUMNS",
+    "RUN_EXPORT_COLUMNS",
     "Anchor",
     "Attempt",
     "Attestation",

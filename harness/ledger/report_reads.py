@@ -19,14 +19,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerError
-from harness.ledger.blobs import content_length_sql
-from harness.ledger.queries import NEWEST_LABELS, runs_frame_sql
+from harness.ledger.blobs import content_length_sql, resolve_rows
+from harness.ledger.queries import NEWEST_LABELS, axis_sql, runs_frame_sql
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads"]
+__all__ = ["RUN_EXPORT_COLUMNS", "RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads", "run_details_sql"]
+
+RUN_EXPORT_COLUMNS = (
+    "run_id", "identity", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "think", "stream", "repetition",
+    "requires_tool", "started_at", "ended_at", "outcome", "turns", "prompt_tokens", "completion_tokens", "latency_ms",
+    "checks_passed", "checks_failed", "failure_modes", "final_answer", "error",
+)  # fmt: skip
+"""The fields of ``harness export --runs``, one record per run (:meth:`ReportReads.export_run_rows`)."""
 
 RUN_TURN_TOTALS = (
     "SELECT run_id, COUNT(*) AS turns_recorded, COUNT(latency_ms) AS latencies_recorded,"
@@ -51,6 +58,23 @@ RUN_MODE_COUNTS = (
 """Per run × failure mode shown by >= 1 of its turns (newest labels): the turns showing it, and the reply length in
 characters, ``seq`` and turn number of its shortest such turn (ties: the earliest; found as the smallest of the three
 packed into 3 × 20 zero-padded digits). ``{chars}`` is :func:`content_length_sql`."""
+
+
+def run_details_sql(run_columns: Sequence[str], turn_columns: Sequence[str], end_columns: Sequence[str]) -> str:
+    """The query behind :meth:`ReportReads.run_details` (timings NULL before ``m008_streaming``, no blobs before ``m005``)."""
+    timing = (
+        "LEFT JOIN (SELECT run_id, AVG(ttft_ms) AS ttft_ms, AVG(decode_tps) AS decode_tps FROM turns"
+        " WHERE ttft_ms IS NOT NULL OR decode_tps IS NOT NULL GROUP BY run_id) t USING (run_id)"
+        if "ttft_ms" in turn_columns
+        else ""
+    )
+    columns = "t.ttft_ms, t.decode_tps" if timing else "NULL AS ttft_ms, NULL AS decode_tps"
+    refs = "e.blob_refs" if "blob_refs" in end_columns else "NULL"
+    return (
+        "SELECT r.run_id, CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.requires_tool') END AS requires_tool,"
+        f" e.checks, e.final_answer, e.error, e.breach, {refs} AS blob_refs, {columns}"
+        f" FROM runs r LEFT JOIN run_ends e USING (run_id) {timing} ORDER BY r.seq"
+    )
 
 
 class ReportReads:
@@ -151,6 +175,114 @@ class ReportReads:
                                    ("run_id", "turns_recorded", "latencies_recorded", "turn_prompt_tokens",
                                     "turn_completion_tokens", "latency_ms")})  # fmt: skip
         return totals, values[:at]
+
+    def export_run_rows(self) -> list[dict[str, Any]]:
+        """One dict per run in start order with :data:`RUN_EXPORT_COLUMNS` (``harness export --runs``).
+
+        ``outcome`` is ``unfinished`` for a run with no end row; ``turns``, ``prompt_tokens``, ``completion_tokens``
+        (tokens) and ``latency_ms`` (ms, summed over turns) are the end row's totals, or the turns recorded so far;
+        never null. ``checks_passed`` and ``checks_failed`` are lists of check names, ``failure_modes`` the sorted list
+        of modes any turn showed (newest labels); ``requires_tool`` is True, False, or None (recorded before the flag);
+        ``stream`` ``on``/``off``; ``think`` ``default``/``on``/``off``; ``final_answer``, ``error`` and ``ended_at`` may
+        be None.
+
+        Raises:
+            LedgerError: the file cannot be read.
+        """
+        import json
+
+        modes: dict[str, list[str]] = {}
+        for run_id, mode in self.run_mode_counts()[["run_id", "mode"]].itertuples(index=False):
+            modes.setdefault(run_id, []).append(str(mode))
+        details = {d["run_id"]: d for d in self.run_details()}
+        sql = (
+            "SELECT r.run_id, r.identity, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser,"
+            f" {axis_sql(self._columns['runs'])}, r.repetition, r.started_at, e.ended_at, COALESCE(e.outcome, 'unfinished') AS outcome,"
+            " COALESCE(e.turns, t.n, 0) AS turns, COALESCE(e.prompt_tokens, t.p, 0) AS prompt_tokens,"
+            " COALESCE(e.completion_tokens, t.c, 0) AS completion_tokens, COALESCE(t.l, 0) AS latency_ms"
+            " FROM runs r LEFT JOIN run_ends e USING (run_id) LEFT JOIN (SELECT run_id, COUNT(*) AS n, TOTAL(prompt_tokens) AS p,"
+            " TOTAL(completion_tokens) AS c, TOTAL(latency_ms) AS l FROM turns GROUP BY run_id) t USING (run_id) ORDER BY r.seq"
+        )  # fmt: skip
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql)
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        out = []
+        for row in rows:
+            d = details.get(row["run_id"], {})
+            try:
+                checks = json.loads(d["checks"]) if d.get("checks") else []
+            except ValueError:
+                checks = []
+            checks = [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+            flag = d.get("requires_tool")
+            row.update(
+                stream="on" if row["stream"] else "off", requires_tool=None if flag is None else bool(flag),
+                turns=int(row["turns"]), prompt_tokens=int(row["prompt_tokens"]), completion_tokens=int(row["completion_tokens"]),
+                latency_ms=float(row["latency_ms"]), checks_passed=[str(c.get("check")) for c in checks if c.get("passed")],
+                checks_failed=[str(c.get("check")) for c in checks if not c.get("passed")],
+                failure_modes=sorted(modes.get(row["run_id"], [])), final_answer=d.get("final_answer"), error=d.get("error"),
+            )  # fmt: skip
+            out.append({c: row[c] for c in RUN_EXPORT_COLUMNS})
+        return out
+
+    def reply_calls(self, seqs: Sequence[int]) -> dict[int, Any]:
+        """The structured tool calls of the given turns (by ``turns.seq``), JSON decoded as the server sent them
+        (a list, usually), for turns that have any; others are left out."""
+        import json
+
+        if not seqs:
+            return {}
+        refs = ", blob_refs" if self._has_blobs() else ""
+        sql = f"SELECT seq, tool_calls{refs} FROM turns WHERE seq IN ({','.join('?' * len(seqs))}) AND tool_calls IS NOT NULL"
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql, [int(s) for s in seqs])
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                if self._has_blobs():
+                    resolve_rows(self._db, "turns", rows)
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        out = {}
+        for row in rows:
+            try:
+                calls = json.loads(row["tool_calls"])
+            except (TypeError, ValueError):
+                continue
+            if calls:
+                out[int(row["seq"])] = calls
+        return out
+
+    def run_details(self) -> list[dict[str, Any]]:
+        """Per run in start order, what the summary frame leaves out (large payloads put back from blobs).
+
+        Returns:
+            One dict per run: ``run_id``; ``requires_tool`` (the scenario's flag as recorded in ``config``: 1, 0, or None
+            for runs recorded before it was); ``checks`` (the done checks' JSON text ``[{"check", "passed", "detail"}]``,
+            None while unfinished); ``final_answer``, ``error`` (text or None); ``breach`` (JSON text or None);
+            ``ttft_ms`` (mean time to first token over the run's turns, ms) and ``decode_tps`` (mean decode rate,
+            completion tokens per second), None where no turn recorded one.
+
+        Raises:
+            LedgerError: the file cannot be read.
+        """
+        sql = run_details_sql(self._columns["runs"], self._columns["turns"], self._columns["run_ends"])
+        try:
+            with self._lock:
+                cursor = self._db.execute(sql)
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                if self._has_blobs("run_ends"):
+                    resolve_rows(self._db, "run_ends", rows, "blob_refs")
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        for row in rows:
+            row.pop("blob_refs", None)
+        return rows
 
     def _has_blobs(self, table: str = "turns") -> bool:
         return "blob_refs" in self._columns[table]  # since m005

@@ -1,7 +1,8 @@
 """Reports: read the ledger into DataFrames, compute tables, write markdown, plots and CSV, compare two models.
 
 ``frames`` loads the ledger (:func:`load_frames`, where notebooks start), ``tables`` computes
-the summary, failure-mode, example and rescue tables, ``markdown`` writes ``harness report``'s
+the summary, failure-mode, done-check, example and rescue tables, ``sections`` writes the report's sections that
+follow ``--by`` (scenario kinds, why runs failed, failure modes, latency), ``markdown`` writes ``harness report``'s
 files, ``plots`` draws the PNGs and ``compare`` pairs two models' runs (``harness compare``).
 Everything here only reads the ledger. Imports pandas and matplotlib.
 """
@@ -11,6 +12,7 @@ from harness.report.frames import LedgerFrames, load_frames
 from harness.report.markdown import write_report
 from harness.report.tables import (
     CELL_AXES,
+    check_failure_table,
     failure_mode_table,
     lenient_rescue,
     parse_axes,
@@ -24,6 +26,7 @@ __all__ = [
     "Comparison",
     "LedgerFrames",
     "ModeComparison",
+    "check_failure_table",
     "compare_models",
     "failure_mode_table",
     "format_comparison",

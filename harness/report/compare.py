@@ -6,7 +6,8 @@ Only scored runs pair (``infra_error``, ``interrupted`` and unfinished runs say 
 the model); when a model has several scored runs for one key (a re-run), the newest counts.
 
 Statistics (see :mod:`harness.stats` for formulas and sources): the difference in pass rate
-with Newcombe's hybrid score interval for paired proportions (Newcombe 1998, method 10), the
+with Tango's asymptotic score interval for paired proportions (Tango 1998; it inverts the score test, so at
+any n it excludes 0 exactly when McNemar's asymptotic test rejects, and it never has zero width), the
 exact McNemar mid-p test on the discordant pairs (Fagerland, Lydersen, Laake 2013), and the
 same per failure mode ("the run showed the mode at least once") with Holm's step-down
 adjustment across modes (Holm 1979).
@@ -23,7 +24,7 @@ from tabulate import tabulate
 from harness.errors import UsageError
 from harness.report.frames import LedgerFrames
 from harness.report.markdown import cell_text
-from harness.stats import holm, mcnemar_midp, newcombe_paired_diff
+from harness.stats import holm, mcnemar_midp, tango_paired_diff
 
 __all__ = ["PAIR_KEYS", "PAIR_KEY_TEXT", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
 
@@ -44,7 +45,7 @@ class ModeComparison:
         only_a: discordant pairs where only A's run showed it.
         only_b: discordant pairs where only B's run showed it.
         diff: A's share minus B's share, in [-1, 1].
-        low: lower bound of the 95% Newcombe interval of ``diff``.
+        low: lower bound of the 95% Tango score interval of ``diff``.
         high: upper bound.
         midp: exact McNemar mid-p on ``(only_a, only_b)``, in [0, 1].
         holm_p: ``midp`` after Holm's adjustment across all modes compared, in [0, 1].
@@ -77,8 +78,8 @@ class Comparison:
         only_b_pass: pairs where only B passed (c).
         neither_pass: pairs where neither passed (d).
         diff: A's pass rate minus B's, in [-1, 1]; NaN without pairs.
-        low: 95% Newcombe lower bound of ``diff``.
-        high: 95% Newcombe upper bound of ``diff``.
+        low: 95% Tango score lower bound of ``diff``.
+        high: 95% Tango score upper bound of ``diff``.
         midp: exact McNemar mid-p on ``(only_a_pass, only_b_pass)``.
         modes: per failure mode, sorted by ``midp`` then name.
         unpaired_a: scored runs of A without a partner.
@@ -185,7 +186,7 @@ def compare_models(frames: LedgerFrames, model_a: str, model_b: str, *, scenario
     n = len(pairs)
     pa, pb = pairs["passed_a"].to_numpy(bool), pairs["passed_b"].to_numpy(bool)
     counts = (int((pa & pb).sum()), int((pa & ~pb).sum()), int((~pa & pb).sum()), int((~pa & ~pb).sum()))
-    diff, low, high = newcombe_paired_diff(*counts) if n else (float("nan"),) * 3
+    diff, low, high = tango_paired_diff(*counts) if n else (float("nan"),) * 3
     modes = _mode_comparisons(frames, pairs) if n else []
     return Comparison(
         model_a=a, model_b=b, scenario=scenario, scenarios=sorted(set(pairs["scenario"])), pairs=n,
@@ -209,7 +210,7 @@ def _mode_comparisons(frames: LedgerFrames, pairs: pd.DataFrame) -> list[ModeCom
         only_a = sum(x and not y for x, y in zip(ha, hb, strict=True))
         only_b = sum(y and not x for x, y in zip(ha, hb, strict=True))
         neither = len(ha) - both - only_a - only_b
-        diff, low, high = newcombe_paired_diff(both, only_a, only_b, neither)
+        diff, low, high = tango_paired_diff(both, only_a, only_b, neither)
         raw.append((mode, sum(ha), sum(hb), only_a, only_b, diff, low, high, mcnemar_midp(only_a, only_b)))
     adjusted = holm([r[-1] for r in raw])
     out = [ModeComparison(*r, holm_p=h) for r, h in zip(raw, adjusted, strict=True)]
@@ -240,11 +241,13 @@ def format_comparison(c: Comparison) -> str:
         rows.append([f"`{m.mode}`", f"{m.a_runs}/{n} = {100 * m.a_runs / n:.1f}%", f"{m.b_runs}/{n} = {100 * m.b_runs / n:.1f}%",
                      f"{100 * m.diff:+.1f} [{100 * m.low:+.1f}, {100 * m.high:+.1f}]", f"{m.only_a} / {m.only_b}",
                      f"{m.midp:.4f}", f"{m.holm_p:.4f}"])  # fmt: skip
-    headers = ["measure (runs with ≥1 for modes)", c.model_a, c.model_b, "A − B, points [95% Newcombe]",
+    headers = ["measure (runs with ≥1 for modes)", c.model_a, c.model_b, "A − B, points [95% Tango score]",
                "discordant (only A / only B)", "McNemar mid-p", "Holm-adjusted p"]  # fmt: skip
     lines.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     lines.append("")
-    lines.append("Interval: Newcombe's hybrid score interval for paired proportions (Newcombe 1998, method 10). "
-                 "Test: exact McNemar mid-p (Fagerland, Lydersen, Laake 2013). Failure-mode p-values are Holm-adjusted "
+    lines.append("Interval: Tango's score interval for paired proportions (Tango 1998), the inverse of McNemar's asymptotic "
+                 "test. Test: exact McNemar mid-p (Fagerland, Lydersen, Laake 2013). Failure-mode p-values are Holm-adjusted "
                  "across the modes listed (Holm 1979).")  # fmt: skip
+    lines.append("The interval and the mid-p test are different methods: near p = 0.05 one may exclude 0 while the other "
+                 "does not; with few pairs trust neither alone.")  # fmt: skip
     return "\n".join(lines)

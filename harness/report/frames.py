@@ -115,7 +115,14 @@ class LedgerFrames:
             (bool; a run is scored when its outcome counts and it is the newest scored run of its ``identity``),
             ``superseded`` (bool: an older scored run of the same identity, left out of every rate),
             ``tokens`` (prompt plus completion, tokens), ``turns_recorded`` (rows in ``turns``; equals ``turns`` unless a
-            turn was lost), ``latency_ms`` (summed over the run's turns, ms) and ``latency_ms_median`` (ms).
+            turn was lost), ``latency_ms`` (summed over the run's turns, ms), ``latency_ms_median`` (ms), ``counted``
+            (bool: the one run that stands for its identity, the scored one if any, else the newest: a run interrupted
+            and then resumed counts once), ``requires_tool`` (bool: the scenario needs a tool; runs recorded before
+            the flag read True, its default), ``task_kind`` (``tool`` or ``restraint``: the same flag as text),
+            ``checks_failed`` (tuple of the names of the done checks that failed, in check order; ``()`` if none or
+            unfinished), ``ttft_ms`` (mean time to first token over its turns, ms) and ``decode_tps`` (mean decode
+            rate, completion tokens/s; both NaN where the ledger has none).
+        run_checks: one row per run × done check: ``run_id``, ``check`` (name), ``passed`` (bool).
         run_modes: one row per run × failure mode with >= 1 occurrence: ``run_id``, ``mode``,
             ``turns_with_mode`` (count of the run's turns showing it).
         mode_examples: per failure mode (sorted), its shortest reply: ``mode``, ``seq`` (``turns`` row), ``run_id``,
@@ -132,6 +139,7 @@ class LedgerFrames:
 
     runs: pd.DataFrame
     run_modes: pd.DataFrame
+    run_checks: pd.DataFrame
     mode_examples: pd.DataFrame
     latencies: TurnLatencies
     turn_count: int
@@ -171,6 +179,13 @@ class LedgerFrames:
         codes, uniques = pd.factorize(turns["failure_modes"])
         return _explode_modes(turns, codes, list(uniques))
 
+    def reply_calls(self, seqs: Sequence[int]) -> dict[int, Any]:
+        """Structured tool calls of the given turns (``turns.seq``) that made any, as the server sent them."""
+        if not seqs:
+            return {}
+        with Ledger(self.ledger_path, readonly=True) as ledger:
+            return ledger.reply_calls(seqs)
+
     def replies(self, seqs: Sequence[int]) -> dict[int, str]:
         """Reply text of the given turns (``turns.seq``), read on demand to keep frames small.
 
@@ -200,17 +215,20 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
         head = ledger.chain_head("runs")
         # SQLite runs without the interpreter lock: the two passes over the turns (each on its own connection) go on
         # side by side while this connection reads the runs
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(3) as pool:
             mode_counts = pool.submit(_read, path, Ledger.run_mode_counts)
             latency_reads = pool.submit(_read, path, Ledger.turn_latencies)
+            detail_reads = pool.submit(_read, path, Ledger.run_details)
             runs = ledger.runs_frame()
             model_runs = ledger.model_runs()
+            details = detail_reads.result()
             modes = mode_counts.result()
             totals, values = latency_reads.result()
     run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
     counts = totals["turns_recorded"].to_numpy(dtype=np.int64)
     latencies = TurnLatencies(run_pos, counts, totals["latencies_recorded"].to_numpy(dtype=np.int64), values)
     runs = _finish_runs(runs, totals, latencies)
+    runs, run_checks = _add_details(runs, details)
     examples = modes.sort_values(["mode", "shortest_chars", "shortest_seq"], kind="stable").drop_duplicates("mode")
     examples = pd.DataFrame({"mode": examples["mode"].to_numpy(dtype=object), "seq": examples["shortest_seq"].to_numpy(),
                              "run_id": examples["run_id"].to_numpy(dtype=object), "turn": examples["shortest_turn"].to_numpy(),
@@ -220,7 +238,41 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
     run_modes["mode"] = run_modes["mode"].astype(object)
     run_modes = run_modes.dropna(subset=["run_id"]).sort_values(["run_id", "mode"], kind="stable").reset_index(drop=True)
     run_modes["turns_with_mode"] = run_modes["turns_with_mode"].astype("int64")
-    return LedgerFrames(runs, run_modes, examples, latencies, int(counts.sum()), path, head, model_runs)
+    return LedgerFrames(runs, run_modes, run_checks, examples, latencies, int(counts.sum()), path, head, model_runs)
+
+
+def _add_details(runs: pd.DataFrame, details: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The columns :meth:`harness.ledger.Ledger.run_details` gives (both read in start order) and the run × check rows."""
+    import json
+
+    if [d["run_id"] for d in details] != runs["run_id"].tolist():  # a run started between the two reads: align by id
+        by_id = {d["run_id"]: d for d in details}
+        details = [by_id.get(r, {"run_id": r}) for r in runs["run_id"].tolist()]
+    failed: list[tuple[str, ...]] = []
+    rows: list[tuple[str, str, bool]] = []
+    for d in details:
+        text = d.get("checks")
+        names: list[str] = []
+        if text and text != "[]":
+            try:
+                checks = json.loads(text)
+            except ValueError:
+                checks = []
+            for check in checks if isinstance(checks, list) else []:
+                if isinstance(check, dict) and isinstance(check.get("check"), str):
+                    rows.append((d["run_id"], check["check"], bool(check.get("passed"))))
+                    if not check.get("passed"):
+                        names.append(check["check"])
+        failed.append(tuple(names))
+    flags = [d.get("requires_tool") for d in details]
+    runs["requires_tool"] = np.array([f is None or bool(f) for f in flags], dtype=bool)
+    runs["task_kind"] = np.where(runs["requires_tool"], "tool", "restraint")
+    runs["checks_failed"] = pd.Series(failed, index=runs.index, dtype=object)
+    for column in ("ttft_ms", "decode_tps"):
+        runs[column] = np.array([np.nan if d.get(column) is None else d[column] for d in details], dtype=float)
+    run_checks = pd.DataFrame(rows, columns=["run_id", "check", "passed"])
+    run_checks["passed"] = run_checks["passed"].astype(bool)
+    return runs, run_checks
 
 
 def _read(path: Path, read: Callable[[Ledger], _T]) -> _T:
@@ -286,6 +338,9 @@ def _finish_runs(runs: pd.DataFrame, totals: pd.DataFrame, latencies: TurnLatenc
     runs["superseded"] = runs["scored"] & ~runs.index.isin(newest)
     runs["scored"] = runs["scored"] & ~runs["superseded"]
     runs["passed"] = (runs["outcome"] == "pass") & runs["scored"]
+    with_scored = runs.loc[runs["scored"], "identity"]
+    newest_any = runs.drop_duplicates("identity", keep="last").index
+    runs["counted"] = runs["scored"] | (~runs["identity"].isin(with_scored) & runs.index.isin(newest_any))
     runs["temperature"] = runs["temperature"].astype(float)
     runs["stream"] = np.where(pd.to_numeric(runs["stream"]).fillna(0).astype(bool), "on", "off")
     unfinished = runs["turns"].isna().to_numpy()

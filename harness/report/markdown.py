@@ -20,7 +20,16 @@ from tabulate import tabulate
 from harness.errors import UsageError
 from harness.report.frames import LedgerFrames, load_frames
 from harness.report.models import model_header_lines
-from harness.report.tables import CELL_AXES, failure_mode_table, lenient_rescue, parse_axes, shortest_examples, summary_table
+from harness.report.sections import check_lines, failure_lines, kind_lines, latency_lines, shown_axes
+from harness.report.tables import (
+    CELL_AXES,
+    check_failure_table,
+    failure_mode_table,
+    lenient_rescue,
+    parse_axes,
+    shortest_examples,
+    summary_table,
+)
 from harness.vocab import plural
 
 __all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_csv", "write_report"]
@@ -95,28 +104,6 @@ def _summary_markdown(table: pd.DataFrame, by: list[str]) -> str:
         row["context_overflow"] = r["context_overflow"]
         row["median turns"] = _num(r["median_turns"])
         row["median tokens"] = _num(r["median_tokens"])
-        row["latency p50 (ms)"] = _num(r["latency_p50_ms"], "{:.0f}")
-        row["latency p95 (ms)"] = _num(r["latency_p95_ms"], "{:.0f}")
-        rows.append(row)
-    return _md_table(rows)
-
-
-def _failure_markdown(table: pd.DataFrame, models: list[str]) -> str:
-    rows = []
-    for mode, group in table.groupby("mode", sort=False):
-        row: dict[str, object] = {"failure mode": f"`{cell_text(str(mode), code=True)}`"}
-        by_model = group.set_index("model")
-        for model in models:
-            if model not in by_model.index:
-                row[f"{cell_text(model)}: runs with ≥1 [95% Wilson]"] = "n/a (no scored run)"
-                row[f"{cell_text(model)}: per turn"] = "n/a"
-                continue
-            r = by_model.loc[model].to_dict()
-            row[f"{cell_text(model)}: runs with ≥1 [95% Wilson]"] = (
-                f"{int(r['runs_with'])}/{int(r['scored_runs'])} = {_interval(r['share'], r['share_low'], r['share_high'])}"
-            )
-            row[f"{cell_text(model)}: per turn"] = f"{int(r['turns_with'])}/{int(r['turns'])} = {_pct(r['per_turn_rate'])}"
-        row["spread (points)"] = f"{100 * group['spread'].iloc[0]:.1f}"
         rows.append(row)
     return _md_table(rows)
 
@@ -132,13 +119,14 @@ def write_report(
 
     Files: ``report.md`` (format ``md``); ``pass_rate.png``, ``failure_modes.png``,
     ``outcomes.png``, ``pass_k.png`` (format ``png``, embedded in the markdown by relative
-    path); ``summary.csv``, ``failure_modes.csv``, ``runs.csv`` (format ``csv``). The same
-    ledger always gives byte-identical files.
+    path); ``summary.csv``, ``failure_modes.csv``, ``checks.csv``, ``runs.csv`` (format ``csv``). Every table and plot
+    follows ``by`` (its axes that vary). The default formats are ``md`` and ``png``. The same ledger always gives
+    byte-identical files.
 
     Args:
         ledger_path: the ledger, opened read-only.
         out_dir: created if missing; files of the same names are overwritten.
-        by: grouping axes of the summary table, a subset of :data:`CELL_AXES`.
+        by: grouping axes of every table and plot, a subset of :data:`CELL_AXES`.
         formats: any of ``md``, ``png``, ``csv``.
 
     Returns:
@@ -158,39 +146,56 @@ def write_report(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create the report folder {out}: {exc.strerror or exc}.") from exc
-    summary = summary_table(frames, by)
-    failures = failure_mode_table(frames)
+    summary = summary_table(frames, _summary_axes(frames, by))
+    axes = shown_axes(frames, by) if not frames.runs.empty else by
+    failures = failure_mode_table(frames, axes)
+    grouped = summary_table(frames, axes) if not frames.runs.empty else None
     written: list[Path] = []
     figures: dict[str, tuple[str, str]] = {}
     if "png" in formats and frames.runs["scored"].any():
         from harness.report import plots
 
-        cells = summary if by == list(CELL_AXES) else summary_table(frames, CELL_AXES)
-        figures = plots.write_all(frames, cells, failures, out)
+        figures = plots.write_all(frames, axes, failures, out, grouped)
         written.extend(out / name for name in figures)
     if "csv" in formats:
+        runs_csv = frames.runs.drop(columns=["scenario_path"]).assign(checks_failed=frames.runs["checks_failed"].map(";".join))
         for name, table in (("summary.csv", summary), ("failure_modes.csv", failures),
-                            ("runs.csv", frames.runs.drop(columns=["scenario_path"]))):  # fmt: skip
+                            ("checks.csv", check_failure_table(frames, axes)), ("runs.csv", runs_csv)):  # fmt: skip
             write_csv(table, out / name)
             written.append(out / name)
     if "md" in formats:
-        text = _markdown(frames, summary, failures, by, figures)
+        text = _markdown(frames, summary, by, figures, (grouped, failures))
         (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
         written.append(out / "report.md")
     return written
 
 
+def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:
+    """``by``, with the scenario kind first when the ledger holds both tool-using and restraint scenarios."""
+    return ["task_kind", *by] if frames.runs["task_kind"].nunique() > 1 else by
+
+
 def _markdown(
-    frames: LedgerFrames, summary: pd.DataFrame, failures: pd.DataFrame, by: list[str], figures: dict[str, tuple[str, str]]
+    frames: LedgerFrames,
+    summary: pd.DataFrame,
+    by: list[str],
+    figures: dict[str, tuple[str, str]],
+    by_shown: tuple[pd.DataFrame | None, pd.DataFrame],
 ) -> str:
+    """The markdown text; ``by_shown``: the summary and failure-mode tables by the shown axes, computed once."""
+    grouped, failures = by_shown
     runs = frames.runs
     lines = _header_lines(frames)
     if runs.empty:
         lines += ["**The ledger holds no runs yet: nothing to compare.** Run `harness run`, then report again.", ""]
         return "\n".join(lines)
     lines += model_header_lines(frames.model_runs, cell_text)
-    lines += _summary_lines(summary, runs, by)
-    lines += _failure_lines(frames, failures)
+    lines += kind_lines(frames, by, cell_text)
+    lines += _summary_lines(summary, runs, _summary_axes(frames, by))
+    lines += check_lines(frames, by, cell_text)
+    lines += failure_lines(frames, by, cell_text, failures)
+    lines += _example_lines(frames)
+    lines += latency_lines(frames, by, cell_text, grouped)
     rescue = lenient_rescue(frames)
     lines += ["## Rescued by the lenient parser", ""]
     if rescue.empty:
@@ -209,13 +214,15 @@ def _markdown(
 
 def _header_lines(frames: LedgerFrames) -> list[str]:
     """The title and the one line that identifies the ledger read."""
-    runs = frames.runs
+    runs = frames.runs[frames.runs["counted"]] if not frames.runs.empty else frames.runs
     outcome_counts = runs["outcome"].value_counts()
     n_scored = int(runs["scored"].sum())
+    repeats = len(frames.runs) - len(runs)
+    again = f" (and {plural(repeats, 'earlier attempt')} of the same run identities, not counted)" if repeats else ""
     return [
         "# Comparison report",
         "",
-        f"Ledger `{frames.ledger_path.name}`: {plural(len(runs), 'run')} ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
+        f"Ledger `{frames.ledger_path.name}`: {plural(len(runs), 'run')}{again} ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
         f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
         f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {plural(frames.turn_count, 'turn')}; "
         f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
@@ -226,15 +233,16 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
 def _summary_lines(summary: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> list[str]:
     """The notes on superseded and unscored runs, then the summary table and its edge notes."""
     lines: list[str] = []
-    superseded = int(runs["superseded"].sum())
-    if superseded:
-        lines += [f"{superseded} run(s) repeat a run identity that finished again later (same scenario, model, options, "
-                  "seed and repetition, e.g. after `--no-resume`); only the newest of each counts: the `runs` column "
-                  "includes the repeats, `scored` and every rate do not.", ""]  # fmt: skip
+    repeats = int((~runs["counted"]).sum())
+    if repeats:
+        lines += [f"{repeats} run(s) repeat a run identity recorded again (same scenario, model, options, seed and "
+                  "repetition: a run interrupted and then resumed, or re-run with `--no-resume`); each identity counts once, "
+                  "its scored run if it has one, else its newest: neither `runs` nor any rate counts the repeats.", ""]  # fmt: skip
     if int(runs["scored"].sum()) == 0:
         lines += ["**No scored run:** every run ended as infra_error, interrupted, context_overflow or unfinished, so there is no rate to "
                   "report. Fix the server and re-run; infrastructure errors are never counted as model failures.", ""]  # fmt: skip
-    lines += ["## Summary", "", f"One row per {' × '.join(by)}. Pass rate = passes / scored runs; infra_error, interrupted, "
+    kind = " `task_kind`: `tool` (the scenario needs a tool) or `restraint` (it needs none)." if "task_kind" in by else ""
+    lines += ["## Summary", "", f"One row per {' × '.join(by)}.{kind} `runs` counts each run identity once (a run interrupted and resumed is one run). Pass rate = passes / scored runs; infra_error, interrupted, "
               "unfinished and context_overflow runs (the conversation outgrew the scenario's num_ctx) are counted in their own columns and excluded from every denominator and median. "
               "pass^k = chance that k runs of a cell all pass (tau-bench); – where a cell has fewer than k scored runs.", ""]  # fmt: skip
     constant = [a for a in by if len(by) > 1 and summary[a].nunique(dropna=False) == 1]
@@ -252,27 +260,18 @@ def _summary_lines(summary: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> 
     return lines
 
 
-def _failure_lines(frames: LedgerFrames, failures: pd.DataFrame) -> list[str]:
-    """The failure-mode table by model and the shortest reply showing each mode."""
-    runs = frames.runs
-    lines = ["## Failure modes", ""]
-    if failures.empty:
-        lines += ["No failure mode was labelled in any scored run.", ""]
-    else:
-        models = sorted(runs.loc[runs["scored"], "model"].unique())
-        note = " Only one model has scored runs, so the spread is 0 and modes are in name order." if len(models) < 2 else ""
-        lines += ["Share of scored runs with at least one turn showing the mode (95% Wilson interval), and share of those "
-                  f"runs' turns showing it. Sorted by spread = max − min share across models, largest first.{note}", ""]  # fmt: skip
-        lines += [_failure_markdown(failures, models), ""]
+def _example_lines(frames: LedgerFrames) -> list[str]:
+    """The shortest reply showing each mode; for a mode that came from a structured call, the call."""
     examples = shortest_examples(frames)
-    if not examples.empty:
-        lines += ["### Shortest reply showing each mode", ""]
-        for r in examples.to_dict("records"):
-            excerpt = cell_text(r["excerpt"], code=True) if r["excerpt"] else "(empty reply)"
-            lines.append(f"- `{cell_text(r['mode'], code=True)}` — {cell_text(r['model'])}, run `{cell_text(r['run_id'], code=True)}` "
-                         f"turn {r['turn']} ({r['chars']} chars): `{excerpt}`")  # fmt: skip
-        lines.append("")
-    return lines
+    if examples.empty:
+        return []
+    lines = ["### Shortest reply showing each mode", ""]
+    for r in examples.to_dict("records"):
+        excerpt = cell_text(r["excerpt"], code=True) if r["excerpt"] else "(empty reply)"
+        what = f"({r['chars']} chars)" if r["kind"] == "reply" else "(empty text; its structured tool call)"
+        lines.append(f"- `{cell_text(r['mode'], code=True)}` — {cell_text(r['model'])}, run `{cell_text(r['run_id'], code=True)}` "
+                     f"turn {r['turn']} {what}: `{excerpt}`")  # fmt: skip
+    return [*lines, ""]
 
 
 def _edge_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:

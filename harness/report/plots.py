@@ -1,51 +1,65 @@
 """The report's PNG plots, drawn with matplotlib's object API on the Agg canvas (no pyplot state).
 
-Deterministic: fixed size, DPI and colours, bundled DejaVu fonts, and ``metadata={"Software": None}``
-so no version or date is written into the files. Each plot has a title, labelled axes with units,
-a legend (or colour bar) and its sample size in the figure footer and the report caption.
+Every plot follows ``--by`` (the axes that vary) and stays readable up to at least 20 models × 12 scenarios: pass
+rate, failure modes and pass^k are heat maps with one row per group (rows grow the figure, they never squeeze it),
+the pass-rate map is split into small multiples by scenario kind (tool-using vs restraint), outcomes are horizontal
+stacked bars, and every legend or colour bar sits outside the axes. Colours come from one sequential map
+(``viridis``, or ``Reds`` for failure shares) that does not repeat; outcomes have one fixed colour each.
+
+Deterministic: fixed DPI and colours, bundled DejaVu fonts, and ``metadata={"Software": None}`` so no version or date
+is written into the files. Each plot has a title, labelled axes with units, a colour bar or legend, and its sample
+size in the figure footer and the report caption.
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.image import AxesImage
 
 from harness.report.frames import LedgerFrames
-from harness.stats import pass_hat_k, wilson_interval
+from harness.report.tables import summary_table
 from harness.vocab import OUTCOMES, plural
 
 __all__ = ["write_all"]
-
-_Drawn = tuple[str, str, str]
-"""``(file name, alt text, caption)`` of one plot drawn."""
 
 _OUTCOME_ORDER = (*OUTCOMES, "unfinished")
 _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "#ff7f0e", "token_limit": "#e377c2",
                     "infra_error": "#7f7f7f", "interrupted": "#bcbd22", "context_overflow": "#17becf",
                     "unfinished": "#c7c7c7"}  # fmt: skip
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 _DPI = 100
-
-
 _MAX_WIDTH_IN = 40.0
+_MAX_HEIGHT_IN = 60.0
+_MAX_ROWS = 40
+"""A plot with more groups than this draws one row per model (the first axis) instead: small multiples per failure
+mode, outcomes and pass^k pooled over the other axes (the caption says so)."""
+_KIND_TITLES = {"tool": "tool-using scenarios", "restraint": "restraint scenarios (no tool needed)"}
 
 
-def _label(text: str, width: int = 22, lines: int = 4) -> str:
-    """A model spec wrapped onto at most ``lines`` lines of ``width`` characters (middle elided)."""
+def _label(text: str, width: int = 28, lines: int = 2) -> str:
+    """A label wrapped onto at most ``lines`` lines of ``width`` characters (the end kept when cut)."""
     parts = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
     if len(parts) > lines:
         parts = parts[: lines - 1] + ["…" + text[-(width - 1) :]]
     return "\n".join(parts)
 
 
-def _figure(width: float = 8.0, height: float = 5.0) -> Figure:
-    fig = Figure(figsize=(min(width, _MAX_WIDTH_IN), height), dpi=_DPI, layout="constrained")
+def _group_labels(table: pd.DataFrame, axes: Sequence[str]) -> list[str]:
+    labels = []
+    for row in table[list(axes)].to_dict("records"):
+        labels.append(", ".join(("T=" + f"{row[a]:g}") if a == "temperature" else str(row[a]) for a in axes) or "all runs")
+    return labels
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(min(width, _MAX_WIDTH_IN), min(height, _MAX_HEIGHT_IN)), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -55,156 +69,236 @@ def _save(fig: Figure, path: Path, footer: str) -> None:
     fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
 
 
-def write_all(frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path) -> dict[str, tuple[str, str]]:
+def write_all(
+    frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame, out: Path, grouped: pd.DataFrame | None = None
+) -> dict[str, tuple[str, str]]:
     """Draw every plot that has data into ``out``.
 
     Args:
         frames: :class:`harness.report.frames.LedgerFrames`.
-        cells: :func:`harness.report.tables.summary_table` by every cell axis.
-        failures: :func:`harness.report.tables.failure_mode_table` by model.
+        axes: the ``--by`` axes that vary (:func:`harness.report.sections.shown_axes`): one row per group of them.
+        failures: :func:`harness.report.tables.failure_mode_table` by ``axes``.
         out: folder to write into.
+        grouped: :func:`harness.report.tables.summary_table` by ``axes``, when already computed.
 
     Returns:
         ``{file name: (alt text, caption)}`` in drawing order, for the markdown.
     """
-    models = sorted(frames.runs["model"].unique())
-    colours = {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(models)}
+    axes = list(axes)
     written: dict[str, tuple[str, str]] = {}
-    for draw in (_pass_rate, _failure_heatmap, _outcomes, _pass_k):
-        result = draw(frames, cells, failures, out, colours)
+    for draw in (_pass_rate, _failure_heatmap, _outcomes):
+        result = draw(frames, axes, failures, out)
+        if result:
+            written[result[0]] = (result[1], result[2])
+    for draw_k in (_pass_k,):
+        result = draw_k(frames, axes, grouped, out)
         if result:
             written[result[0]] = (result[1], result[2])
     return written
 
 
-def _pass_rate(
-    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
-) -> _Drawn | None:
-    scored = frames.runs[frames.runs["scored"]]
-    rates = scored.groupby(["model", "temperature"], sort=True)["passed"].agg(["sum", "size"]).reset_index()
-    temps = sorted(rates["temperature"].unique())
-    models = sorted(rates["model"].unique())
-    fig = _figure()
-    ax = fig.add_subplot()
-    step = (min(np.diff(temps)) if len(temps) > 1 else 1.0) * 0.08
-    for i, model in enumerate(models):
-        r = rates[rates["model"] == model]
-        bounds = np.array([wilson_interval(int(k), int(n)) for k, n in zip(r["sum"], r["size"], strict=True)])
-        rate = r["sum"].to_numpy() / r["size"].to_numpy()
-        x = r["temperature"].to_numpy() + (i - (len(models) - 1) / 2) * step / max(1, len(models) - 1)
-        ax.errorbar(x, 100 * rate, yerr=[100 * (rate - bounds[:, 0]), 100 * (bounds[:, 1] - rate)], fmt="o-", capsize=4,
-                    color=colours[model], label=f"{_label(model, 40, 2)} (n = {int(r['size'].sum())})")  # fmt: skip
-    ax.set_xticks(temps, [f"{t:g}" for t in temps])
-    ax.set_ylim(-3, 103)
-    ax.set_xlabel("sampling temperature (unitless)")
-    ax.set_ylabel("pass rate (% of scored runs)")
-    ax.set_title("Pass rate by model and temperature, 95% Wilson intervals")
-    ax.legend(title="model (scored runs)", fontsize=8, loc="best")
-    ax.grid(alpha=0.3)
-    n = len(scored)
-    footer = f"n = {plural(n, 'scored run')}; per point {int(rates['size'].min())}–{int(rates['size'].max())}; pooled over scenarios, tool modes and parsers"
+def _heat(ax: Axes, values: np.ndarray, texts: list[list[str]], cmap: str) -> AxesImage:
+    """One heat map panel: values in [0, 100] (NaN: no run, shown light grey), each cell's text on it."""
+    from matplotlib import colormaps
+
+    colours = colormaps[cmap].with_extremes(bad="#eeeeee")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=colours, vmin=0, vmax=100, aspect="auto")
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            if texts[i][j]:
+                dark = not np.isnan(values[i, j]) and (values[i, j] < 55 if cmap == "viridis" else values[i, j] > 60)
+                ax.text(j, i, texts[i][j], ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    return image
+
+
+def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+    """Heat map: rows = model (or the first axis), columns = the other axes, one panel per scenario kind."""
+    row_axes = ["model"] if "model" in axes else axes[:1]
+    col_axes = [a for a in axes if a not in row_axes]
+    table = summary_table(frames, [*row_axes, *col_axes, "task_kind"], latency=False)
+    table = table[table["scored"] > 0]
+    rows = table.drop_duplicates(row_axes)[row_axes].sort_values(row_axes, kind="stable")
+    row_labels = [_label(x) for x in _group_labels(rows, row_axes)]
+    kinds = [k for k in ("tool", "restraint") if k in set(table["task_kind"])]
+    panels = []
+    for kind in kinds:
+        mine = table[table["task_kind"] == kind]
+        cols = mine.drop_duplicates(col_axes)[col_axes].sort_values(col_axes, kind="stable") if col_axes else None
+        col_labels = _group_labels(cols, col_axes) if cols is not None else ["all"]
+        keyed = {tuple(r[a] for a in [*row_axes, *col_axes]): r for r in mine.to_dict("records")}
+        col_keys = [tuple(r.values()) for r in cols.to_dict("records")] if cols is not None else [()]
+        values = np.full((len(rows), len(col_keys)), np.nan)
+        texts = [["" for _ in col_keys] for _ in range(len(rows))]
+        for i, rk in enumerate(tuple(r.values()) for r in rows.to_dict("records")):
+            for j, ck in enumerate(col_keys):
+                r = keyed.get((*rk, *ck))
+                if r is not None:
+                    values[i, j] = 100 * r["pass_rate"]
+                    texts[i][j] = f"{int(r['passes'])}/{int(r['scored'])}"
+        panels.append((kind, col_labels, values, texts))
+    width = 3.0 + 0.12 * max(len(x) for x in row_labels) * 1.0 + sum(0.75 * len(p[1]) + 0.8 for p in panels)
+    fig = _figure(max(6.0, width), 2.2 + 0.32 * len(rows) + 0.06 * max(len(c) for p in panels for c in p[1]))
+    grid = fig.add_gridspec(1, len(panels), width_ratios=[max(1, len(p[1])) for p in panels])
+    image: AxesImage | None = None
+    for n, (kind, col_labels, values, texts) in enumerate(panels):
+        ax = fig.add_subplot(grid[0, n])
+        image = _heat(ax, values, texts, "viridis")
+        ax.set_xticks(
+            range(len(col_labels)), [_label(c, 24) for c in col_labels], rotation=90 if len(col_labels) > 3 else 0, fontsize=8
+        )
+        ax.set_yticks(range(len(row_labels)), row_labels if n == 0 else [""] * len(row_labels), fontsize=8)
+        ax.set_title(_KIND_TITLES[kind], fontsize=10)
+        ax.set_xlabel(" × ".join(col_axes) if col_axes else "all runs of the kind")
+        if n == 0:
+            ax.set_ylabel(" × ".join(row_axes))
+    assert image is not None  # at least one kind has scored runs
+    fig.colorbar(image, ax=fig.axes, label="pass rate (% of scored runs)", location="right", shrink=0.9)
+    fig.suptitle("Pass rate (cell text: passes/scored runs), tool-using and restraint scenarios apart")
+    n = int(table["scored"].sum())
+    footer = f"n = {plural(n, 'scored run')} over {plural(len(rows), 'row')}; grey: no scored run; 95% Wilson intervals in the summary table"
     _save(fig, out / "pass_rate.png", footer)
-    return "pass_rate.png", "Pass rate by model and temperature", f"Pass rate with 95% Wilson intervals; {footer}."
+    return (
+        "pass_rate.png",
+        "Pass rate heat map by scenario kind",
+        f"Pass rate per {' × '.join(axes)}, tool-using and restraint scenarios apart; {footer}.",
+    )
 
 
-def _failure_heatmap(
-    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
-) -> _Drawn | None:
+def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+    """Heat map: rows = the ``--by`` groups, columns = failure modes (sorted by spread)."""
     if failures.empty:
         return None
+    row_axes = ["model"] if "model" in axes else axes[:1]
+    if len(failures.drop_duplicates(axes)) > _MAX_ROWS and len(axes) > 1:
+        return _failure_multiples(failures, row_axes, [a for a in axes if a not in row_axes], out)
     modes = list(dict.fromkeys(failures["mode"]))
-    models = sorted(failures["model"].unique())
-    share = failures.pivot(index="mode", columns="model", values="share").reindex(index=modes, columns=models)
-    counts = failures.pivot(index="mode", columns="model", values="runs_with").reindex(index=modes, columns=models)
-    totals = failures.drop_duplicates("model").set_index("model")["scored_runs"].reindex(models)
-    fig = _figure(max(6.0, 2.0 + 1.6 * len(models)), max(3.0, 1.5 + 0.45 * len(modes)))
+    groups = failures.drop_duplicates(axes)[axes].sort_values(axes, kind="stable")
+    labels = [_label(x) for x in _group_labels(groups, axes)]
+    keyed = {(str(r["mode"]), *(r[a] for a in axes)): r for r in failures.to_dict("records")}
+    values = np.full((len(groups), len(modes)), np.nan)
+    texts = [["" for _ in modes] for _ in range(len(groups))]
+    for i, g in enumerate(groups.to_dict("records")):
+        for j, mode in enumerate(modes):
+            r = keyed[(str(mode), *(g[a] for a in axes))]
+            values[i, j] = 100 * r["share"]
+            texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
+    fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.8 * len(modes)), 2.8 + 0.32 * len(groups))
     ax = fig.add_subplot()
-    image = ax.imshow(100 * share.to_numpy(dtype=float), cmap="Reds", vmin=0, vmax=100, aspect="auto")
-    for i in range(len(modes)):
-        for j in range(len(models)):
-            value = float(share.to_numpy(dtype=float)[i, j])
-            ax.text(j, i, f"{100 * value:.0f}%\n{int(counts.to_numpy()[i, j])}/{int(totals.to_numpy()[j])}", ha="center", va="center",
-                    fontsize=7, color="white" if value > 0.6 else "black")  # fmt: skip
-    ax.set_xticks(range(len(models)), [f"{_label(m)}\n(n = {int(totals[m])})" for m in models], fontsize=8)
-    ax.set_yticks(range(len(modes)), modes, fontsize=8)
-    ax.set_xlabel("model (scored runs)")
-    ax.set_ylabel("failure mode")
-    ax.set_title("Share of runs showing each failure mode")
-    fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)")
-    footer = (
-        f"n = {plural(int(totals.sum()), 'scored run')} over {plural(len(models), 'model')}; modes sorted by spread across models"
+    image = _heat(ax, values, texts, "Reds")
+    ax.set_xticks(
+        range(len(modes)), [_label(m, 40, 1) for m in modes], rotation=60, ha="right", rotation_mode="anchor", fontsize=8
     )
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlabel("failure mode (sorted by spread across the rows)")
+    ax.set_ylabel(" × ".join(axes))
+    ax.set_title("Share of scored runs showing each failure mode (cell text: runs with it/scored runs)")
+    fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)", location="right", shrink=0.9)
+    total = int(groups.merge(failures.drop_duplicates(axes), on=axes)["scored_runs"].sum())
+    footer = f"n = {plural(total, 'scored run')} over {plural(len(groups), 'row')}; Wilson intervals in the report's table"
     _save(fig, out / "failure_modes.png", footer)
     return (
         "failure_modes.png",
-        "Failure-mode shares by model",
-        f"Share of scored runs with at least one turn showing each mode; {footer}.",
+        "Failure-mode shares",
+        f"Share of scored runs with at least one turn showing each mode, per {' × '.join(axes)}; {footer}.",
     )
 
 
-def _outcomes(
-    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
-) -> _Drawn | None:
-    runs = frames.runs
-    counts = runs.groupby(["model", "outcome"]).size().unstack("outcome", fill_value=0)
-    models = sorted(counts.index)
-    fig = _figure(max(8.0, 2.5 + 1.8 * len(models)))
+def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: list[str], out: Path) -> tuple[str, str, str]:
+    """Small multiples: one heat map per failure mode, rows = model (first axis), columns = the other axes."""
+    modes = list(dict.fromkeys(failures["mode"]))
+    rows = failures.drop_duplicates(row_axes)[row_axes].sort_values(row_axes, kind="stable")
+    cols = failures.drop_duplicates(col_axes)[col_axes].sort_values(col_axes, kind="stable")
+    row_labels, col_labels = [_label(x) for x in _group_labels(rows, row_axes)], _group_labels(cols, col_axes)
+    keyed = {(str(r["mode"]), *(r[a] for a in [*row_axes, *col_axes])): r for r in failures.to_dict("records")}
+    per_line = 2 if len(modes) > 1 else 1
+    lines = -(-len(modes) // per_line)
+    panel_w, panel_h = 1.5 + 0.45 * len(col_labels), 1.2 + 0.28 * len(rows) + 0.06 * max(len(c) for c in col_labels)
+    fig = _figure(1.5 + 0.12 * max(len(x) for x in row_labels) + per_line * panel_w, 1.2 + lines * panel_h)
+    image: AxesImage | None = None
+    for n, mode in enumerate(modes):
+        ax = fig.add_subplot(lines, per_line, n + 1)
+        values = np.full((len(rows), len(cols)), np.nan)
+        texts = [["" for _ in range(len(cols))] for _ in range(len(rows))]
+        for i, rk in enumerate(rows.to_dict("records")):
+            for j, ck in enumerate(cols.to_dict("records")):
+                r = keyed.get((str(mode), *rk.values(), *ck.values()))
+                if r is not None:
+                    values[i, j] = 100 * r["share"]
+                    texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
+        image = _heat(ax, values, texts, "Reds")
+        ax.set_title(mode, fontsize=10)
+        ax.set_xticks(range(len(col_labels)), [_label(c, 24) for c in col_labels], rotation=90, fontsize=7)
+        ax.set_yticks(range(len(row_labels)), row_labels if n % per_line == 0 else [""] * len(row_labels), fontsize=7)
+    assert image is not None
+    fig.colorbar(image, ax=fig.axes, label="runs with ≥1 occurrence (%)", location="right", shrink=0.6)
+    fig.suptitle(
+        f"Share of scored runs showing each failure mode: one panel per mode, {' × '.join(row_axes)} by {' × '.join(col_axes)}"
+    )
+    total = int(failures.drop_duplicates([*row_axes, *col_axes])["scored_runs"].sum())
+    footer = f"n = {plural(total, 'scored run')}; cell text: runs with the mode/scored runs; grey: no scored run"
+    _save(fig, out / "failure_modes.png", footer)
+    return ("failure_modes.png", "Failure-mode shares, one panel per mode",
+            f"Share of scored runs with at least one turn showing each mode, per {' × '.join([*row_axes, *col_axes])}; {footer}.")  # fmt: skip
+
+
+def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
+    """``axes``, or only the model (first axis) when that gives more than :data:`_MAX_ROWS` rows; and a caption note."""
+    if len(frames.runs.drop_duplicates(axes)) <= _MAX_ROWS or len(axes) < 2:
+        return axes, ""
+    rows = ["model"] if "model" in axes else axes[:1]
+    return rows, f" (pooled over {' × '.join(a for a in axes if a not in rows)}: {_MAX_ROWS}+ rows would not be readable)"
+
+
+def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+    """Horizontal stacked bars: one bar per ``--by`` group (counted runs), the legend outside on the right."""
+    axes, pooled = _few_rows(frames, axes)
+    runs = frames.runs[frames.runs["counted"]]
+    counts = runs.groupby([*axes, "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
+    groups = counts.index.to_frame(index=False)
+    labels = [_label(x) for x in _group_labels(groups, axes)]
+    fig = _figure(max(8.0, 5.0 + 0.12 * max(len(x) for x in labels)), 2.0 + 0.3 * len(labels))
     ax = fig.add_subplot()
-    bottom = np.zeros(len(models))
+    left = np.zeros(len(labels))
+    y = np.arange(len(labels))
     for outcome in _OUTCOME_ORDER:
         if outcome not in counts.columns:
             continue
-        values = counts[outcome].reindex(models).to_numpy()
-        ax.bar(range(len(models)), values, bottom=bottom, color=_OUTCOME_COLOURS[outcome], label=outcome, edgecolor="white")
-        bottom = bottom + values
-    ax.set_xticks(range(len(models)), [f"{_label(m)}\n(n = {int(t)})" for m, t in zip(models, bottom, strict=True)], fontsize=8)
-    ax.set_xlabel("model (all runs)")
-    ax.set_ylabel("runs (count)")
-    ax.set_title("Run outcomes by model")
+        values = counts[outcome].to_numpy()
+        ax.barh(y, values, left=left, color=_OUTCOME_COLOURS[outcome], label=outcome, edgecolor="white")
+        left = left + values
+    ax.set_yticks(y, [f"{lab} (n = {int(t)})" for lab, t in zip(labels, left, strict=True)], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("runs (count)")
+    ax.set_ylabel(" × ".join(axes))
+    ax.set_title("Run outcomes")
     ax.legend(title="outcome", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     footer = f"n = {plural(len(runs), 'run')}, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
     _save(fig, out / "outcomes.png", footer)
-    return "outcomes.png", "Run outcomes by model", f"Run outcomes stacked per model; {footer}."
+    return "outcomes.png", "Run outcomes", f"Run outcomes stacked per {' × '.join(axes)}{pooled}; {footer}."
 
 
-def _pass_k(
-    frames: LedgerFrames, cells: pd.DataFrame, failures: pd.DataFrame, out: Path, colours: dict[str, str]
-) -> _Drawn | None:
-    cells = cells[cells["scored"] > 0]
-    scored = frames.runs[frames.runs["scored"]]
-    repeats = (
-        scored.groupby(["model", "scenario", "temperature", "tool_mode", "parser", "think", "stream"])["repetition"]
-        .nunique()
-        .groupby("model")
-        .max()
-    )
-    fig = _figure()
+def _pass_k(frames: LedgerFrames, axes: list[str], grouped: pd.DataFrame | None, out: Path) -> tuple[str, str, str] | None:
+    """Heat map: rows = the ``--by`` groups, columns = k; pass^k as tau-bench defines it (mean over the group's cells)."""
+    few, pooled = _few_rows(frames, axes)
+    table = grouped if grouped is not None and few == axes else summary_table(frames, few, latency=False)
+    axes = few
+    table = table[table["scored"] > 0].reset_index(drop=True)
+    ks = [c for c in table.columns if c.startswith("pass^")]
+    if table.empty or not ks:
+        return None
+    labels = [_label(x) for x in _group_labels(table, axes)]
+    values = 100 * table[ks].to_numpy(dtype=float)
+    texts = [["" if np.isnan(v) else f"{v:.0f}" for v in row] for row in values]
+    fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.6 * len(ks)), 2.4 + 0.3 * len(labels))
     ax = fig.add_subplot()
-    total_cells = 0
-    for model in sorted(cells["model"].unique()):
-        mine = cells[cells["model"] == model]
-        max_k = int(min(mine["scored"].min(), repeats.get(model, 1)))
-        ks = np.arange(1, max_k + 1)
-        values = [
-            np.mean([pass_hat_k(int(n), int(c), int(k)) for n, c in zip(mine["scored"], mine["passes"], strict=True)]) for k in ks
-        ]
-        ax.plot(
-            ks,
-            100 * np.array(values),
-            "o-",
-            color=colours[model],
-            label=f"{_label(model, 40, 2)} ({plural(len(mine), 'cell')}, {plural(int(mine['scored'].sum()), 'run')})",
-        )
-        total_cells += len(mine)
-    ax.set_ylim(-3, 103)
+    image = _heat(ax, values, texts, "viridis")
+    ax.set_xticks(range(len(ks)), [k.split("^")[1] for k in ks], fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlabel("k (runs of one cell that must all pass)")
-    ax.set_ylabel("pass^k (%)")
-    ax.set_title("pass^k: reliability over k repeated runs (tau-bench)")
-    locator = ax.xaxis.get_major_locator()
-    if isinstance(locator, MaxNLocator):  # matplotlib's default AutoLocator is one
-        locator.set_params(integer=True)
-    ax.legend(title="model", fontsize=8, loc="best")
-    ax.grid(alpha=0.3)
-    footer = f"n = {plural(total_cells, 'cell')}, {plural(int(cells['scored'].sum()), 'scored run')}; mean over a model's cells of C(c,k)/C(n,k), k up to its repetitions per cell"
+    ax.set_ylabel(" × ".join(axes))
+    ax.set_title("pass^k: reliability over k repeated runs (tau-bench), %")
+    fig.colorbar(image, ax=ax, label="pass^k (%)", location="right", shrink=0.9)
+    footer = (f"n = {plural(int(table['scored'].sum()), 'scored run')}; mean over a row's cells of C(c,k)/C(n,k); "
+              "grey: a cell has fewer than k scored runs")  # fmt: skip
     _save(fig, out / "pass_k.png", footer)
-    return "pass_k.png", "pass^k against k per model", f"pass^k curves; {footer}."
+    return "pass_k.png", "pass^k against k", f"pass^k per {' × '.join(axes)}{pooled}; {footer}."

@@ -19,6 +19,7 @@ from harness.stats import pass_hat_k, wilson_interval
 __all__ = [
     "CELL_AXES",
     "EXCERPT_CHARS",
+    "check_failure_table",
     "failure_mode_table",
     "lenient_rescue",
     "parse_axes",
@@ -57,7 +58,7 @@ def _pass_k_for_group(cells: pd.DataFrame, k: int) -> float:
     return float(np.mean([pass_hat_k(n, c, k) for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)]))
 
 
-def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.DataFrame:
+def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latency: bool = True) -> pd.DataFrame:
     """One row per group of runs (default: per cell) with rates, pass^k, counts and medians.
 
     pass^k (Yao et al. 2024) is the mean over the group's cells of ``C(c, k) / C(n, k)``, each
@@ -66,15 +67,19 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
 
     Args:
         frames: from :func:`load_frames`.
-        by: grouping axes, a subset of :data:`CELL_AXES`.
+        by: grouping axes, a subset of :data:`CELL_AXES` (``task_kind`` may be added).
+        latency: False leaves out ``latency_p50_ms`` and ``latency_p95_ms`` (their order statistics cost the most).
 
     Returns:
-        DataFrame sorted by ``by``, columns: the ``by`` axes; ``runs`` (all); ``scored``;
+        DataFrame sorted by ``by``, columns: the ``by`` axes; ``runs`` (one per run identity: a run interrupted and
+        resumed, or repeated with ``--no-resume``, counts once); ``scored``;
         ``passes``; ``pass_rate`` with ``pass_low``/``pass_high`` (95% Wilson, rates in [0, 1],
         NaN with no scored run); ``pass^1`` .. ``pass^K`` (K = the most repetitions of any cell,
         at most its scored runs); ``infra_error``; ``interrupted`` (interrupted or unfinished); ``context_overflow``
         (the conversation outgrew ``num_ctx``); ``median_turns``; ``median_tokens`` (tokens); ``latency_p50_ms``
-        and ``latency_p95_ms`` (per-turn, ms). Counts and medians cover scored runs only, except ``runs``,
+        and ``latency_p95_ms`` (per-turn wall latency, ms); ``ttft_ms`` (median over runs of each run's mean time to
+        first token, ms) and ``decode_tps`` (the same for the decode rate, completion tokens/s), NaN where the ledger
+        has none. Counts and medians cover scored runs only, except ``runs``,
         ``infra_error``, ``interrupted`` and ``context_overflow``.
     """
     by = list(by)
@@ -82,24 +87,10 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     if runs.empty:
         return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
     scored = runs[runs["scored"]]
-    outcome = runs["outcome"]
-    flags = runs[by].assign(
-        _run=1, scored=runs["scored"], passed=runs["passed"], infra_error=outcome == "infra_error",
-        interrupted=outcome.isin(("interrupted", "unfinished")), context_overflow=outcome == "context_overflow",
-    )  # fmt: skip
-    table = (
-        flags.groupby(by, sort=True)
-        .agg(
-            runs=("_run", "size"),
-            scored=("scored", "sum"),
-            passes=("passed", "sum"),
-            infra_error=("infra_error", "sum"),
-            interrupted=("interrupted", "sum"),
-            context_overflow=("context_overflow", "sum"),
-        )
-        .reset_index()
-    )
-    medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"))
+    by = [a for a in by if a in runs.columns]
+    table = _outcome_counts(runs, by)
+    medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"),
+                                                ttft_ms=("ttft_ms", "median"), decode_tps=("decode_tps", "median"))  # fmt: skip
     table = table.merge(medians.reset_index(), on=by, how="left")
     bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
     table.insert(
@@ -110,17 +101,32 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES) -> pd.Dat
     table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
     table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
     table = pd.concat([table, _pass_k_columns(scored, table, by)], axis=1)
-    latency = _turn_latency_quantiles(frames, by)
-    table = table.merge(latency, on=by, how="left")
+    if latency:
+        table = table.merge(_turn_latency_quantiles(frames, by), on=by, how="left")
     counts = ["runs", "scored", "passes", "infra_error", "interrupted", "context_overflow"]
     table[counts] = table[counts].astype("int64")
     return table.sort_values(by, kind="stable").reset_index(drop=True)
 
 
+def _outcome_counts(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group: counted runs (one per identity), scored, passes and the unscored outcomes of counted runs."""
+    counted, outcome = runs["counted"], runs["outcome"]
+    flags = runs[by].assign(
+        _run=counted, scored=runs["scored"], passed=runs["passed"], infra_error=counted & (outcome == "infra_error"),
+        interrupted=counted & outcome.isin(("interrupted", "unfinished")), context_overflow=counted & (outcome == "context_overflow"),
+    )  # fmt: skip
+    return (
+        flags.groupby(by, sort=True)
+        .agg(runs=("_run", "sum"), scored=("scored", "sum"), passes=("passed", "sum"), infra_error=("infra_error", "sum"),
+             interrupted=("interrupted", "sum"), context_overflow=("context_overflow", "sum"))
+        .reset_index()
+    )  # fmt: skip
+
+
 def _pass_k_columns(scored: pd.DataFrame, table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """``pass^1`` .. ``pass^K`` for each row of ``table`` (K = the most repetitions of any cell, at most its scored runs)."""
     cells = (
-        scored.groupby(list(CELL_AXES), sort=True)
+        scored.groupby([*CELL_AXES, "task_kind"], sort=True)
         .agg(n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique"))
         .reset_index()
     )
@@ -152,47 +158,43 @@ def _turn_latency_quantiles(frames: LedgerFrames, by: list[str]) -> pd.DataFrame
     return keys
 
 
-def failure_mode_table(frames: LedgerFrames, by: str = "model") -> pd.DataFrame:
-    """Per failure mode and model: share of scored runs with >= 1 occurrence and per-turn rate.
+def failure_mode_table(frames: LedgerFrames, by: str | Sequence[str] = "model") -> pd.DataFrame:
+    """Per failure mode and group of scored runs: share of runs with >= 1 occurrence and per-turn rate.
 
     Args:
         frames: from :func:`load_frames`.
-        by: the axis to compare across (default ``model``).
+        by: the axis (or axes, e.g. ``["model", "temperature"]``) whose groups are compared (default ``model``).
 
     Returns:
-        Long DataFrame, one row per (mode, ``by`` value), columns ``mode``, ``by``,
+        Long DataFrame, one row per (mode, group), columns ``mode``, the ``by`` axes,
         ``runs_with`` (count), ``scored_runs``, ``share`` with ``share_low``/``share_high``
         (95% Wilson; rates in [0, 1]), ``turns_with``, ``turns`` (turns of scored runs),
-        ``per_turn_rate`` (in [0, 1]) and ``spread`` (max - min ``share`` across the ``by``
-        values for that mode). Sorted by ``spread`` descending, then mode, then ``by``:
-        the modes that separate the models most come first.
+        ``per_turn_rate`` (in [0, 1]) and ``spread`` (max - min ``share`` across the groups
+        for that mode). Sorted by ``spread`` descending, then mode, then the groups:
+        the modes that separate the groups most come first.
     """
+    keys = [by] if isinstance(by, str) else list(by)
     runs = frames.runs[frames.runs["scored"]]
-    columns = [
-        "mode",
-        by,
-        "runs_with",
-        "scored_runs",
-        "share",
-        "share_low",
-        "share_high",
-        "turns_with",
-        "turns",
-        "per_turn_rate",
-        "spread",
-    ]
+    columns = ["mode", *keys, "runs_with", "scored_runs", "share", "share_low", "share_high", "turns_with", "turns",
+               "per_turn_rate", "spread"]  # fmt: skip
     run_modes = (
-        frames.run_modes.merge(runs[["run_id", by]], on="run_id", how="inner") if not runs.empty else frames.run_modes.iloc[0:0]
+        frames.run_modes.merge(runs[["run_id", *keys]], on="run_id", how="inner")
+        if not runs.empty
+        else frames.run_modes.iloc[0:0]
     )
     if runs.empty or run_modes.empty:
         return pd.DataFrame(columns=columns)
-    scored_runs = runs.groupby(by, sort=True).size().rename("scored_runs")
-    turns_total = runs.groupby(by, sort=True)["turns_recorded"].sum().rename("turns")
-    counts = run_modes.groupby(["mode", by], sort=True).agg(runs_with=("run_id", "size"), turns_with=("turns_with_mode", "sum"))
+    scored_runs = runs.groupby(keys, sort=True).size().rename("scored_runs")
+    turns_total = runs.groupby(keys, sort=True)["turns_recorded"].sum().rename("turns")
+    counts = run_modes.groupby(["mode", *keys], sort=True).agg(
+        runs_with=("run_id", "size"), turns_with=("turns_with_mode", "sum")
+    )
     modes = sorted(run_modes["mode"].unique())
-    grid = pd.MultiIndex.from_product([modes, scored_runs.index], names=["mode", by])
-    table = counts.reindex(grid, fill_value=0).reset_index()
-    table = table.merge(scored_runs.reset_index(), on=by).merge(turns_total.reset_index(), on=by)
+    groups = scored_runs.index.to_frame(index=False)
+    grid = pd.merge(pd.DataFrame({"mode": modes}), groups, how="cross")
+    table = grid.merge(counts.reset_index(), on=["mode", *keys], how="left").fillna({"runs_with": 0, "turns_with": 0})
+    table = table.merge(scored_runs.reset_index(), on=keys).merge(turns_total.reset_index(), on=keys)
+    table[["runs_with", "turns_with"]] = table[["runs_with", "turns_with"]].astype("int64")
     table["share"] = table["runs_with"] / table["scored_runs"]
     bounds = [wilson_interval(int(k), int(n)) for k, n in zip(table["runs_with"], table["scored_runs"], strict=True)]
     table["share_low"] = [b[0] for b in bounds]
@@ -201,7 +203,40 @@ def failure_mode_table(frames: LedgerFrames, by: str = "model") -> pd.DataFrame:
         table["turns"] > 0, table["turns_with"] / table["turns"].where(table["turns"] > 0, 1), np.nan
     )
     table["spread"] = table.groupby("mode")["share"].transform(lambda s: s.max() - s.min())
-    table = table.sort_values(["spread", "mode", by], ascending=[False, True, True], kind="stable")
+    table = table.sort_values(["spread", "mode", *keys], ascending=[False, True, *([True] * len(keys))], kind="stable")
+    return table[columns].reset_index(drop=True)
+
+
+def check_failure_table(frames: LedgerFrames, by: Sequence[str] = ("model",)) -> pd.DataFrame:
+    """Why runs failed: per group of scored runs and done check, how many runs failed that check.
+
+    Args:
+        frames: from :func:`load_frames`.
+        by: grouping axes (e.g. ``["model"]`` or every cell axis).
+
+    Returns:
+        Long DataFrame sorted by the groups, then ``failed`` descending, then check name: the ``by`` axes, ``check``
+        (name, as ``scenario: name`` unless ``scenario`` is in ``by``), ``failed`` (scored runs in which it failed; a
+        check listed twice by a scenario counts a run once), ``checked`` (scored runs that ran it) and ``share``
+        (``failed / checked``, in [0, 1]). Only checks that failed at least once in a group are listed.
+    """
+    keys = list(by)
+    columns = [*keys, "check", "failed", "checked", "share"]
+    runs = frames.runs[frames.runs["scored"]]
+    checks = frames.run_checks.merge(
+        runs[["run_id", "scenario", *[k for k in keys if k != "scenario"]]], on="run_id", how="inner"
+    )
+    if checks.empty:
+        return pd.DataFrame(columns=columns)
+    if "scenario" not in keys:  # check names repeat across scenarios (file_exists, ...): say whose check it was
+        checks["check"] = checks["scenario"].astype(str) + ": " + checks["check"].astype(str)
+    # a scenario may list a check kind twice: a run counts once per check name, failed if any of them failed
+    per_run = checks.assign(failed=~checks["passed"]).groupby([*keys, "check", "run_id"], sort=True)["failed"].any().reset_index()
+    table = per_run.groupby([*keys, "check"], sort=True).agg(failed=("failed", "sum"), checked=("run_id", "size")).reset_index()
+    table = table[table["failed"] > 0].copy()
+    table[["failed", "checked"]] = table[["failed", "checked"]].astype("int64")
+    table["share"] = table["failed"] / table["checked"]
+    table = table.sort_values([*keys, "failed", "check"], ascending=[*([True] * len(keys)), False, True], kind="stable")
     return table[columns].reset_index(drop=True)
 
 
@@ -210,20 +245,38 @@ def shortest_examples(frames: LedgerFrames, *, max_chars: int = EXCERPT_CHARS) -
 
     Returns:
         DataFrame sorted by mode: ``mode``, ``run_id``, ``turn``, ``model``, ``chars`` (reply
-        length in characters) and ``excerpt`` (the reply, cut to ``max_chars`` with ``…``).
+        length in characters) and ``excerpt`` (the reply, cut to ``max_chars`` with ``…``; for an empty reply that
+        made structured tool calls, the calls as ``name(arguments)``, so a mode that came from a call shows it) and
+        ``kind`` (``reply`` or ``call``).
     """
-    columns = ["mode", "run_id", "turn", "model", "chars", "excerpt"]
+    columns = ["mode", "run_id", "turn", "model", "chars", "excerpt", "kind"]
     best = frames.mode_examples
     if best.empty:
         return pd.DataFrame(columns=columns)
     texts = frames.replies(best["seq"].tolist())
+    calls = {seq: _calls_text(c) for seq, c in frames.reply_calls([int(s) for s in best["seq"] if not texts.get(int(s))]).items()}
     model_of = frames.runs.set_index("run_id")["model"]
     out = pd.DataFrame({
         "mode": best["mode"].to_numpy(), "run_id": best["run_id"].astype(str).to_numpy(), "turn": best["turn"].to_numpy(),
         "model": model_of.reindex(best["run_id"].astype(str)).to_numpy(), "chars": best["chars"].to_numpy(),
-        "excerpt": [_truncate(texts.get(int(s), ""), max_chars) for s in best["seq"]],
+        "excerpt": [_truncate(calls.get(int(s)) or texts.get(int(s), ""), max_chars) for s in best["seq"]],
+        "kind": ["call" if int(s) in calls else "reply" for s in best["seq"]],
     })  # fmt: skip
     return out.reset_index(drop=True)
+
+
+def _calls_text(calls: object) -> str:
+    """Structured tool calls as ``name(arguments)``, ``; ``-separated (OpenAI ``function`` shape or flat)."""
+    import json
+
+    parts = []
+    for call in calls if isinstance(calls, list) else [calls]:
+        body = call.get("function", call) if isinstance(call, dict) else {}
+        name = body.get("name") if isinstance(body, dict) else None
+        args = body.get("arguments") if isinstance(body, dict) else None
+        args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+        parts.append(f"{name if isinstance(name, str) else '?'}({args_text if args is not None else ''})")
+    return "; ".join(parts)
 
 
 def _truncate(text: str, max_chars: int) -> str:
