@@ -287,16 +287,21 @@ def run_matrix(
         claim = claim_identity(db.path, resume=resume)
         matrix = _MatrixRun(db, replace(options, stop=stop, claim=claim), result, events)
         events.planned(result)
-        for model, endpoint in endpoints.items():
-            if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
-                events.model_starting(model)
-                endpoint.start_config = start_model(endpoint.backend, db)
+        _start_models(endpoints, todos, db, events)
         matrix.run(endpoints, todos)
     finally:
         if matrix is None or not matrix.quitting:  # after a second Ctrl-C the caller exits at once (calls may be in flight)
             for endpoint in endpoints.values():
                 endpoint.backend.close()
     return result
+
+
+def _start_models(endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]], db: Ledger, events: MatrixEvents) -> None:
+    """Send each model with runs to do its warm-up request and record its provenance (:func:`start_model`)."""
+    for model, endpoint in endpoints.items():
+        if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
+            events.model_starting(model)
+            endpoint.start_config = start_model(endpoint.backend, db)
 
 
 class _MatrixRun:
