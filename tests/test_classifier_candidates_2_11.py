@@ -1,0 +1,34 @@
+"""Classifier 2.11.0 candidates (branch ``i10-behav-candidates``): rules each gaining on one or two tuning batches and
+losing on none (``benchmarks/batch_agreement.py``), short of the leave-one-batch-out bar of gains on two batches other
+than the one that inspired them. Constructed replies, both ways, for the general rule each states
+(docs/failure-modes.md, ``fabricated_tool_result`` and ``narration_without_call``).
+"""
+
+from __future__ import annotations
+
+from tests.helpers import FILE_TOOLS as FILES
+from tests.helpers import function_tool
+from tests.helpers import reply_modes as modes
+
+TICKETS = [function_tool("list_tickets", "List the open support tickets.", {}), *FILES]
+LIST_TASK = "List the files in the current working directory. Then write report.txt with how many there are."
+FAB = "fabricated_tool_result"
+NARR = "narration_without_call"
+
+
+# --- a step of a plan names no existing file and is no entry of a listing (the steps' verbs are the announcement's)
+
+
+def test_a_file_named_in_a_step_is_no_invented_file():
+    reply = "1. List the files in the current working directory.\n2. Write a list of the files to a CSV file named report.csv."
+    assert FAB not in modes(reply, FILES, LIST_TASK)
+
+
+def test_a_file_named_in_a_listing_item_is_still_invented():
+    reply = "1. notes.md\n2. budget.csv\n3. todo.txt"
+    assert FAB in modes(reply, FILES, LIST_TASK)
+
+
+def test_steps_with_a_purpose_are_no_listing_of_tickets():
+    reply = "1. To fetch the tickets:\n\nYou can call the function.\n\n2. To write triage.csv:\n\nUse the write tool."
+    assert FAB not in modes(reply, TICKETS, "Get the open support tickets with list_tickets.")
