@@ -32,3 +32,23 @@ def test_a_file_named_in_a_listing_item_is_still_invented():
 def test_steps_with_a_purpose_are_no_listing_of_tickets():
     reply = "1. To fetch the tickets:\n\nYou can call the function.\n\n2. To write triage.csv:\n\nUse the write tool."
     assert FAB not in modes(reply, TICKETS, "Get the open support tickets with list_tickets.")
+
+
+# --- a block that opens the reply with nothing framing it answers the prompt: its values are presented as the tool's
+
+
+def test_an_unframed_opening_block_of_file_names_is_an_invented_listing():
+    assert FAB in modes("```\nnotes.md\nbudget.csv\n```\n\nThose are the files.", FILES, LIST_TASK)
+
+
+def test_an_unframed_opening_block_of_numbered_values_is_invented():
+    assert FAB in modes("```\n1. 2003\n2. 2017\n```\n\nDone.", FILES, "Read a.txt and b.txt and give each file's year.")
+
+
+def test_an_opening_block_with_a_bare_number_or_headings_and_assignments_says_nothing():
+    assert FAB not in modes("```\n10\n```", FILES, LIST_TASK)
+    assert FAB not in modes("```\n<report>\n# Current working directory\ncwd = /home/user/project\n```", FILES, LIST_TASK)
+
+
+def test_an_opening_block_of_code_is_no_fact():
+    assert FAB not in modes("```\nimport os\nprint(os.listdir('.'))\n```", FILES, LIST_TASK)

@@ -413,11 +413,28 @@ def _presented_blocks(content: ContentResult, seq: list[Unit], domains: set[str]
         label_only = all(_NO_VALUE_LINE.fullmatch(line) for line in unit.lines[:200])  # labels, headings, empty keys
         if not block or label_only or not _specific(unit.text) or hedged(before) or hedged(after):
             continue
+        if k == 0 and unit.fence and not is_code(unit.text) and not is_data(unit.text) and _opening_answer(unit.text, domains):
+            return [f"answer: the reply opens with a block of values -> {short(unit.text.strip(), 40)}"]
         after_code = k > 1 and _shown_code(seq, k - 2)  # code, its output label, then the output
         kind = _kind(before, after, unit, domains, after_code=after_code)
         if kind:
             return [f"{kind}: {short(f'{before} {after}'.strip(), 60)} -> {short(unit.text.strip(), 40)}"]
     return _inline_output(seq)
+
+
+def _opening_answer(body: str, domains: set[str]) -> bool:
+    """Whether a block that opens the reply, with nothing framing it, states tool-only values: for the files a file
+    name or two lines holding numbers (a bare number says nothing of what it is), a weather value, a ticket's id or
+    text. Headings, tags, empty keys and assignments (``cwd = /path``, code's own names) are no values."""
+    lines = [x for x in body[:2000].splitlines() if not _NO_VALUE_LINE.fullmatch(x) and not _ASSIGNMENT.match(x)]
+    if "file" in domains:
+        named = any(next(iter(FILE_TOKEN.finditer(x)), None) for x in lines)
+        if named or sum(bool(re.search(r"\d", x)) for x in lines) >= 2:
+            return True
+    return any(_DOMAIN_VALUE[d]("\n".join(lines)) for d in domains if d != "file")
+
+
+_ASSIGNMENT = re.compile(r"[ \t]*[A-Za-z_][\w.]*[ \t]*=(?!=)")
 
 
 def _shown_code(seq: list[Unit], k: int) -> bool:
