@@ -52,3 +52,31 @@ def test_an_opening_block_with_a_bare_number_or_headings_and_assignments_says_no
 
 def test_an_opening_block_of_code_is_no_fact():
     assert FAB not in modes("```\nimport os\nprint(os.listdir('.'))\n```", FILES, LIST_TASK)
+
+
+# --- a sentence ending in a stop states something: it presents no block as an output
+
+
+CODE = "```javascript\nfunction countFiles() {\n  let files = [];\n  return files.length;\n}\n```"
+
+
+def test_code_after_a_sentence_naming_an_output_is_handed_over():
+    reply = "To list the files, write a function and use the output of the function to create a new report.\n\n" + CODE
+    assert NARR in modes(reply, FILES, LIST_TASK)
+
+
+def test_code_after_a_frame_presenting_an_output_is_no_means():
+    assert NARR not in modes("The output of the function is:\n\n" + CODE, FILES, LIST_TASK)
+
+
+# --- file I/O in any language is a tool's action
+
+
+def test_code_reading_a_file_in_javascript_is_handed_over():
+    reply = "You can use the following to get started:\n\n```javascript\nconst text = reader.readFileSync(name);\n```"
+    assert NARR in modes(reply, FILES, "Read memo.txt, then write fields.json.")
+
+
+def test_code_doing_no_file_io_under_the_same_frame_is_not():
+    reply = "You can use the following to get started:\n\n```javascript\nconst total = values.reduce((a, b) => a + b, 0);\n```"
+    assert NARR not in modes(reply, FILES, "Read memo.txt, then write fields.json.")
