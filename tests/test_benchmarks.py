@@ -72,3 +72,20 @@ def test_stream_overhead_measures_both_settings(tmp_path, capsys):
     bench.report(turns)
     out = capsys.readouterr().out
     assert "6 turns per setting" in out and "streaming overhead per turn:" in out
+
+
+def test_batch_agreement_reports_each_tuning_batch_and_never_the_held_out_one():
+    from harness.corpus import HELD_OUT_BATCH, load_corpus
+
+    proc = subprocess.run([sys.executable, "benchmarks/batch_agreement.py", "--json"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout)
+    sizes: dict[int, int] = {}
+    for entry in load_corpus(REPO / "tests" / "corpus" / "entries"):
+        sizes[entry.batch] = sizes.get(entry.batch, 0) + 1
+    assert str(HELD_OUT_BATCH) not in figures
+    assert {int(b): f["replies"] for b, f in figures.items()} == {b: n for b, n in sizes.items() if b != HELD_OUT_BATCH}
+    for f in figures.values():
+        assert 0 <= f["exact"] <= f["replies"]
+        assert set(f["modes"]) == {"fabricated_tool_result", "narration_without_call"}

@@ -17,7 +17,7 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (758, 802), "tune": (693, 721), "held-out": (65, 81)}
+EXACT = {"all": (758, 802), "tune": (700, 721), "held-out": (65, 81)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {

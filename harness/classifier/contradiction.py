@@ -4,14 +4,22 @@ returned (docs/failure-modes.md). The value comparisons are :mod:`harness.classi
 
 from __future__ import annotations
 
-import json
 import re
 
 from harness.classifier.content import ContentResult
 from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values, tools_text
 from harness.classifier.readings import unhedged
 from harness.classifier.types import MAX_REPAIR_CHARS, ToolCall
-from harness.classifier.values import TEMPERATURE, bare_numbers, norm, numbers, sky, temperature_given, temperatures
+from harness.classifier.values import (
+    TEMPERATURE,
+    bare_numbers,
+    norm,
+    numbers,
+    result_value,
+    sky,
+    temperature_given,
+    temperatures,
+)
 
 __all__ = ["CONDITION", "COUNT", "contradictions"]
 
@@ -98,7 +106,7 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
 
 
 def _scalars(value: object, key: str = "", depth: int = 0) -> list[tuple[str, object]]:
-    """The ``(key, value)`` pairs of a tool's JSON result whose value is a number or a one-word string."""
+    """The ``(key, value)`` pairs of a tool's result (JSON or a Python literal) whose value is a number or a one-word string."""
     if depth > 4:
         return []
     if isinstance(value, dict):
@@ -122,11 +130,7 @@ def _keyed_mismatch(texts: list[str], past: History) -> list[str]:
     that differ (beyond rounding), one-word strings that differ. Only keys with one value in all the results."""
     pairs: dict[str, set[str]] = {}
     for result in past.tool_results[-8:]:
-        try:
-            value = json.loads(re.sub(r"</?tool_response>", "", result).strip())
-        except ValueError:
-            continue
-        for key, v in _scalars(value):
+        for key, v in _scalars(result_value(result)):
             pairs.setdefault(key.lower().replace("_", " "), set()).add(str(v).lower())
     text = "\n".join(texts)[:MAX_REPAIR_CHARS]
     for key, values in list(pairs.items())[:100]:
@@ -159,11 +163,7 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
         return []
     listing = None
     for result in reversed(past.tool_results):
-        body = re.sub(r"</?tool_response>", "", result).strip()
-        try:
-            value = json.loads(body)
-        except ValueError:
-            continue
+        value = result_value(result)
         if isinstance(value, dict) and len(value) == 1:  # {"files": [...]}
             value = next(iter(value.values()))
         if isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -21,6 +21,7 @@ from typing import Any
 from harness.classifier.content import ContentResult
 from harness.classifier.contradiction import CONDITION, COUNT, contradictions
 from harness.classifier.heuristics import FILE_TOKEN, History, tools_text
+from harness.classifier.narration import TOOL_VERBS
 from harness.classifier.readings import (
     DOMAIN_WORDS,
     MEANS,
@@ -270,7 +271,8 @@ def _file_sentences(content: ContentResult, claims: str, known: str, *, code_in_
     number = next((g for g in count.groups() if g), None) if count else None
     if count and number and not re.search(rf"\b{number.lower()}\s+files?\b", known):  # "write 3 files" in the prompt
         found.append(f"count: {short(count.group().strip(), 60)}")
-    rows = "\n".join(m.group() for m in re.finditer(r"^[ \t]*(?:[-*•|]|\d+[.)])[ \t]+.*$", claims, re.M))
+    items = re.finditer(r"^[ \t]*(?:[-*•|]|\d+[.)])[ \t]+.*$", claims, re.M)
+    rows = "\n".join(m.group() for m in items if not _IMPERATIVE_ITEM.match(m.group()))  # a step names no existing file
     names = [m.group(1) for m in FILE_TOKEN.finditer(rows[:MAX_REPAIR_CHARS]) if m.group(1).lower() not in known]
     return found + [f"file name: {name}" for name in names[:4]]
 
@@ -384,11 +386,18 @@ _OUTPUT_VERB = re.compile(
 """A frame ending with what the reply's code outputs ("When you run it, it will output:"): the block is that output,
 whatever the sentences before it say about the code."""
 _OUTPUT = re.compile(r"\b(?:output|outputs|result|results|prints?|returns?|displays?)\b", re.I)
+_STEP_VERBS = sorted(
+    set(TOOL_VERBS)
+    | set(
+        "count import define print return iterate loop install go navigate type enter select parse extract change format".split()
+    )
+)
 _IMPERATIVE_ITEM = re.compile(
-    r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+(?:list|write|read|create|open|check|add|use|call|run|get|save|find|count|make|import|define"
-    r"|print|return|iterate|loop|install|go|navigate|type|enter|select|copy|move|delete|remove|update|parse|extract|fetch)\b",
+    r"^[ \t]*(?:[-*•]|\d+[.)])[ \t]+(?:to[ \t]+)?(?:" + "|".join(_STEP_VERBS) + r")\b",
     re.I | re.M,
 )
+"""A step of a plan as a list item ("1. Read memo.txt ...", "2. To fetch the tickets:"): the verbs of a tool's act (the
+announcement's vocabulary) and of code; a step is no entry of a listing and states no fact."""
 
 
 _NO_VALUE_LINE = re.compile(r"[ \t]*(?:#[^\n]*|<[^<>\n]*>|[\w .'\"*-]*:|[-*=_`]+)[ \t]*")
@@ -404,11 +413,28 @@ def _presented_blocks(content: ContentResult, seq: list[Unit], domains: set[str]
         label_only = all(_NO_VALUE_LINE.fullmatch(line) for line in unit.lines[:200])  # labels, headings, empty keys
         if not block or label_only or not _specific(unit.text) or hedged(before) or hedged(after):
             continue
+        if k == 0 and unit.fence and not is_code(unit.text) and not is_data(unit.text) and _opening_answer(unit.text, domains):
+            return [f"answer: the reply opens with a block of values -> {short(unit.text.strip(), 40)}"]
         after_code = k > 1 and _shown_code(seq, k - 2)  # code, its output label, then the output
         kind = _kind(before, after, unit, domains, after_code=after_code)
         if kind:
             return [f"{kind}: {short(f'{before} {after}'.strip(), 60)} -> {short(unit.text.strip(), 40)}"]
     return _inline_output(seq)
+
+
+def _opening_answer(body: str, domains: set[str]) -> bool:
+    """Whether a block that opens the reply, with nothing framing it, states tool-only values: for the files a file
+    name or two lines holding numbers (a bare number says nothing of what it is), a weather value, a ticket's id or
+    text. Headings, tags, empty keys and assignments (``cwd = /path``, code's own names) are no values."""
+    lines = [x for x in body[:2000].splitlines() if not _NO_VALUE_LINE.fullmatch(x) and not _ASSIGNMENT.match(x)]
+    if "file" in domains:
+        named = any(next(iter(FILE_TOKEN.finditer(x)), None) for x in lines)
+        if named or sum(bool(re.search(r"\d", x)) for x in lines) >= 2:
+            return True
+    return any(_DOMAIN_VALUE[d]("\n".join(lines)) for d in domains if d != "file")
+
+
+_ASSIGNMENT = re.compile(r"[ \t]*[A-Za-z_][\w.]*[ \t]*=(?!=)")
 
 
 def _shown_code(seq: list[Unit], k: int) -> bool:

@@ -103,11 +103,12 @@ _GERUND_HEADING = re.compile(r"^[ \t]*" + _GERUND + r"[^\n]*:[ \t]*$", re.I | re
 _OTHER = re.compile(
     r"(?:\b(?:output|outputs|result|results|contents?)\b[ \t]+(?:of|from)[ \t]+[^:\n]{1,60}?"
     r"|\b(?:output|outputs|result|results|bug|error|issue|contents?|example|observation)\b)"
-    r"[ \t]*(?:is|are|was|will be|would be)?[ \t]*:?[ \t]*$",
+    r"[ \t]*(?:is|are|was|will be|would be)?[ \t]*:?[ \t]*(?<![.!?])$",
     re.I,
 )
 """A frame presenting the block after it as something else: an output ("the output of your code is:"), the bug, a
-file's contents, an example."""
+file's contents, an example. A sentence ending in a stop ("... use the output of the function to create a new
+report.") states something; it presents no block."""
 _REMEDY = re.compile(
     r"\b(?:fix(?:es|ed|ing)?|solved?|solving|resolved?|resolving|avoid(?:ing)?)\b"
     r"|\b(?:to|can|could|should|will|would|must|and|then|we|you|I)[ \t]+(?:correct|handle)\b|\bcorrected\b",

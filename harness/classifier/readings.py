@@ -232,7 +232,9 @@ def frame_after(seq: list[Unit], k: int) -> str:
 
 _CODE_EFFECT = re.compile(
     r"\bopen\s*\(|os\.(?:listdir|scandir|walk|remove|makedirs)|glob\.|Path\(|\.write\(|\.read\(|json\.(?:load|dump)"
-    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|(?<!\w)\w++\s*=\s*\[\s*\{"
+    r"|requests\.|urllib|httpx\.|fetch\(|fs\.|csv\.|subprocess|\b(?:read|write|append)File(?:Sync)?\s*\(|\bfopen\s*\("
+    r"|\bFile(?:Reader|Writer|\.(?:open|read|write)\w*)\b|\bshutil\.|\bos\.path\.|\breaddir(?:Sync)?\s*\(|\bGet-(?:ChildItem|Content)\b"
+    r"|\bSet-Content\b|(?<!\w)\w++\s*=\s*\[\s*\{"
     r"|(?<!\w)\w++\s*=\s*\[\s*([\"'])[\w-]++\.[A-Za-z]\w{0,4}\1",
 )
 _CALLED = re.compile(r"(?<![\w.])(\w++)\s*+\(")

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
-CLASSIFIER_VERSION = "2.10.0"
+CLASSIFIER_VERSION = "2.11.0"
 
 #: Canonical failure modes, in canonical order: name -> one-line definition (Markdown; the same text as the
 #: table in docs/failure-modes.md, whose section ``#<name>`` holds the full rule).

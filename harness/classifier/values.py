@@ -6,12 +6,24 @@ Pure helpers for the fabrication rules in :mod:`harness.classifier.behaviour` (d
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import re
 
 from harness.classifier.types import MAX_REPAIR_CHARS
 
-__all__ = ["TEMPERATURE", "bare_numbers", "norm", "numbers", "sky", "temperature_given", "temperature_spans", "temperatures"]
+__all__ = [
+    "TEMPERATURE",
+    "bare_numbers",
+    "norm",
+    "numbers",
+    "result_value",
+    "sky",
+    "temperature_given",
+    "temperature_spans",
+    "temperatures",
+]
 
 _SKY_FAMILIES = {"sun": "clear", "clear": "clear", "cloud": "cloud", "overcast": "cloud", "rain": "rain", "drizzl": "rain",
                  "shower": "rain", "snow": "snow", "fog": "fog", "storm": "storm", "thunderstorm": "storm"}  # fmt: skip
@@ -32,8 +44,29 @@ TEMPERATURE = re.compile(
     re.I,
 )
 """A temperature written with its unit (``17°C``, ``62 F``, ``21 degrees``, ``17C``): the one temperature vocabulary."""
-_KEYED = re.compile(r"(?<!\w)(?P<key>\w*temp\w*)\"?\s*[:=]\s*\"?(?P<n1>-?\d++(?:\.\d++)?+)|" + TEMPERATURE.pattern, re.I)
-"""A temperature after a key naming one (``"temperature_c": 17``), or written with its unit."""
+_KEYED = re.compile(r"(?<!\w)(?P<key>\w*temp\w*)[\"']?\s*[:=]\s*[\"']?(?P<n1>-?\d++(?:\.\d++)?+)|" + TEMPERATURE.pattern, re.I)
+"""A temperature after a key naming one (``"temperature_c": 17``, a Python repr's ``'temperature_c': 17``), or written
+with its unit."""
+_RESULT_TAG = re.compile(r"</?tool_response>")
+_CONTAINER = re.compile(r"\s*[\[{]")
+
+
+def result_value(text: str) -> object | None:
+    """The value a tool's result holds, read as JSON or, failing that, as a Python literal (a tool written in Python
+    that returns ``str(dict)``: ``{'temperature_c': 17}``, ``['a.txt', 'b.txt']``); ``None`` when it is neither (plain
+    text, an error line). Only a container (``{`` or ``[`` first) is read as a literal; ``ast.literal_eval`` parses
+    literals and runs nothing. ``<tool_response>`` tags around the body are dropped first."""
+    body = _RESULT_TAG.sub("", text[:MAX_REPAIR_CHARS]).strip()
+    try:
+        return json.loads(body)
+    except ValueError:
+        pass
+    if not _CONTAINER.match(body):
+        return None
+    try:
+        return ast.literal_eval(body)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def temperature_spans(text: str, *, keyed: bool = False) -> list[re.Match[str]]:
