@@ -17,7 +17,7 @@ from tests.helpers import CORPUS, REPO
 ENTRIES = load_corpus(CORPUS)
 
 #: exact-set agreement recorded per part: (replies labelled exactly as the corpus, replies)
-EXACT = {"all": (758, 802), "tune": (700, 721), "held-out": (65, 81)}
+EXACT = {"all": (767, 802), "tune": (700, 721), "held-out": (67, 81)}
 
 #: per-mode (precision, recall) floors on the whole corpus, for modes with at least 5 positives
 MODE_FLOORS = {
@@ -36,8 +36,8 @@ MODE_FLOORS = {
     "unknown_tool": (1.00, 1.00),
     "schema_violation": (0.96, 0.96),
     "repeated_call": (1.00, 1.00),
-    "fabricated_tool_result": (0.91, 0.90),
-    "narration_without_call": (0.95, 0.92),
+    "fabricated_tool_result": (0.93, 0.93),
+    "narration_without_call": (0.95, 0.93),
     "empty_response": (1.00, 1.00),
     "truncated_by_length": (1.00, 1.00),
     "reasoning_leak": (1.00, 1.00),
