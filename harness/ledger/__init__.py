@@ -23,6 +23,7 @@ from harness.ledger.records import (
     record_fields,
     utc_now,
 )
+from harness.ledger.viewer_reads import RunFilter
 from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger, decode_labels
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "LedgerHead",
     "RunEnd",
     "RunRow",
+    "RunFilter",
     "RunStart",
     "TurnRecord",
     "TurnRow",
