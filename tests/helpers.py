@@ -312,7 +312,8 @@ def viewer_process(*argv: str):
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=20)
+            _, err = proc.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            _, err = proc.communicate()
+    assert proc.returncode == 0 and "Traceback" not in err, err  # Ctrl-C stops it cleanly
