@@ -9,6 +9,7 @@ copied to ``DIR`` (how docs/viewer-run.png was made).
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from pathlib import Path
@@ -49,12 +50,12 @@ def _wait(driver, condition, timeout: float = 20):
 
 
 def _shot(driver, folder: Path, name: str) -> Path:
-    """A screenshot of the whole page (the window grown to its height, at most 5000 px)."""
-    height = min(5000, int(driver.execute_script("return document.documentElement.scrollHeight")))
-    driver.set_window_size(1300, max(700, height))
+    """A screenshot of the whole page (at most 5000 px high), through the browser's DevTools protocol."""
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(5000, size["height"]), "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip})
     path = folder / f"{name}.png"
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1300, 1000)
+    path.write_bytes(base64.b64decode(shot["data"]))
     print(f"screenshot: {path}")
     if os.environ.get("HARNESS_VIEWER_SHOTS"):
         Path(os.environ["HARNESS_VIEWER_SHOTS"]).mkdir(parents=True, exist_ok=True)
@@ -159,7 +160,10 @@ def test_exported_list_filters_sorts_and_pages_as_the_served_one(browser, two, t
 
     export_site(two, tmp_path / "site", chunk_runs=10)
     browser.get((tmp_path / "site" / "index.html").as_uri())
-    _wait(browser, lambda d: "loading" not in d.find_element(By.ID, "status").text and "match" in d.find_element(By.ID, "status").text)
+    _wait(
+        browser,
+        lambda d: "loading" not in d.find_element(By.ID, "status").text and "match" in d.find_element(By.ID, "status").text,
+    )
     cases = [({"f-failed": True}, RunFilter(only_failed=True)), ({"f-every": True}, RunFilter(failed_every_repetition=True)),
              ({"f-outcome": "infra_error"}, RunFilter(outcome="infra_error")),
              ({"f-mode": "repeated_call", "f-repetition": "4"}, RunFilter(failure_mode="repeated_call", repetition=4))]  # fmt: skip

@@ -23,8 +23,8 @@ from harness.ledger.records import (
     record_fields,
     utc_now,
 )
-from harness.ledger.viewer_reads import RunFilter
 from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger, decode_labels
+from harness.ledger.viewer_reads import RunFilter
 
 __all__ = [
     "CHAINED_TABLES",

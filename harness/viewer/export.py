@@ -77,7 +77,8 @@ def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_R
         _prepare(out)
         for name in STATIC_FILES:
             _write(out / "static" / name, (resources.files("harness.viewer") / "static" / name).read_text("utf-8"))
-        files, runs = [], 0
+        files: list[str] = []
+        runs = 0
         run_links = Links(served=False, depth=1)
         for batch in ledger.iter_run_list(batch=chunk_runs):
             for row in batch:

@@ -53,6 +53,17 @@ _ENV = jinja2.Environment(
 )
 
 
+def counted(names: list[str]) -> str:
+    """Names in first-seen order, each once, with ``×N`` when it occurs N > 1 times (two failed checks of one type)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
+
+
+_ENV.filters["counted"] = counted
+
+
 def page_name(run_id: str) -> str:
     """The file name stem of a run's exported page: the run id when it is plain (letters, digits, ``_``, ``-``; at
     most 64), else ``h-`` and the first 32 hex digits of the SHA-256 of the id (a ledger edited by hand)."""

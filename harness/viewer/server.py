@@ -80,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     server_version = "harness-view"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         _LOG.debug(format, *args)
 
     def do_HEAD(self) -> None:

@@ -41,6 +41,12 @@
     return v === null || v === undefined ? "" : v;
   }
 
+  function counted(names) {
+    var counts = {}, order = [];
+    names.forEach(function (n) { if (!(n in counts)) { counts[n] = 0; order.push(n); } counts[n] += 1; });
+    return order.map(function (n) { return n + (counts[n] > 1 ? " \u00d7" + counts[n] : ""); }).join(", ");
+  }
+
   function cell(tr, text, cls) {
     var td = document.createElement("td");
     td.textContent = text === null || text === undefined ? "" : String(text);
@@ -54,7 +60,7 @@
     tr.className = "outcome-" + String(r.outcome).replace(/[^a-z_]/g, "");
     cell(tr, r.scenario); cell(tr, r.model, "model"); cell(tr, r.temperature); cell(tr, r.tool_mode); cell(tr, r.parser);
     cell(tr, r.stream ? "on" : "off"); cell(tr, r.repetition); cell(tr, r.outcome, "outcome");
-    cell(tr, r.failed_checks.join(", ")); cell(tr, r.failure_modes.join(", "));
+    cell(tr, counted(r.failed_checks)); cell(tr, r.failure_modes.join(", "));
     cell(tr, r.turns, "num"); cell(tr, r.tokens, "num");
     var a = document.createElement("a");
     a.className = "open";
