@@ -72,3 +72,10 @@ def test_stream_overhead_measures_both_settings(tmp_path, capsys):
     bench.report(turns)
     out = capsys.readouterr().out
     assert "6 turns per setting" in out and "streaming overhead per turn:" in out
+
+
+def test_viewer_scale_serves_a_small_ledger(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/viewer_scale.py", "--turns", "800", "--ledger", str(tmp_path / "l.sqlite"),
+                           "--repeats", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "rows on the first page 50" in proc.stdout and "harness view on 800 turns, median of 1" in proc.stdout

@@ -229,6 +229,8 @@ def test_unknown_paths_and_runs_are_not_found(real):
             reply = client.get(path)
             assert reply.status_code == 404, path
         assert client.post("/").status_code == 501
+        rebound = client.get("/", headers={"Host": "attacker.example:80"})
+        assert rebound.status_code == 421 and "run0" not in rebound.text and "<tr class" not in rebound.text
 
 
 def test_export_writes_pages_and_paged_data_that_need_no_server(real, tmp_path):

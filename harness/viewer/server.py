@@ -8,7 +8,8 @@ Routes (GET and HEAD; nothing else is answered but with an error)::
     /static/<name>    the viewer's own CSS and scripts (a fixed list; no path reaches the disk)
 
 The ledger is opened read-only once and shared by the request threads (:class:`harness.ledger.Ledger` is
-thread-safe). Every answer carries a Content-Security-Policy that allows scripts and styles only from the viewer
+thread-safe). A request whose ``Host`` is not 127.0.0.1 or localhost with the server's port is refused (a web page
+whose name was re-pointed at 127.0.0.1, "DNS rebinding", cannot read the ledger). Every answer carries a Content-Security-Policy that allows scripts and styles only from the viewer
 itself, a second wall behind the templates' escaping.
 """
 
@@ -109,8 +110,13 @@ class _Handler(BaseHTTPRequestHandler):
         return HTTPStatus.NOT_FOUND, "text/html; charset=utf-8", _error_page("No such page.")
 
     def _answer(self, *, head: bool) -> None:
+        port = self.server.server_address[1]
         try:
-            status, kind, body = self._page()
+            if self.headers.get("Host", "") not in (f"{HOST}:{port}", f"localhost:{port}"):
+                status, kind, body = HTTPStatus.MISDIRECTED_REQUEST, "text/html; charset=utf-8", _error_page(
+                    f"this viewer answers only requests addressed to {HOST}:{port}.")  # fmt: skip
+            else:
+                status, kind, body = self._page()
         except UsageError as exc:
             status, kind, body = HTTPStatus.NOT_FOUND, "text/html; charset=utf-8", _error_page(str(exc))
         except LedgerError as exc:
