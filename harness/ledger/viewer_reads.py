@@ -104,7 +104,7 @@ class ViewerReads:
         return (
             f"SELECT r.seq, r.run_id, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser, {axis_sql(self._columns['runs'])},"
             " r.repetition, COALESCE(e.outcome, 'unfinished') AS outcome, e.turns AS turns,"
-            " COALESCE(e.prompt_tokens, 0) + COALESCE(e.completion_tokens, 0) AS tokens, e.checks AS checks,"
+            " CASE WHEN e.run_id IS NULL THEN NULL ELSE COALESCE(e.prompt_tokens, 0) + COALESCE(e.completion_tokens, 0) END AS tokens, e.checks AS checks,"
             " (SELECT COUNT(*) FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
             "  WHERE json_extract(j.value, '$.passed') IN (0, 'false')) AS failed_check_count"
             f" FROM runs r LEFT JOIN run_ends e USING (run_id) {where}"
@@ -159,7 +159,7 @@ class ViewerReads:
         Returns:
             ``(rows, total)``: ``total`` runs match; each row has ``seq, run_id, scenario, model, temperature, seed,
             tool_mode, parser, stream`` (0/1), ``think, repetition, outcome`` (``unfinished`` without an end row),
-            ``turns`` (None if unfinished), ``tokens`` (prompt + completion), ``failed_checks`` (names, in check
+            ``turns`` (None if unfinished), ``tokens`` (prompt + completion; None if unfinished), ``failed_checks`` (names, in check
             order) and ``failure_modes`` (sorted names shown by any turn, newest labels).
 
         Raises:
