@@ -27,7 +27,10 @@ from harness.canonical import sha256_of
 from harness.errors import UsageError
 from harness.ledger import Attestation, Ledger, RunRow, TurnRow
 
-__all__ = ["EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "verify_attestation"]
+__all__ = [
+    "EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "scenario_promise",
+    "verify_attestation",
+]  # fmt: skip
 
 EXCERPT_CHARS = 200
 """Characters of each turn's reply kept in the evidence."""
@@ -63,6 +66,13 @@ def _promise(run: RunRow, ledger_path: Path) -> dict[str, Any]:
         "status": "unchanged",
         **{k: str(data.get(k, "")).strip() for k in ("what_it_does", "what_it_does_not", "done_looks_like")},
     }
+
+
+def scenario_promise(run: RunRow, ledger_path: Path) -> dict[str, Any]:
+    """The promise of a run's scenario (part 1 of the frame): ``scenario_path``, ``scenario_sha256``, ``status``
+    (``unchanged``, ``changed`` or ``missing``) and either ``what_it_does``, ``what_it_does_not`` and
+    ``done_looks_like`` (unchanged) or a ``note`` saying why they cannot be shown."""
+    return _promise(run, ledger_path)
 
 
 def _excerpt(turn: TurnRow) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness.backends import open_backend
 from harness.cli import main
-from harness.ledger import Ledger
+from harness.ledger import Labels, Ledger
 from harness.loop import RetryPolicy, RunOptions, RunPlan, run_once
 from harness.vocab import OUTCOMES
 
@@ -247,3 +247,73 @@ def scenario_toml(tmp_path, *, head_replace=(), fixtures=None, checks=None, matr
     path = tmp_path / name
     path.write_text(head + fixtures_part + checks_part + matrix, encoding="utf-8")
     return path
+
+
+# -- the transcript viewer (harness view) --------------------------------------------------------------
+HOSTILE_TEXT = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+"""Model output that would run as script if a page put it into HTML unescaped."""
+HOSTILE_NAME = "<img src=x onerror=window.__pwned=3>.txt"
+"""A file name a model chooses, that would run as script if a page put it into HTML unescaped."""
+HOSTILE_LABEL = "<svg onload=window.__pwned=6>"
+"""A failure-mode label of a hand-appended labels row (not canonical: the file was written by other code)."""
+
+
+def build_viewer_ledger(folder: Path) -> Path:
+    """A ledger of real runs in ``folder``: each scenario's ideal and broken replay cassettes through ``harness run``
+    (list_and_report with 2 repetitions, the others 1); sandboxes in ``folder/runs``."""
+    path = folder / "ledger.sqlite"
+    for scenario in sorted(p.name for p in CASSETTES.iterdir()):
+        for kind in ("ideal", "broken"):
+            repeats = "2" if scenario == "list_and_report" else "1"
+            rc = main(["run", str(REPO / "scenarios" / f"{scenario}.toml"), "--model", f"replay:{CASSETTES / scenario / kind}.jsonl",
+                       "--ledger", str(path), "--repeats", repeats, *RUN_FLAGS])  # fmt: skip
+            assert rc == 0, f"{scenario} {kind}"
+    return path
+
+
+def build_hostile_ledger(folder: Path) -> Path:
+    """A ledger in ``folder`` whose one run (list_and_report, a replay model named by hostile markup) writes a file with
+    a hostile name and content through a call recovered from its text, reads it back, then answers with closing
+    ``</script>`` tags, ``javascript:`` links and U+2028; a labels row then adds :data:`HOSTILE_LABEL`."""
+    cassette = write_cassette(folder / "<img src=x onerror=window.__pwned=7>.jsonl", [
+        text_line(json.dumps({"name": "write_file", "arguments": {"path": HOSTILE_NAME, "content": HOSTILE_TEXT + "</script>\u2028"}})),
+        call_line("read_file", {"path": HOSTILE_NAME}),
+        text_line("</script><script>document.title='pwned'</script> <a href=\"javascript:window.__pwned=4\">click</a>"
+                  " [x](javascript:window.__pwned=5) \u2028 done"),
+    ])  # fmt: skip
+    path = folder / "ledger.sqlite"
+    assert (
+        main(["run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", "--ledger", str(path), "--repeats", "1", *RUN_FLAGS])
+        == 0
+    )
+    with Ledger(path) as ledger:
+        run_id = ledger.runs()[0].run_id
+        ledger.record_labels(Labels(run_id=run_id, turn=3, classifier_version="hand", failure_modes=[HOSTILE_LABEL],
+                                    recovered_calls=[], recovered_by=None,
+                                    details={"evidence": {HOSTILE_LABEL: {"rule": HOSTILE_TEXT, "span": HOSTILE_TEXT}}}))  # fmt: skip
+    return path
+
+
+@contextmanager
+def viewer_process(*argv: str):
+    """``harness view ARGV`` as a child process (on a free port); yields the address it printed; Ctrl-C at the end."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "view", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert found, f"no address printed: {line!r} {proc.stderr.read() if proc.stderr and proc.poll() is not None else ''}"
+        yield found.group(0)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0 and "Traceback" not in err, err  # Ctrl-C stops it cleanly

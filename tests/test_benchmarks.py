@@ -89,3 +89,10 @@ def test_batch_agreement_reports_each_tuning_batch_and_never_the_held_out_one():
     for f in figures.values():
         assert 0 <= f["exact"] <= f["replies"]
         assert set(f["modes"]) == {"fabricated_tool_result", "narration_without_call"}
+
+
+def test_viewer_scale_serves_a_small_ledger(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/viewer_scale.py", "--turns", "800", "--ledger", str(tmp_path / "l.sqlite"),
+                           "--repeats", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "rows on the first page 50" in proc.stdout and "harness view on 800 turns, median of 1" in proc.stdout

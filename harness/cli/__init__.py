@@ -1,7 +1,7 @@
 """The ``harness`` command line: a thin shell over library calls.
 
 Each command is one ``_cmd_<noun>_<verb>`` function in the module of its group (``run``, ``data``,
-``inputs``, ``reports``), registered in :func:`build_parser`.
+``inputs``, ``reports``, ``view``), registered in :func:`build_parser`.
 Errors are turned into one sentence and an exit code in one place, :func:`main`:
 ``HarnessError`` -> exit 1 (or 2 for usage errors), never a traceback.
 """
@@ -18,6 +18,7 @@ from harness.cli.data import add_export, add_ledger, add_rescore
 from harness.cli.inputs import add_classify, add_models, add_scenarios
 from harness.cli.reports import add_attest, add_compare, add_report, add_review
 from harness.cli.run import add_run
+from harness.cli.view import add_view
 from harness.errors import HarnessError, UsageError
 from harness.vocab import printable
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (add_run, add_ledger, add_export, add_scenarios, add_models, add_classify, add_rescore, add_report,
-                add_compare, add_review, add_attest):  # fmt: skip
+                add_compare, add_review, add_attest, add_view):  # fmt: skip
         add(sub)
     return parser
 

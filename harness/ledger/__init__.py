@@ -25,6 +25,7 @@ from harness.ledger.records import (
 )
 from harness.ledger.report_reads import RUN_EXPORT_COLUMNS
 from harness.ledger.store import DEFAULT_LEDGER_PATH, EXPORT_COLUMNS, ClaimPolicy, Ledger, decode_labels
+from harness.ledger.viewer_reads import RunFilter
 
 __all__ = [
     "CHAINED_TABLES",
@@ -41,6 +42,7 @@ __all__ = [
     "LedgerHead",
     "RunEnd",
     "RunRow",
+    "RunFilter",
     "RunStart",
     "TurnRecord",
     "TurnRow",

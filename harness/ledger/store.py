@@ -79,6 +79,7 @@ from harness.ledger.records import (
     turn_row,
 )
 from harness.ledger.report_reads import ReportReads
+from harness.ledger.viewer_reads import ViewerReads
 
 __all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "decode_labels"]
 
@@ -93,7 +94,7 @@ ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
 
 
-class Ledger(ReportReads):
+class Ledger(ReportReads, ViewerReads):
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
     Args:

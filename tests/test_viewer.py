@@ -1,0 +1,269 @@
+"""The transcript viewer (``harness view``) over HTTP and as exported files, without a browser.
+
+Every ledger is real: replay cassettes through ``harness run`` (tests/helpers.py), or runs appended through the
+public Ledger API (tests/ledger_builders.py). Pages are fetched from a real server on 127.0.0.1 started by the test.
+The browser tests are in tests/test_viewer_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import socket
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.cli import main
+from harness.ledger import Ledger, RunFilter
+from harness.viewer import export_site, open_server
+from harness.viewer.jsdata import js_value
+from harness.viewer.pages import PAGE_SIZE
+from tests.helpers import (
+    HOSTILE_LABEL,
+    HOSTILE_NAME,
+    HOSTILE_TEXT,
+    RUN_FLAGS,
+    SCENARIO_FILE,
+    assert_one_sentence_error,
+    build_hostile_ledger,
+    build_viewer_ledger,
+    call_line,
+    cli,
+    text_line,
+    write_cassette,
+)
+from tests.ledger_builders import SMALL, add_run
+
+
+@contextmanager
+def served(ledger: Path):
+    """The viewer of ``ledger`` served in a thread of this process; yields an HTTP client on its address."""
+    server = open_server(ledger)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            yield client
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _rows(page: str) -> list[str]:
+    """The run ids linked from a run-list page, in order (the link text is the first 12 characters)."""
+    return re.findall(r'<a class="open" href="/run/([0-9a-zA-Z_%-]+)">', page)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> Path:
+    return build_viewer_ledger(tmp_path_factory.mktemp("viewer-real"))
+
+
+def _expected(ledger: Path, keep) -> list[str]:
+    """Run ids (start order) of the runs for which ``keep(run, modes)`` holds, computed in Python from every turn."""
+    with Ledger(ledger, readonly=True) as db:
+        out = []
+        for run in db.runs():
+            modes = {m for t in db.turns(run.run_id) for m in t.labels}
+            if keep(run, modes):
+                out.append(run.run_id)
+        return out
+
+
+def test_run_list_filters_match_a_computation_over_every_turn(two):
+    """Each filter of the run list gives the runs a plain Python reading of every run and turn gives (newest labels)."""
+    cases = {
+        RunFilter(failure_mode="raw_json_in_content"): lambda r, m: "raw_json_in_content" in m,
+        RunFilter(failure_mode="empty_response"): lambda r, m: "empty_response" in m,
+        RunFilter(model=SMALL, temperature=0.7): lambda r, m: r.start.model == SMALL and r.start.temperature == 0.7,
+        RunFilter(only_failed=True): lambda r, m: r.outcome in ("task_failed", "turn_limit", "token_limit"),
+        RunFilter(outcome="infra_error"): lambda r, m: r.outcome == "infra_error",
+        RunFilter(failed_check="file_exists", repetition=3): lambda r, m: r.start.repetition == 3 and any(
+            c["check"] == "file_exists" and not c["passed"] for c in (r.end.checks if r.end else [])),
+    }  # fmt: skip
+    with Ledger(two, readonly=True) as ledger:
+        for f, keep in cases.items():
+            rows, total = ledger.run_list(f, limit=1000)
+            assert [r["run_id"] for r in rows] == _expected(two, keep), f
+            assert total == len(rows) > 0, f
+
+
+def test_failed_in_every_repetition_is_a_cell_without_a_pass(tmp_path):
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        for rep in range(3):
+            add_run(ledger, f"a{rep}", model=SMALL, repetition=rep, outcome="task_failed")
+            add_run(ledger, f"b{rep}", model="m2", repetition=rep, outcome="pass" if rep == 1 else "turn_limit")
+        add_run(ledger, "a-infra", model=SMALL, repetition=3, outcome="infra_error")
+        rows, total = ledger.run_list(RunFilter(failed_every_repetition=True))
+    assert [r["run_id"] for r in rows] == ["a0", "a1", "a2", "a-infra"] and total == 4  # the whole cell is listed
+
+
+def test_served_list_pages_sorts_and_filters(tmp_path):
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        for i in range(PAGE_SIZE * 2 + 7):
+            add_run(ledger, f"run{i:04d}", model=SMALL if i % 3 else "ollama:other", repetition=i,
+                    outcome="pass" if i % 4 else "task_failed", turns=[([], "x")] * (1 + i % 5))  # fmt: skip
+    with served(path) as client:
+        first = client.get("/").text
+        assert "107 runs match; page 1 of 3." in first
+        assert _rows(first) == [f"run{i:04d}" for i in range(PAGE_SIZE)]
+        third = client.get("/", params={"page": 3}).text
+        assert _rows(third) == [f"run{i:04d}" for i in range(PAGE_SIZE * 2, PAGE_SIZE * 2 + 7)]
+        by_turns = _rows(client.get("/", params={"sort": "turns", "desc": "1"}).text)
+        assert by_turns[:3] == ["run0004", "run0009", "run0014"]  # 5 turns each, ties in start order
+        failed = client.get("/", params={"failed": "1", "model": "ollama:other"}).text
+        assert _rows(failed) == [f"run{i:04d}" for i in range(0, 107, 12)]
+        assert client.get("/", params={"sort": "nonsense"}).status_code == 404
+        assert client.get("/", params={"temperature": "hot"}).status_code == 404
+
+
+def test_run_page_shows_spec_thread_calls_results_evidence_checks_and_files(real):
+    with Ledger(real, readonly=True) as ledger:
+        run = next(r for r in ledger.runs() if r.start.scenario == "list_and_report" and r.outcome == "task_failed")
+        pair = next(r for r in ledger.runs() if r.start.scenario == "list_and_report" and r.outcome == "pass"
+                    and r.start.repetition == run.start.repetition)  # fmt: skip
+    with served(real) as client:
+        raw = client.get(f"/run/{run.run_id}").text
+        page = html.unescape(re.sub(r"<[^>]+>", "", raw))
+        listed = client.get("/", params={"mode": "fabricated_tool_result", "scenario": "list_and_report"}).text
+        pair_page = client.get("/pair", params={"a": run.run_id, "b": pair.run_id}).text
+    assert run.run_id in _rows(listed) and pair.run_id not in _rows(listed)
+    for expected in ("What it does", "List the files in the working directory", "Done looks like",  # the spec
+                     "tool call list_files", '"config.json", "hello.txt", "memo.md"',  # a call and its result
+                     "tool call write_file", "wrote 48 bytes to report.txt",
+                     "fabricated_tool_result", 'tool output or tool-only facts that no tool returned', '["echo.txt"]',  # evidence
+                     "file_names_only_existing", "FAIL", "names files that do not exist: ['echo.txt']",  # checks
+                     "report.txt", "There are 3 files:\nconfig.json\necho.txt\nmemo.md",  # the sandbox's final file
+                     "Done: report.txt lists the 3 files."):  # fmt: skip
+        assert expected in page, expected
+    assert raw.count('<div class="call">') == 2  # list_files and write_file, each beside its result
+    assert f'href="/pair?a={run.run_id}&amp;b={pair.run_id}"' in raw
+    assert f'src="/run/{run.run_id}"' in pair_page and f'src="/run/{pair.run_id}"' in pair_page
+
+
+def test_recovery_step_and_breach_are_shown(tmp_path):
+    """A call recovered from text shows the recovery step that produced it; a run the breaker stopped shows the breach."""
+    recovered = json.dumps({"name": "list_files", "arguments": {"path": "."}})
+    cassette = write_cassette(
+        tmp_path / "loop.jsonl", [text_line(recovered)] + [call_line("read_file", {"path": f"f{i}.txt"}) for i in range(12)]
+    )
+    path = tmp_path / "ledger.sqlite"
+    assert (
+        main(["run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", "--ledger", str(path), "--repeats", "1", *RUN_FLAGS])
+        == 0
+    )
+    with Ledger(path, readonly=True) as ledger:
+        [run] = ledger.runs()
+        step = ledger.turns(run.run_id)[0].record.recovered_by
+    assert step and run.outcome == "turn_limit" and run.end.breach
+    with served(path) as client:
+        page = client.get(f"/run/{run.run_id}").text
+    assert f'recovered by <span class="recovery">{step}</span>' in page
+    breach = page.split('id="breach">', 1)[1].split("</pre>", 1)[0]
+    assert html.unescape(breach) == json.dumps(run.end.breach, indent=2, sort_keys=True)
+
+
+def test_hostile_model_output_is_escaped_everywhere(tmp_path):
+    path = build_hostile_ledger(tmp_path)
+    with Ledger(path, readonly=True) as ledger:
+        run_id = ledger.runs()[0].run_id
+    with served(path) as client:
+        pages = {"list": client.get("/").text, "filtered": client.get("/", params={"mode": "raw_json_in_content"}).text,
+                 "run": client.get(f"/run/{run_id}").text}  # fmt: skip
+        assert "script-src 'self'" in client.get("/").headers["content-security-policy"]
+    out = tmp_path / "site"
+    export_site(path, out)
+    pages |= {"export list": (out / "index.html").read_text(), "export run": (out / "runs" / f"{run_id}.html").read_text()}
+    for name, page in pages.items():
+        for raw in ("<script>window", "<img src=x", "<svg", "</script><script>", 'href="javascript:'):
+            assert raw not in page, (name, raw)
+        assert page.count("<script") == (2 if name == "export list" else 0), name  # only our own script files
+    run_page = pages["run"]
+    for text in (HOSTILE_TEXT, HOSTILE_NAME, HOSTILE_LABEL, "document.title='pwned'"):
+        assert text in html.unescape(run_page) and text not in run_page, text  # shown, as text
+    assert "[x](javascript:window.__pwned=5)" in run_page  # plain text in the reply, never a link
+    assert 'recovered by <span class="recovery">' in run_page  # the recovered write_file call
+    data = (out / "data" / "runs-0000.js").read_text(encoding="utf-8")
+    assert "</script" not in data.lower() and "<" not in data and "\u2028" not in data
+    [row] = json.loads(data.split(".concat(", 1)[1].rsplit(");", 1)[0])
+    assert HOSTILE_LABEL in row["failure_modes"] and "<img" in row["model"]  # the text itself survives, escaped
+
+
+def test_script_data_escapes_closing_tags_and_line_separators():
+    text = js_value({"a": "</script><!-- \u2028\u2029 & é"})
+    assert re.fullmatch(r"[\x20-\x7e]+", text) and "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"a": "</script><!-- \u2028\u2029 & é"}
+
+
+def test_sandbox_links_are_listed_never_followed(tmp_path):
+    path = build_viewer_ledger(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-OUTSIDE", encoding="utf-8")
+    with Ledger(path, readonly=True) as ledger:
+        run = next(r for r in ledger.runs() if r.start.scenario == "list_and_report")
+        other = next(r for r in ledger.runs() if r.run_id != run.run_id)
+    sandbox = Path(run.start.sandbox)
+    (sandbox / "link.txt").symlink_to(secret)
+    (sandbox / "dir-link").symlink_to(tmp_path)
+    other_box = Path(other.start.sandbox)
+    os.rename(other_box, other_box.with_name("moved"))
+    other_box.symlink_to(other_box.with_name("moved"))  # the sandbox folder itself is a link now
+    with served(path) as client:
+        page = client.get(f"/run/{run.run_id}").text
+        other_page = client.get(f"/run/{other.run_id}").text
+    assert "TOP-SECRET-OUTSIDE" not in page and "not followed" in page and "dir-link" in page
+    assert "hello.txt" in page and "not a plain folder" in other_page and "config.json" not in other_page.split("final files")[1]
+
+
+def test_unknown_paths_and_runs_are_not_found(real):
+    with served(real) as client:
+        for path in ("/run/nope", "/static/../pages.py", "/static/%2e%2e/pages.py", "/etc/passwd", "/pair?a=x&b=y", "/pair"):
+            reply = client.get(path)
+            assert reply.status_code == 404, path
+        assert client.post("/").status_code == 501
+        rebound = client.get("/", headers={"Host": "attacker.example:80"})
+        assert rebound.status_code == 421 and "run0" not in rebound.text and "<tr class" not in rebound.text
+
+
+def test_export_writes_pages_and_paged_data_that_need_no_server(real, tmp_path):
+    out = tmp_path / "site"
+    summary = export_site(real, out, chunk_runs=7)
+    with Ledger(real, readonly=True) as ledger:
+        ids = [r.run_id for r in ledger.runs()]
+    assert summary.runs == len(ids) and summary.data_files == -(-len(ids) // 7)
+    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == sorted(ids)
+    manifest = (out / "data" / "manifest.js").read_text()
+    assert manifest.startswith("window.VIEWER_MANIFEST = ") and '"data/runs-0000.js"' in manifest
+    for page in [out / "index.html", out / "pair.html", *(out / "runs").glob("*.html")]:
+        text = page.read_text()
+        assert (
+            "http://" not in text
+            and "https://" not in text
+            and "//" not in re.sub(r"https?://|<!--.*?-->", "", text).replace("://", "")
+        )
+
+
+def test_bad_input_is_one_sentence(tmp_path, capsys, real):
+    rc, _, err = cli(capsys, "view", "--ledger", str(tmp_path / "missing.sqlite"))
+    assert_one_sentence_error(rc, err)
+    assert "no ledger" in err
+    (tmp_path / "a-file").write_text("x")
+    rc, _, err = cli(capsys, "view", "--ledger", str(real), "--export", str(tmp_path / "a-file"))
+    assert_one_sentence_error(rc, err)
+    assert "is a file" in err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        rc, _, err = cli(capsys, "view", "--ledger", str(real), "--port", str(taken.getsockname()[1]))
+    assert_one_sentence_error(rc, err)
+    assert "in use" in err
+    rc, _, err = cli(capsys, "view", "--ledger", str(real), "--port", "70000")
+    assert_one_sentence_error(rc, err)

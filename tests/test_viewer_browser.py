@@ -1,0 +1,210 @@
+"""The transcript viewer driven in a real headless Chromium: served by ``harness view`` (a child process on a free
+port) and exported (``--export``, opened from ``file://``).
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and Selenium pointed at
+``/usr/bin/chromedriver``, so nothing is downloaded; skipped, saying why, when they are absent. Each test saves its
+screenshots under its pytest tmp folder (printed with ``-s``); with ``HARNESS_VIEWER_SHOTS=DIR`` they are also
+copied to ``DIR`` (how docs/viewer-run.png was made).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.ledger import Ledger, RunFilter
+from harness.viewer import export_site
+from tests.helpers import HOSTILE_LABEL, HOSTILE_NAME, HOSTILE_TEXT, build_hostile_ledger, build_viewer_ledger, viewer_process
+
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not (CHROMEDRIVER.exists() and shutil.which("chromium")),
+                       reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
+]  # fmt: skip
+MODE = "fabricated_tool_result"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the test extra)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1300,1000", "--lang=en"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _wait(driver, condition, timeout: float = 20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def _shot(driver, folder: Path, name: str) -> Path:
+    """A screenshot of the whole page (at most 5000 px high), through the browser's DevTools protocol."""
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(5000, size["height"]), "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip})
+    path = folder / f"{name}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    print(f"screenshot: {path}")
+    if os.environ.get("HARNESS_VIEWER_SHOTS"):
+        Path(os.environ["HARNESS_VIEWER_SHOTS"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(os.environ["HARNESS_VIEWER_SHOTS"]) / path.name)
+    assert path.stat().st_size > 10_000  # a page, not a blank
+    return path
+
+
+def _listed(driver) -> list[str]:
+    """The run ids (first 12 characters) of the rows shown."""
+    from selenium.webdriver.common.by import By
+
+    return [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#runs tbody a.open")]
+
+
+def _filter_to_mode(driver, mode: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element(By.ID, "f-mode")).select_by_value(mode)
+    driver.find_element(By.ID, "apply").click()
+
+
+def _check_run_page(driver, folder: Path, name: str) -> None:
+    """The list_and_report broken run: its calls beside their results, and the label with its evidence."""
+    from selenium.webdriver.common.by import By
+
+    _wait(driver, lambda d: d.find_elements(By.ID, "outcome"))
+    calls = driver.find_elements(By.CSS_SELECTOR, ".call")
+    assert [c.find_element(By.CSS_SELECTOR, ".call-side code").text for c in calls] == ["list_files", "write_file"]
+    assert '"config.json", "hello.txt", "memo.md"' in calls[0].find_element(By.CSS_SELECTOR, ".output").text
+    assert "wrote 48 bytes to report.txt" in calls[1].find_element(By.CSS_SELECTOR, ".output").text
+    label = driver.find_element(By.CSS_SELECTOR, f'.label[data-mode="{MODE}"]')
+    assert label.is_displayed() and '["echo.txt"]' in label.find_element(By.CSS_SELECTOR, ".evidence").text
+    assert "file_names_only_existing" in driver.find_element(By.ID, "checks").text
+    assert "There are 3 files:" in driver.find_element(By.TAG_NAME, "body").text  # the sandbox's report.txt
+    _shot(driver, folder, name)
+
+
+def _expected_with_mode(path: Path) -> list[str]:
+    with Ledger(path, readonly=True) as ledger:
+        rows, _ = ledger.run_list(RunFilter(failure_mode=MODE), limit=1000)
+    return [r["run_id"][:12] for r in rows]
+
+
+def _open_broken_list_run(driver) -> None:
+    from selenium.webdriver.common.by import By
+
+    row = next(tr for tr in driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+               if tr.find_elements(By.TAG_NAME, "td")[0].text == "list_and_report")  # fmt: skip
+    row.find_element(By.CSS_SELECTOR, "a.open").click()
+
+
+def test_served_viewer_filters_opens_a_run_and_its_pair(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    path = build_viewer_ledger(tmp_path)
+    expected = _expected_with_mode(path)
+    assert expected
+    with viewer_process("--ledger", str(path)) as url:
+        browser.get(url)
+        assert len(_listed(browser)) == 18 and "18 runs match" in browser.find_element(By.ID, "status").text
+        _shot(browser, tmp_path, "viewer-list")
+        _filter_to_mode(browser, MODE)
+        _wait(browser, lambda d: "mode=" in d.current_url)
+        assert _listed(browser) == expected
+        _open_broken_list_run(browser)
+        _check_run_page(browser, tmp_path, "viewer-run")
+        browser.find_element(By.CSS_SELECTOR, "a.pair").click()
+        frames = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe.side"))
+        browser.switch_to.frame(frames[1])
+        assert _wait(browser, lambda d: d.find_element(By.ID, "outcome").text) == "pass"
+        browser.switch_to.default_content()
+        _shot(browser, tmp_path, "viewer-pair")
+
+
+def test_exported_viewer_works_from_disk(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    path = build_viewer_ledger(tmp_path)
+    expected = _expected_with_mode(path)
+    export_site(path, tmp_path / "site", chunk_runs=5)  # 4 data files
+    browser.get((tmp_path / "site" / "index.html").as_uri())
+    _wait(browser, lambda d: d.find_element(By.ID, "status").text.startswith("18 runs match"))
+    _filter_to_mode(browser, MODE)
+    _wait(browser, lambda d: _listed(d) == expected)
+    assert browser.find_element(By.ID, "status").text.startswith(f"{len(expected)} runs match")
+    _shot(browser, tmp_path, "export-list")
+    _open_broken_list_run(browser)
+    _check_run_page(browser, tmp_path, "export-run")
+    browser.find_element(By.CSS_SELECTOR, "a.pair").click()
+    frames = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe.side"))
+    browser.switch_to.frame(frames[0])
+    assert _wait(browser, lambda d: d.find_element(By.ID, "outcome").text) == "task_failed"
+    browser.switch_to.default_content()
+
+
+def test_exported_list_filters_sorts_and_pages_as_the_served_one(browser, two, tmp_path):
+    """Every filter and sort of the exported list (in the browser) shows the runs the served list (SQLite) shows."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    export_site(two, tmp_path / "site", chunk_runs=10)
+    browser.get((tmp_path / "site" / "index.html").as_uri())
+    _wait(
+        browser,
+        lambda d: "loading" not in d.find_element(By.ID, "status").text and "match" in d.find_element(By.ID, "status").text,
+    )
+    cases = [({"f-failed": True}, RunFilter(only_failed=True)), ({"f-every": True}, RunFilter(failed_every_repetition=True)),
+             ({"f-outcome": "infra_error"}, RunFilter(outcome="infra_error")),
+             ({"f-mode": "repeated_call", "f-repetition": "4"}, RunFilter(failure_mode="repeated_call", repetition=4))]  # fmt: skip
+    with Ledger(two, readonly=True) as ledger:
+        for controls, f in cases:
+            browser.refresh()
+            _wait(browser, lambda d: "loading" not in d.find_element(By.ID, "status").text)
+            for id_, value in controls.items():
+                element = browser.find_element(By.ID, id_)
+                element.click() if value is True else Select(element).select_by_value(value)
+            browser.find_element(By.ID, "apply").click()
+            rows, _ = ledger.run_list(f, limit=1000)
+            assert _listed(browser) == [r["run_id"][:12] for r in rows], controls
+        browser.refresh()
+        _wait(browser, lambda d: "loading" not in d.find_element(By.ID, "status").text)
+        browser.find_element(By.CSS_SELECTOR, 'th a[data-sort="tokens"]').click()
+        browser.find_element(By.CSS_SELECTOR, 'th a[data-sort="tokens"]').click()  # descending
+        rows, total = ledger.run_list(RunFilter(), sort="tokens", descending=True, limit=1000)
+        assert _listed(browser) == [r["run_id"][:12] for r in rows][:50] and total == len(rows)
+
+
+def test_hostile_output_never_runs_in_the_browser(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    path = build_hostile_ledger(tmp_path)
+    with Ledger(path, readonly=True) as ledger:
+        run_id = ledger.runs()[0].run_id
+    export_site(path, tmp_path / "site")
+    site = tmp_path / "site"
+    with viewer_process("--ledger", str(path)) as url:
+        pages = [url, f"{url}?mode=raw_json_in_content", f"{url}run/{run_id}", (site / "index.html").as_uri(),
+                 (site / "runs" / f"{run_id}.html").as_uri()]  # fmt: skip
+        for n, page in enumerate(pages):
+            run_page = n in (2, 4)
+            browser.get(page)
+            _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#runs tbody tr, #outcome"))
+            body = browser.find_element(By.TAG_NAME, "body").text
+            assert browser.execute_script("return window.__pwned") is None, page
+            assert "pwned" not in browser.title, page
+            assert not browser.find_elements(By.CSS_SELECTOR, "main img, main svg, main script, a[href^='javascript']"), page
+            assert HOSTILE_LABEL in body and "<img src=x onerror=window.__pwned=7>.jsonl" in body, page  # shown as text
+            if run_page:
+                assert HOSTILE_TEXT in body and HOSTILE_NAME in body and "</script><script>document.title='pwned'" in body
+            _shot(browser, tmp_path, f"hostile-{n}")
