@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
 
 
@@ -96,3 +98,53 @@ def test_viewer_scale_serves_a_small_ledger(tmp_path):
                            "--repeats", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "rows on the first page 50" in proc.stdout and "harness view on 800 turns, median of 1" in proc.stdout
+
+
+def test_peer_inspect_without_a_peer_measures_the_harness_side_and_says_so():
+    """No venv: the harness's 3-turn runs pass in their child (9 turns for 3 runs) and no ratio is claimed."""
+    proc = subprocess.run([sys.executable, "benchmarks/peer_inspect.py", "--rounds", "1", "--runs", "3"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "(3 runs, 9 turns," in proc.stdout
+    assert "inspect_ai was not measured" in proc.stdout and "ratio harness" not in proc.stdout
+
+
+def test_peer_inspect_refuses_a_venv_without_inspect_ai(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/peer_inspect.py", "--venv", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == f"{tmp_path} holds no importable inspect_ai; make it with --install {tmp_path}"
+
+
+def test_peer_inspect_summary_takes_medians_and_judges_the_ratio():
+    bench = _load("peer_inspect")
+
+    def row(ms, rss=40.0, startup=0.2):
+        return {"ms_per_turn": ms, "cpu_ms_per_turn": ms / 2, "turns": 600, "runs": 200, "elapsed_s": ms * 0.6,
+                "peak_rss_mib": rss, "startup_s": startup}  # fmt: skip
+
+    peer = [row(30.0, 150, 5.0), row(20.0, 160, 4.0), row(25.0, 155, 4.5)]
+    for harness_ms, verdict in ((1.0, "met"), (3.0, "NOT met")):
+        mine = [row(harness_ms * 3), row(harness_ms), row(harness_ms * 0.5)]
+        medians = bench.summarise({"harness": mine, "inspect_ai": peer})
+        assert medians["harness"]["ms_per_turn"] == harness_ms and medians["inspect_ai"]["peak_rss_mib"] == 155
+        assert medians["ratio"]["ms_per_turn"] == harness_ms / 25.0
+        lines = bench.report_lines(medians, rounds=3, peer="0.3.285")
+        assert lines[-1].startswith(f"   target per turn <= 0.05 of inspect_ai's: {verdict} ({harness_ms / 25:.3f};")
+        assert any(line.startswith("   inspect_ai 0.3.285") for line in lines)
+
+
+def test_peer_inspect_checks_on_the_peer_side_match_the_scenarios(tmp_path):
+    """inspect_ai's scorer (run only with the venv) applies list_and_report's checks; here on real folders."""
+    bench = _load("peer_inspect")
+    fixtures = ["config.json", "hello.txt", "memo.md"]
+    for name in fixtures:
+        (tmp_path / name).write_text("x")
+    assert not bench._report_ok(tmp_path, fixtures)  # no report yet
+    for text, ok in ((bench.REPORT, True), (bench.REPORT + "notes.txt\n", False), (bench.REPORT.replace("3", "4"), False),
+                     ("config.json\nhello.txt\n", False)):  # fmt: skip
+        (tmp_path / "report.txt").write_text(text)
+        assert bench._report_ok(tmp_path, fixtures) is ok, text
+    assert bench._inside(tmp_path.resolve(), "memo.md") == tmp_path.resolve() / "memo.md"
+    with pytest.raises(ValueError):
+        bench._inside(tmp_path.resolve(), "../outside.txt")
