@@ -113,6 +113,8 @@ class ScriptedServer:
     def __exit__(self, *exc_info: object) -> None:
         self.process.terminate()
         self.process.wait(10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
 
 def measure(

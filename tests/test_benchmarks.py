@@ -72,3 +72,9 @@ def test_stream_overhead_measures_both_settings(tmp_path, capsys):
     bench.report(turns)
     out = capsys.readouterr().out
     assert "6 turns per setting" in out and "streaming overhead per turn:" in out
+
+
+def test_concurrency_runs_a_case_against_its_server_process(tmp_path):
+    figures = _load("concurrency").measure(2, 20.0, 4, tmp_path)
+    assert figures["turns"] == 12 and figures["runs"] == 4
+    assert 0 < figures["ideal"] <= 1.0 and figures["cpu_s"] > 0
