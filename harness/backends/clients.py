@@ -49,11 +49,6 @@ class ThreadClients:
             self._local.client = client
         return client
 
-    def count(self) -> int:
-        """Clients made so far and not yet closed."""
-        with self._lock:
-            return len(self._clients)
-
     def close(self) -> None:
         """Close every client made so far (their connections); a thread calling :meth:`get` afterwards gets a new one."""
         with self._lock:
