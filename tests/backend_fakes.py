@@ -27,6 +27,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    peer: int = 0
+    """The client's port: requests with one peer came over one connection."""
 
 
 class FakeServer:
@@ -48,7 +50,7 @@ class FakeServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 data = self.rfile.read(length) if length else b""
                 body = json.loads(data) if data else None
-                fake.requests.append(Recorded(self.command, self.path, dict(self.headers), body))
+                fake.requests.append(Recorded(self.command, self.path, dict(self.headers), body, self.client_address[1]))
                 responder = fake.routes.get((self.command, self.path))
                 if responder is None:
                     json_reply(404, {"error": "404 page not found"})(self, body)

@@ -6,6 +6,9 @@ by a run that ends with an outcome.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 import httpx
 import pytest
 
@@ -265,3 +268,31 @@ def test_text_utf8_cannot_hold_is_sent_as_json_escapes():
         reply = backend.generate(messages, None, OPTIONS)
     assert reply.content == "done"
     assert server.posts(CHAT)[0]["messages"] == messages  # the server decodes exactly what was sent
+
+
+def test_each_thread_keeps_its_own_connection_and_close_ends_them():
+    threads, calls = 6, 3
+    start = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start.wait(5)  # every thread is in flight at once, as --jobs runs are
+            for _ in range(calls):
+                backend.generate(MESSAGES, None, OPTIONS)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    with FakeServer({("POST", CHAT): json_reply(200, TEXT_BODY)}) as server, _backend(server) as backend:
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(10)
+        peers = Counter(r.peer for r in server.requests)
+        backend.close()
+        backend.generate(MESSAGES, None, OPTIONS)  # after close, a thread gets a new client and connection
+        after = server.requests[-1].peer
+    assert errors == []
+    assert sorted(peers.values()) == [calls] * threads  # one connection per thread, reused for all its calls
+    assert after not in peers

@@ -148,3 +148,9 @@ def test_peer_inspect_checks_on_the_peer_side_match_the_scenarios(tmp_path):
     assert bench._inside(tmp_path.resolve(), "memo.md") == tmp_path.resolve() / "memo.md"
     with pytest.raises(ValueError):
         bench._inside(tmp_path.resolve(), "../outside.txt")
+
+
+def test_concurrency_runs_a_case_against_its_server_process(tmp_path):
+    figures = _load("concurrency").measure(2, 20.0, 4, tmp_path)
+    assert figures["turns"] == 12 and figures["runs"] == 4
+    assert 0 < figures["ideal"] <= 1.0 and figures["cpu_s"] > 0

@@ -2,7 +2,8 @@
 
 Design:
 
-* One ``httpx.Client`` per backend, so connections are reused and the timeout is set once.
+* One ``httpx.Client`` per backend and run thread (:class:`~harness.backends.clients.ThreadClients`), so each run
+  thread reuses its own connection and runs in flight share no connection pool; the timeout is set once.
 * Every ``httpx`` error is translated at this boundary into the :mod:`harness.errors` tree,
   keeping the original as ``__cause__``: connection problems become
   :class:`~harness.errors.BackendUnavailable`, timeouts :class:`~harness.errors.BackendTimeout`,
@@ -41,6 +42,7 @@ from typing import Any
 import httpx
 
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
+from harness.backends.clients import ThreadClients
 from harness.backends.server_facts import (
     REQUEST_TIMEOUT_BASE_S,
     REQUEST_TIMEOUT_PER_TOKEN_S,
@@ -114,8 +116,8 @@ class OpenAICompatBackend(Backend):
         self.per_token_s = per_token_s
         self.spec = f"{self.kind}:{model}@{self.base_url}"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client(timeout=httpx.Timeout(timeout_s or REQUEST_TIMEOUT_BASE_S))
+        self._client = client
+        self._clients = ThreadClients(httpx.Timeout(timeout_s or REQUEST_TIMEOUT_BASE_S))
         self._server_version: str | None = None
         self._identity: BackendIdentity | None = None
 
@@ -208,9 +210,8 @@ class OpenAICompatBackend(Backend):
         return (time.perf_counter() - start) * 1000.0
 
     def close(self) -> None:
-        """Close the HTTP client (unless it was passed in)."""
-        if self._owns_client:
-            self._client.close()
+        """Close the HTTP clients this backend made (a client passed in is left open)."""
+        self._clients.close()
 
     # -- wire format (overridden by OllamaBackend) ----------------------------------------
 
@@ -375,7 +376,8 @@ class OpenAICompatBackend(Backend):
         if stream_from is not None:  # llama.cpp closed kept-alive connections after streams unannounced: one per stream
             headers = {**headers, "Connection": "close"}
         try:
-            with self._client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
+            client = self._client or self._clients.get()  # one per run thread (harness.backends.clients)
+            with client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
                 if stream_from is not None and response.status_code < 300:
                     return read_stream(response, deadline, stream_from, sse=self._sse, limit=MAX_BODY_BYTES)
                 return self._read_whole(response, deadline)

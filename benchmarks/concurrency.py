@@ -1,0 +1,200 @@
+"""Concurrency benchmark: turns per second of one harness process with many runs in flight.
+
+Run: ``python benchmarks/concurrency.py`` (about a minute on 2 cores). A scripted OpenAI-compatible server runs in a
+separate process on 127.0.0.1 (this file with ``--serve``: asyncio streams, hand-written HTTP/1.1 keep-alive, replies
+prepared once), playing ``list_and_report`` as an ideal agent (call ``list_files``, call ``write_file``, answer:
+3 turns per run, chosen by the number of tool results in the request). The harness side is :func:`run_matrix` in
+this process, as ``harness run scenarios/list_and_report.toml --model openai:ideal@URL --repeats N --jobs J`` runs it
+(ledger, locks, sandboxes, checks; no progress bar). Prints, per case: runs, turns, wall time, turns/s, runs/s, the
+harness process's CPU time (all its threads) and the server process's, and for a latency case the fraction of ideal,
+``turns/s / (jobs / latency)`` (each run in flight completes one turn per latency at best).
+
+Cases (targets of issue 14): 64 jobs against a server that answers at once (>= 1,000 turns/s), and 64, 128, 256 jobs
+against a server answering after 200 ms (>= 0.85 of ideal). ``--jobs``, ``--latency-ms`` and ``--runs-per-job`` pick one
+case; ``--profile`` runs it under cProfile (every run thread, through :func:`threading.setprofile`) and prints the top
+entries of the harness side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TURNS_PER_RUN = 3
+_SCRIPT = (
+    {"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]},
+    {"tool_calls": [{"name": "write_file", "arguments": {
+        "path": "report.txt", "content": "There are 3 files:\nconfig.json\nhello.txt\nmemo.md\n"}}]},
+    {"content": "I wrote report.txt: 3 files."},
+)  # fmt: skip
+
+
+def _reply(step: int) -> bytes:
+    """The HTTP response for a request holding ``step`` tool results (the last script entry beyond it)."""
+    entry = _SCRIPT[min(step, len(_SCRIPT) - 1)]
+    calls = [{"id": f"call_{step}_{i}", "type": "function",
+              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+             for i, c in enumerate(entry.get("tool_calls") or [])]  # fmt: skip
+    message: dict[str, object] = {"role": "assistant", "content": entry.get("content")}
+    if calls:
+        message["tool_calls"] = calls
+    body = json.dumps({
+        "id": f"chatcmpl-{step}", "object": "chat.completion", "model": "ideal",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 12},
+    }).encode()  # fmt: skip
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+async def _connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency_s: float) -> None:
+    replies = [_reply(n) for n in range(len(_SCRIPT))]
+    missing = b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            body = await reader.readexactly(length) if length else b""
+            if not head.startswith(b"POST"):
+                writer.write(missing)
+                continue
+            request = json.loads(body)
+            warm_up = request.get("max_tokens") == 1
+            if latency_s and not warm_up:
+                await asyncio.sleep(latency_s)
+            step = sum(1 for m in request.get("messages") or () if m.get("role") == "tool")
+            writer.write(replies[min(step, len(replies) - 1)])
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def _serve(latency_s: float) -> None:
+    server = await asyncio.start_server(lambda r, w: _connection(r, w, latency_s), "127.0.0.1", 0, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+class ScriptedServer:
+    """The scripted server in a child process; a context manager with ``base_url`` and ``cpu_s()``."""
+
+    def __init__(self, latency_ms: float) -> None:
+        self.process = subprocess.Popen([sys.executable, __file__, "--serve", "--latency-ms", str(latency_ms)],
+                                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert self.process.stdout is not None
+        self.base_url = f"http://127.0.0.1:{int(self.process.stdout.readline())}/v1"
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the server process has used so far (from /proc)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> ScriptedServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+def measure(
+    jobs: int, latency_ms: float, runs: int, tmp: Path, profiles: list[cProfile.Profile] | None = None
+) -> dict[str, float]:
+    """One case: ``runs`` runs of ``list_and_report`` at ``jobs`` against a fresh server; the figures as a dict."""
+    from harness.ledger import Ledger
+    from harness.loop import RunOptions
+    from harness.runner import MatrixOverrides, expand_matrix, run_matrix
+    from harness.scenarios import load_scenario
+
+    scenario = load_scenario(REPO / "scenarios" / "list_and_report.toml")
+    folder = tmp / f"j{jobs}-l{latency_ms:g}-{time.monotonic_ns()}"
+    with ScriptedServer(latency_ms) as server:
+        plans = expand_matrix([scenario], MatrixOverrides([f"openai:ideal@{server.base_url}"], [0.0], runs, None, ["native"]))
+        with Ledger(folder / "ledger.sqlite") as ledger:
+            if profiles is not None:
+                _profile_threads(profiles)
+            server_cpu, cpu, start = server.cpu_s(), time.process_time(), time.perf_counter()
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=folder / "runs", jobs=jobs))
+            elapsed, cpu, server_cpu = time.perf_counter() - start, time.process_time() - cpu, server.cpu_s() - server_cpu
+            if profiles is not None:
+                threading.setprofile(None)
+                profiles[0].disable()
+            rows = ledger.row_counts()
+    outcomes = {s.outcome for s in result.summaries}
+    turns = sum(s.turns for s in result.summaries)
+    assert outcomes == {"pass"} and turns == runs * TURNS_PER_RUN and rows["turns"] == turns, (outcomes, turns, rows)
+    figures = {"jobs": jobs, "latency_ms": latency_ms, "runs": runs, "turns": turns, "wall_s": elapsed,
+               "turns_per_s": turns / elapsed, "runs_per_s": runs / elapsed, "cpu_s": cpu, "server_cpu_s": server_cpu}  # fmt: skip
+    if latency_ms:
+        figures["ideal"] = figures["turns_per_s"] / (jobs / (latency_ms / 1000))
+    return figures
+
+
+def _profile_threads(profiles: list[cProfile.Profile]) -> None:
+    """Profile this thread and every thread started from now on, each with its own profiler (appended to ``profiles``)."""
+
+    def start(*_: object) -> None:
+        sys.setprofile(None)
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+
+    threading.setprofile(start)
+    profiles.append(cProfile.Profile())
+    profiles[0].enable()
+
+
+def _print(f: dict[str, float]) -> None:
+    ideal = f" = {f['ideal']:.2f} x ideal ({f['jobs'] / (f['latency_ms'] / 1000):.0f} turns/s)" if "ideal" in f else ""
+    print(f"   jobs={f['jobs']:3.0f} latency={f['latency_ms']:3.0f} ms: {f['runs']:.0f} runs, {f['turns']:.0f} turns in "
+          f"{f['wall_s']:.2f} s: {f['turns_per_s']:.0f} turns/s, {f['runs_per_s']:.0f} runs/s{ideal}; CPU harness "
+          f"{f['cpu_s']:.2f} s ({f['cpu_s'] / f['turns'] * 1000:.2f} ms/turn), server {f['server_cpu_s']:.2f} s", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, help="one case: runs in flight")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's delay per reply (default 0)")
+    parser.add_argument("--runs-per-job", type=int, default=16, help="runs per job slot in each case (default 16)")
+    parser.add_argument("--profile", action="store_true", help="run the case under cProfile and print its top entries")
+    parser.add_argument("--top", type=int, default=25, help="profile entries printed per ordering (default 25)")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve(args.latency_ms / 1000))
+        return
+    cases = [(args.jobs, args.latency_ms)] if args.jobs else [(64, 0.0), (64, 200.0), (128, 200.0), (256, 200.0)]
+    load = os.getloadavg()
+    print(f"Concurrency, list_and_report (3 turns per run), {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f}")
+    with tempfile.TemporaryDirectory() as folder:
+        for jobs, latency in cases:
+            profiles: list[cProfile.Profile] | None = [] if args.profile else None
+            _print(measure(jobs, latency, jobs * args.runs_per_job, Path(folder), profiles))
+            if profiles:
+                stats = pstats.Stats(*profiles)
+                stats.sort_stats("tottime").print_stats(args.top)
+                stats.sort_stats("cumulative").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

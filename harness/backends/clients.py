@@ -1,0 +1,58 @@
+"""The HTTP clients of the HTTP backends: one ``httpx.Client`` per thread, sharing one TLS context.
+
+With ``--jobs N`` a backend serves N run threads at once. One shared client puts all of them through one httpcore
+connection pool, whose bookkeeping takes a lock and scans every pooled connection (a socket poll for each idle one,
+and a quadratic count of the idle ones) on every request and response: at 256 runs in flight that cost more than the
+rest of a turn. A client per thread keeps its one connection alive between that thread's requests and shares nothing
+but the TLS context (loading the certificate store is the costly part of making a client).
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+
+import httpx
+
+__all__ = ["ThreadClients"]
+
+
+class ThreadClients:
+    """Lazily made ``httpx.Client`` objects, one per calling thread; thread-safe.
+
+    Args:
+        timeout: the clients' default timeout (each request of the backends passes its own deadline too).
+
+    Example::
+
+        clients = ThreadClients(httpx.Timeout(60.0))
+        response = clients.get().get("http://127.0.0.1:8080/v1/models")
+        clients.close()
+    """
+
+    def __init__(self, timeout: httpx.Timeout) -> None:
+        self._timeout = timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._tls: ssl.SSLContext | None = None
+        self._clients: list[httpx.Client] = []
+
+    def get(self) -> httpx.Client:
+        """This thread's client, made on its first call (with the shared TLS context)."""
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            with self._lock:
+                if self._tls is None:
+                    self._tls = httpx.create_ssl_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR like httpx's default
+                client = httpx.Client(timeout=self._timeout, verify=self._tls)
+                self._clients.append(client)
+            self._local.client = client
+        return client
+
+    def close(self) -> None:
+        """Close every client made so far (their connections); a thread calling :meth:`get` afterwards gets a new one."""
+        with self._lock:
+            clients, self._clients = self._clients, []
+            self._local = threading.local()
+        for client in clients:
+            client.close()
