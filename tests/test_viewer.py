@@ -233,6 +233,16 @@ def test_unknown_paths_and_runs_are_not_found(real):
         assert rebound.status_code == 421 and "run0" not in rebound.text and "<tr class" not in rebound.text
 
 
+def test_numbers_past_sqlite_integers_are_a_bad_request_not_a_dropped_connection(real):
+    huge = "9" * 25
+    with served(real) as client:
+        for query, word in (("page", "page"), ("repetition", "repetition"), ("stream", "stream")):
+            reply = client.get(f"/?{query}={huge}")
+            assert reply.status_code == 404 and "out of range" in reply.text and word in reply.text, query
+        assert client.get(f"/?page={2**63 // 50}").status_code == 200  # the last page SQLite can reach still answers
+        assert client.get("/?repetition=-1&page=-3").status_code == 200
+
+
 def test_export_writes_pages_and_paged_data_that_need_no_server(real, tmp_path):
     out = tmp_path / "site"
     summary = export_site(real, out, chunk_runs=7)
