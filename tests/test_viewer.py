@@ -223,6 +223,26 @@ def test_sandbox_links_are_listed_never_followed(tmp_path):
     assert "hello.txt" in page and "not a plain folder" in other_page and "config.json" not in other_page.split("final files")[1]
 
 
+def test_a_file_name_that_is_not_utf8_shows_served_and_exported(tmp_path):
+    # JSON lets a model send a lone surrogate; the sandbox writes it as the byte 0xFF, a name no page can encode as is
+    cassette = write_cassette(tmp_path / "odd.jsonl", [
+        call_line("write_file", {"path": "\udcff<b>.txt", "content": "odd name"}),
+        call_line("write_file", {"path": "good.txt", "content": "fine"}),
+        text_line("done"),
+    ])  # fmt: skip
+    path = tmp_path / "ledger.sqlite"
+    assert main(["run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", "--ledger", str(path), *RUN_FLAGS]) == 0
+    with Ledger(path, readonly=True) as ledger:
+        run = ledger.runs()[0]
+    assert b"\xff<b>.txt" in os.listdir(os.fsencode(run.start.sandbox))
+    with served(path) as client:
+        page = client.get(f"/run/{run.run_id}")
+    assert page.status_code == 200 and "\ufffd&lt;b&gt;.txt" in page.text and "odd name" in page.text
+    export_site(path, tmp_path / "site")
+    exported = (tmp_path / "site" / "runs" / f"{run.run_id}.html").read_text(encoding="utf-8")
+    assert "\ufffd&lt;b&gt;.txt" in exported and "good.txt" in exported
+
+
 def test_unknown_paths_and_runs_are_not_found(real):
     with served(real) as client:
         for path in ("/run/nope", "/static/../pages.py", "/static/%2e%2e/pages.py", "/etc/passwd", "/pair?a=x&b=y", "/pair"):

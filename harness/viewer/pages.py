@@ -110,9 +110,14 @@ class Links:
         return f"{self.top}data/{name}"
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def render(template: str, **context: Any) -> str:
-    """Render one template of ``harness/viewer/templates`` (autoescape on) with ``context``."""
-    return _ENV.get_template(template).render(**context)
+    """Render one template of ``harness/viewer/templates`` (autoescape on) with ``context``; a lone surrogate (JSON
+    lets a model send ``"\\udcff"``, and it survives ``json.loads`` of a stored call) becomes U+FFFD, so the page can
+    always be written as UTF-8."""
+    return _LONE_SURROGATE.sub("\ufffd", _ENV.get_template(template).render(**context))
 
 
 def _filter_from(query: dict[str, str]) -> RunFilter:
