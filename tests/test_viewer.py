@@ -223,6 +223,26 @@ def test_sandbox_links_are_listed_never_followed(tmp_path):
     assert "hello.txt" in page and "not a plain folder" in other_page and "config.json" not in other_page.split("final files")[1]
 
 
+def test_a_file_name_that_is_not_utf8_shows_served_and_exported(tmp_path):
+    # JSON lets a model send a lone surrogate; the sandbox writes it as the byte 0xFF, a name no page can encode as is
+    cassette = write_cassette(tmp_path / "odd.jsonl", [
+        call_line("write_file", {"path": "\udcff<b>.txt", "content": "odd name"}),
+        call_line("write_file", {"path": "good.txt", "content": "fine"}),
+        text_line("done"),
+    ])  # fmt: skip
+    path = tmp_path / "ledger.sqlite"
+    assert main(["run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", "--ledger", str(path), *RUN_FLAGS]) == 0
+    with Ledger(path, readonly=True) as ledger:
+        run = ledger.runs()[0]
+    assert b"\xff<b>.txt" in os.listdir(os.fsencode(run.start.sandbox))
+    with served(path) as client:
+        page = client.get(f"/run/{run.run_id}")
+    assert page.status_code == 200 and "\ufffd&lt;b&gt;.txt" in page.text and "odd name" in page.text
+    export_site(path, tmp_path / "site")
+    exported = (tmp_path / "site" / "runs" / f"{run.run_id}.html").read_text(encoding="utf-8")
+    assert "\ufffd&lt;b&gt;.txt" in exported and "good.txt" in exported
+
+
 def test_unknown_paths_and_runs_are_not_found(real):
     with served(real) as client:
         for path in ("/run/nope", "/static/../pages.py", "/static/%2e%2e/pages.py", "/etc/passwd", "/pair?a=x&b=y", "/pair"):
@@ -231,6 +251,16 @@ def test_unknown_paths_and_runs_are_not_found(real):
         assert client.post("/").status_code == 501
         rebound = client.get("/", headers={"Host": "attacker.example:80"})
         assert rebound.status_code == 421 and "run0" not in rebound.text and "<tr class" not in rebound.text
+
+
+def test_numbers_past_sqlite_integers_are_a_bad_request_not_a_dropped_connection(real):
+    huge = "9" * 25
+    with served(real) as client:
+        for query, word in (("page", "page"), ("repetition", "repetition"), ("stream", "stream")):
+            reply = client.get(f"/?{query}={huge}")
+            assert reply.status_code == 404 and "out of range" in reply.text and word in reply.text, query
+        assert client.get(f"/?page={2**63 // 50}").status_code == 200  # the last page SQLite can reach still answers
+        assert client.get("/?repetition=-1&page=-3").status_code == 200
 
 
 def test_export_writes_pages_and_paged_data_that_need_no_server(real, tmp_path):

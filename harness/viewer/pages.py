@@ -43,6 +43,8 @@ LIST_COLUMNS = (
 )  # fmt: skip
 """Run-list columns: (key, heading)."""
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MAX_INT = 2**63 - 1
+"""SQLite's largest integer: a whole number in a query past it cannot be bound as a parameter."""
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("harness.viewer", "templates"),
@@ -108,9 +110,14 @@ class Links:
         return f"{self.top}data/{name}"
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def render(template: str, **context: Any) -> str:
-    """Render one template of ``harness/viewer/templates`` (autoescape on) with ``context``."""
-    return _ENV.get_template(template).render(**context)
+    """Render one template of ``harness/viewer/templates`` (autoescape on) with ``context``; a lone surrogate (JSON
+    lets a model send ``"\\udcff"``, and it survives ``json.loads`` of a stored call) becomes U+FFFD, so the page can
+    always be written as UTF-8."""
+    return _LONE_SURROGATE.sub("\ufffd", _ENV.get_template(template).render(**context))
 
 
 def _filter_from(query: dict[str, str]) -> RunFilter:
@@ -119,9 +126,12 @@ def _filter_from(query: dict[str, str]) -> RunFilter:
         if text == "":
             return None
         try:
-            return kind(text)
+            value = kind(text)
         except ValueError:
             raise UsageError(f"the filter {key}={text!r} is not a number.") from None
+        if kind is int and abs(value) > _MAX_INT:
+            raise UsageError(f"the filter {key}={text!r} is out of range (at most {_MAX_INT}).")
+        return value
 
     text = {k: (query.get(k) or None) for k in ("scenario", "model", "tool_mode", "parser", "outcome", "mode", "check")}
     return RunFilter(scenario=text["scenario"], model=text["model"], temperature=number("temperature", float),
@@ -148,6 +158,8 @@ def list_page(ledger: Ledger, query: dict[str, str], links: Links, *, static: bo
         page = max(1, int(query.get("page") or 1))
     except ValueError:
         raise UsageError(f"the page {query.get('page')!r} is not a number.") from None
+    if (page - 1) * PAGE_SIZE > _MAX_INT:
+        raise UsageError(f"the page {page} is out of range (at most {_MAX_INT // PAGE_SIZE}).")
     descending = query.get("desc") == "1"
     rows: list[dict[str, Any]] = []
     total = 0

@@ -44,10 +44,17 @@ class SandboxListing:
     more: int = 0
 
 
+def _shown(name: str) -> str:
+    """A file system name as text a page can carry: bytes that are not UTF-8 (a model can create such names; Python
+    hands them over as lone surrogates, which cannot be encoded) become U+FFFD."""
+    return os.fsencode(name).decode("utf-8", "replace")
+
+
 def _read(path: Path, root: Path, rel: str) -> SandboxFile:
     info = os.lstat(path)
+    rel = _shown(rel)
     if stat.S_ISLNK(info.st_mode):
-        return SandboxFile(rel, info.st_size, "link", "symbolic link to " + os.readlink(path) + " (not followed)")
+        return SandboxFile(rel, info.st_size, "link", "symbolic link to " + _shown(os.readlink(path)) + " (not followed)")
     if not stat.S_ISREG(info.st_mode) or not Path(os.path.realpath(path)).is_relative_to(root):
         return SandboxFile(rel, info.st_size, "other")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
