@@ -16,7 +16,9 @@ checkout; the files are compared byte for byte. Prints one line per ledger and e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import filecmp
+import io
 import shutil
 import sqlite3
 import subprocess
@@ -31,7 +33,8 @@ from tests.test_report_aggregates import _varied_ledger  # noqa: E402
 
 
 def _ledgers(work: Path) -> list[Path]:
-    out = [_varied_ledger(work / "varied.sqlite")]
+    with contextlib.redirect_stdout(io.StringIO()):  # `harness run` prints its runs
+        out = [_varied_ledger(work / "varied.sqlite")]
     for name in ("ledger_m003.sqlite", "ledger_m004.sqlite", "ledger_m006_replay.sqlite"):
         shutil.copyfile(REPO / "tests" / "data" / name, work / name)
         out.append(work / name)
@@ -50,7 +53,8 @@ def _ledgers(work: Path) -> list[Path]:
 
 
 def _report(code_dir: Path, ledger: Path, out: Path, formats: str) -> None:
-    code = f"import sys; sys.path.insert(0, '.'); from harness.cli import main; sys.exit(main(['report', '--ledger', {str(ledger)!r}, '--out', {str(out)!r}, '--format', {formats!r}]))"
+    code = (f"import sys; sys.path.insert(0, '.'); from harness.cli import main; sys.exit(main(['report', '--ledger', "
+            f"{str(ledger)!r}, '--out', {str(out)!r}, '--format', {formats!r}]))")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, cwd=code_dir, capture_output=True, text=True)
 
 
@@ -73,7 +77,10 @@ def main() -> int:
         if sorted(p.name for p in there.iterdir()) != names:
             mismatch.append("(the file lists differ)")
         differ += bool(mismatch or errors)
-        print(f"{ledger.name}: {len(names)} files, " + (f"DIFFERENT: {', '.join(mismatch + errors)}" if mismatch or errors else "identical"))
+        print(
+            f"{ledger.name}: {len(names)} files, "
+            + (f"DIFFERENT: {', '.join(mismatch + errors)}" if mismatch or errors else "identical")
+        )
     return 1 if differ else 0
 
 

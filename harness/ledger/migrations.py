@@ -191,9 +191,7 @@ def m010_report_index(db: sqlite3.Connection) -> None:
     within each run and the timing means read this index, about a tenth of the table's bytes, in ``run_id`` order
     with no sort (:mod:`harness.ledger.report_reads`). An index adds no row and changes none: the chains and
     ``row_hash`` values stay as they are."""
-    db.execute(
-        "CREATE INDEX turns_report ON turns(run_id, latency_ms, prompt_tokens, completion_tokens, ttft_ms, decode_tps)"
-    )
+    db.execute("CREATE INDEX turns_report ON turns(run_id, latency_ms, prompt_tokens, completion_tokens, ttft_ms, decode_tps)")
 
 
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
