@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/report_scale.py [--turns 1000000] [--ledger /tmp/harness_bench_1m.sqlite] [--rebuild]
-                                      [--repeats 3] [--baseline DIR]
+                                      [--repeats 3] [--baseline DIR] [--baseline-ledger PATH]
 
 The ledger is built once (bulk ``executemany`` in one transaction, the hash chain computed in
 Python with the ledger's own row hashing) and cached at ``--ledger``; later runs reuse it. Each
@@ -11,7 +11,9 @@ report runs in a child process so its peak RSS (``ru_maxrss`` of the child) and 
 system) are measured alone; the medians of ``--repeats`` runs are printed. ``--baseline DIR`` (a
 checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) runs that code's report
 alternately with this one on the same ledger and prints the ratios, which a shared, noisy machine
-distorts less than the absolute figures.
+distorts less than the absolute figures. A cached ledger is migrated first (opened for writing, as ``harness run``
+would), so it carries the schema's indexes; ``--baseline-ledger`` gives the baseline a ledger of its own, e.g. one
+copied before a migration that adds an index, so that "before" is the old code on the old file.
 Targets: < 10 s and < 1 GB.
 """
 
@@ -121,6 +123,7 @@ def main() -> int:
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="reports to time (medians printed)")
     parser.add_argument("--baseline", type=Path, default=None, help="a checkout of other code to time alternately")
+    parser.add_argument("--baseline-ledger", type=Path, default=None, help="the ledger the baseline reads (default: --ledger)")
     args = parser.parse_args()
     if args.rebuild or not args.ledger.exists():
         started = time.perf_counter()
@@ -128,13 +131,20 @@ def main() -> int:
         print(
             f"built {args.ledger} ({args.turns:,} turns, {args.ledger.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s"
         )
+    with Ledger(args.ledger, readonly=True) as ledger:
+        pending = ledger.pending_migrations()
+    if pending:  # a ledger cached by older code gets the migrations added since (a writable open applies them)
+        started = time.perf_counter()
+        Ledger(args.ledger).close()
+        print(f"migrated {args.ledger} ({', '.join(pending)}) in {time.perf_counter() - started:.1f} s")
     here = Path(__file__).resolve().parent.parent
     codes = {"this code": here} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in codes}
     for i in range(args.repeats):
         for name, code_dir in codes.items():
             out = args.out if name == "this code" else args.out.with_name(args.out.name + "_baseline")
-            figures[name].append(_report_once(code_dir, args.ledger, out))
+            ledger = args.baseline_ledger if name == "baseline" and args.baseline_ledger else args.ledger
+            figures[name].append(_report_once(code_dir, ledger, out))
             wall, cpu, rss = figures[name][-1]
             print(f"run {i + 1}, {name}: {wall:.1f} s wall (incl. interpreter start), {cpu:.1f} s CPU, peak RSS {rss:.0f} MB")
     medians = {name: [statistics.median(f[k] for f in runs) for k in range(3)] for name, runs in figures.items()}

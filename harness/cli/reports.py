@@ -31,10 +31,10 @@ def add_report(sub: Subparsers) -> None:
 
 
 def _cmd_report_write(args: argparse.Namespace) -> int:
-    from harness.console import plural
     from harness.ledger import Ledger
     from harness.outputs import check_output_folder
     from harness.report import parse_axes, write_report
+    from harness.vocab import plural  # not harness.console: that imports the run loop, 0.4 s a report does not need
 
     check_output_folder(args.out, option="--out")
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
