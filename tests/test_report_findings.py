@@ -182,3 +182,20 @@ def test_compare_on_two_pairs_prints_an_interval_that_holds_zero(tmp_path, capsy
     mode = next(line for line in out.splitlines() if line.startswith("| `repeated_call`"))
     low, high = (float(x) for x in re.search(r"\+0\.0 \[([-+]\d+\.\d), ([-+]\d+\.\d)\]", mode).groups())
     assert low < 0 < high  # never the zero-width [+0.0, +0.0]
+
+
+def test_the_two_judgement_modes_carry_a_rough_note_and_ttft_its_cache_caveat(tmp_path):
+    # newcomer: a report showing fabricated_tool_result said nothing of how far those counts can be trusted, and a
+    # 17 ms vs 4,125 ms time to first token was llama.cpp's prompt cache, not the cell
+    rough, plain = tmp_path / "rough.sqlite", tmp_path / "plain.sqlite"
+    with Ledger(rough) as ledger:
+        add_run(
+            ledger, "a", model="ollama:m", outcome="task_failed", turns=[(["fabricated_tool_result"], "It is 21 °C.")], ttft=17.0
+        )
+    with Ledger(plain) as ledger:
+        add_run(ledger, "b", model="ollama:m", outcome="task_failed", turns=[(["code_fence"], "```json {}```")])
+    write_report(rough, tmp_path / "r1", formats=["md"])
+    write_report(plain, tmp_path / "r2", formats=["md"])
+    md1, md2 = (tmp_path / "r1" / "report.md").read_text(), (tmp_path / "r2" / "report.md").read_text()
+    assert "Read the counts of `fabricated_tool_result` as rough" in md1 and "as rough" not in md2
+    assert "prompt prefix cached by an earlier run" in md1 and "prompt prefix cached" not in md2

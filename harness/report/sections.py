@@ -24,6 +24,13 @@ MAX_COLUMN_GROUPS = 4
 LOAD_NOTE = ("Latency compares only runs made under the same load: on a shared machine it depends on what else ran, "
              "so compare rows of one ledger made in one session, never across machines or days.")  # fmt: skip
 
+ROUGH_MODES = ("fabricated_tool_result", "narration_without_call")
+ROUGH_NOTE = ("Read the counts of {modes} as rough: they are judgement calls, and on real replies the classifier was "
+              "never tuned on it agreed with a careful annotator on them far less often than on the other modes (README, "
+              "\"How far the labels can be trusted\").")  # fmt: skip
+TTFT_NOTE = ("Time to first token falls sharply when the server reuses a prompt prefix cached by an earlier run "
+             "(llama.cpp keeps one per slot), so it partly measures the order the runs ran in.")  # fmt: skip
+
 Cell = Callable[[str], str]
 
 
@@ -130,6 +137,9 @@ def failure_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell, table: pd
     lines += [f"By {' × '.join(axes)}: share of scored runs with at least one turn showing the mode (95% Wilson interval). "
               f"Modes sorted by spread = max − min share across the groups, largest first.{note} Per-turn rates are in "
               "`failure_modes.csv` (`--format csv`).", ""]  # fmt: skip
+    rough = [m for m in ROUGH_MODES if m in modes]
+    if rough:
+        lines += [ROUGH_NOTE.format(modes=" and ".join(f"`{m}`" for m in rough)), ""]
     index = {(str(r["mode"]), *(r[a] for a in axes)): r for r in table.to_dict("records")}
     if len(groups) <= MAX_COLUMN_GROUPS:
         rows = []
@@ -164,6 +174,8 @@ def latency_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell, grouped: 
     if table.empty:
         return lines
     has_ttft, has_tps = table["ttft_ms"].notna().any(), table["decode_tps"].notna().any()
+    if has_ttft:
+        lines += [TTFT_NOTE, ""]
     if not (has_ttft or has_tps):
         lines += ["The servers reported no time to first token or decode rate for these runs (streamed runs measure both).", ""]
     rows = []
