@@ -143,8 +143,7 @@ def newcombe_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 
     Raises:
         ValueError: a negative count or no pairs.
     """
-    if min(a, b, c, d) < 0 or a + b + c + d == 0:
-        raise ValueError(f"need non-negative counts and at least one pair, got {(a, b, c, d)}")
+    _check_pairs(a, b, c, d)
     n = a + b + c + d
     p1, p2 = (a + b) / n, (a + c) / n
     l1, u1 = wilson_interval(a + b, n, confidence=confidence)
@@ -157,6 +156,12 @@ def newcombe_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 
     low = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     high = diff + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     return diff, max(-1.0, low), min(1.0, high)
+
+
+def _check_pairs(a: int, b: int, c: int, d: int) -> None:
+    """Raise ``ValueError`` unless the 2×2 table of pairs has non-negative counts and at least one pair."""
+    if min(a, b, c, d) < 0 or a + b + c + d == 0:
+        raise ValueError(f"need non-negative counts and at least one pair, got {(a, b, c, d)}")
 
 
 def _tango_score(b: int, c: int, n: int, delta: float) -> float:
@@ -194,8 +199,7 @@ def tango_paired_diff(a: int, b: int, c: int, d: int, *, confidence: float = 0.9
     Raises:
         ValueError: a negative count or no pairs.
     """
-    if min(a, b, c, d) < 0 or a + b + c + d == 0:
-        raise ValueError(f"need non-negative counts and at least one pair, got {(a, b, c, d)}")
+    _check_pairs(a, b, c, d)
     from scipy.optimize import brentq
 
     n, z = a + b + c + d, _z(confidence)
