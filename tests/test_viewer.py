@@ -58,7 +58,7 @@ def served(ledger: Path):
 
 def _rows(page: str) -> list[str]:
     """The run ids linked from a run-list page, in order (the link text is the first 12 characters)."""
-    return re.findall(r'<a class="open" href="/run/([0-9a-zA-Z_%-]+)">', page)
+    return re.findall(r'<a class="open" href="/run/([0-9a-zA-Z_%-]+)"[ >]', page)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,8 @@ def test_a_page_past_the_last_says_so_and_links_the_last(tmp_path):
     with served(path) as client:
         past = client.get("/", params={"page": 99, "model": SMALL}).text
         last = client.get("/", params={"page": 2}).text
-    assert _rows(past) == [] and "Page 99 is past the last page" in past
+    assert _rows(past) == [] and '51 runs match. <span id="past-end">Page 99 is past the last page (2): ' in past
+    assert "page 99 of" not in past and 'id="prev"' not in past
     link = re.search(r'<a href="([^"]+)" id="last-page">go to page 2</a>', past)
     assert link and html.unescape(link.group(1)) == f"?page=2&model={SMALL}".replace(":", "%3A")
     assert _rows(last) == ["run0050"] and "past the last page" not in last
@@ -142,8 +143,10 @@ def test_a_page_past_the_last_says_so_and_links_the_last(tmp_path):
 def test_icon_is_served_and_linked_and_pair_frames_hide_the_header(real, tmp_path):
     with served(real) as client:
         icon, linked = client.get("/favicon.ico"), client.get("/static/favicon.svg")
-        run_id = _rows(client.get("/").text)[0]
+        listed = client.get("/").text
+        run_id = _rows(listed)[0]
         run = client.get(f"/run/{run_id}").text
+    assert f'href="/run/{run_id}" title="{run_id}">{run_id[:12]}</a>' in listed  # short id shown, full id on hover
     assert icon.status_code == linked.status_code == 200 and icon.content == linked.content
     assert icon.headers["content-type"].startswith("image/svg+xml") and icon.content.startswith(b"<svg")
     assert '<link rel="icon" type="image/svg+xml" href="/static/favicon.svg">' in run

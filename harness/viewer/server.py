@@ -32,8 +32,12 @@ __all__ = ["HOST", "STATIC_FILES", "ViewerServer", "open_server"]
 
 HOST = "127.0.0.1"
 """The only address the viewer listens on."""
-STATIC_FILES = {"viewer.css": "text/css", "list.js": "text/javascript", "pair.js": "text/javascript",
-                "favicon.svg": "image/svg+xml"}
+STATIC_FILES = {
+    "viewer.css": "text/css",
+    "list.js": "text/javascript",
+    "pair.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 """The files under ``harness/viewer/static`` that are served, with their media types."""
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; frame-src 'self'; "
         "frame-ancestors 'self'; form-action 'self'; base-uri 'none'")  # fmt: skip
