@@ -199,3 +199,24 @@ def test_the_two_judgement_modes_carry_a_rough_note_and_ttft_its_cache_caveat(tm
     md1, md2 = (tmp_path / "r1" / "report.md").read_text(), (tmp_path / "r2" / "report.md").read_text()
     assert "Read the counts of `fabricated_tool_result` as rough" in md1 and "as rough" not in md2
     assert "prompt prefix cached by an earlier run" in md1 and "prompt prefix cached" not in md2
+
+
+def test_a_dash_under_pass_k_is_explained_under_the_table(tmp_path):
+    # newcomer: pass^2 read "–" for a whole row; only the plot caption said why
+    short, full = tmp_path / "short.sqlite", tmp_path / "full.sqlite"
+    with Ledger(short) as ledger:
+        for rep in range(2):
+            add_run(ledger, f"a{rep}", model="ollama:a", repetition=rep, scenario="s1", scenario_path="s1.toml")
+        add_run(ledger, "b0", model="ollama:a", repetition=0, scenario="s2", scenario_path="s2.toml")
+    with Ledger(full) as ledger:
+        for rep in range(2):
+            add_run(ledger, f"a{rep}", model="ollama:a", repetition=rep)
+    write_report(short, tmp_path / "r1", by=["model"], formats=["md"])
+    write_report(full, tmp_path / "r2", by=["model"], formats=["md"])
+    md1, md2 = (tmp_path / "r1" / "report.md").read_text(), (tmp_path / "r2" / "report.md").read_text()
+    sentence = "“–” under pass^k: at least one cell of that row has fewer than k scored runs"
+    row = next(line for line in md1.splitlines() if line.startswith("| ollama:a"))
+    assert "| –" in row and sentence in md1  # s2 has one run: the model's pass^2 is undefined
+    table_end = md1.index("\n\n", md1.index("| ollama:a"))
+    assert md1.index(sentence) > table_end  # under the table, not above it
+    assert sentence not in md2 and "| –" not in next(line for line in md2.splitlines() if line.startswith("| ollama:a"))

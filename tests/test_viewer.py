@@ -58,7 +58,7 @@ def served(ledger: Path):
 
 def _rows(page: str) -> list[str]:
     """The run ids linked from a run-list page, in order (the link text is the first 12 characters)."""
-    return re.findall(r'<a class="open" href="/run/([0-9a-zA-Z_%-]+)">', page)
+    return re.findall(r'<a class="open" href="/run/([0-9a-zA-Z_%-]+)"[ >]', page)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +125,40 @@ def test_served_list_pages_sorts_and_filters(tmp_path):
         assert client.get("/", params={"temperature": "hot"}).status_code == 404
 
 
+def test_a_page_past_the_last_says_so_and_links_the_last(tmp_path):
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        for i in range(PAGE_SIZE + 1):
+            add_run(ledger, f"run{i:04d}", model=SMALL, repetition=i)
+    with served(path) as client:
+        past = client.get("/", params={"page": 99, "model": SMALL}).text
+        last = client.get("/", params={"page": 2}).text
+    assert _rows(past) == [] and '51 runs match. <span id="past-end">Page 99 is past the last page (2): ' in past
+    assert "page 99 of" not in past and 'id="prev"' not in past
+    link = re.search(r'<a href="([^"]+)" id="last-page">go to page 2</a>', past)
+    assert link and html.unescape(link.group(1)) == f"?page=2&model={SMALL}".replace(":", "%3A")
+    assert _rows(last) == ["run0050"] and "past the last page" not in last
+
+
+def test_icon_is_served_and_linked_and_pair_frames_hide_the_header(real, tmp_path):
+    with served(real) as client:
+        icon, linked = client.get("/favicon.ico"), client.get("/static/favicon.svg")
+        listed = client.get("/").text
+        run_id = _rows(listed)[0]
+        run = client.get(f"/run/{run_id}").text
+    assert f'href="/run/{run_id}" title="{run_id}">{run_id[:12]}</a>' in listed  # short id shown, full id on hover
+    assert icon.status_code == linked.status_code == 200 and icon.content == linked.content
+    assert icon.headers["content-type"].startswith("image/svg+xml") and icon.content.startswith(b"<svg")
+    assert '<link rel="icon" type="image/svg+xml" href="/static/favicon.svg">' in run
+    assert re.search(r'<span id="embed"></span>\s*<header class="top">', run)  # the #embed target right before the bar
+    css = (Path(__file__).parents[1] / "harness" / "viewer" / "static" / "viewer.css").read_text()
+    assert "#embed:target + header.top { display: none; }" in css
+    export_site(real, tmp_path / "site")
+    assert (tmp_path / "site" / "static" / "favicon.svg").read_bytes() == icon.content
+    assert 'href="../static/favicon.svg"' in (tmp_path / "site" / "runs" / f"{run_id}.html").read_text()
+    assert '".html#embed"' in (tmp_path / "site" / "static" / "pair.js").read_text()
+
+
 def test_run_page_shows_spec_thread_calls_results_evidence_checks_and_files(real):
     with Ledger(real, readonly=True) as ledger:
         run = next(r for r in ledger.runs() if r.start.scenario == "list_and_report" and r.outcome == "task_failed")
@@ -146,7 +180,7 @@ def test_run_page_shows_spec_thread_calls_results_evidence_checks_and_files(real
         assert expected in page, expected
     assert raw.count('<div class="call">') == 2  # list_files and write_file, each beside its result
     assert f'href="/pair?a={run.run_id}&amp;b={pair.run_id}"' in raw
-    assert f'src="/run/{run.run_id}"' in pair_page and f'src="/run/{pair.run_id}"' in pair_page
+    assert f'src="/run/{run.run_id}#embed"' in pair_page and f'src="/run/{pair.run_id}#embed"' in pair_page
 
 
 def test_recovery_step_and_breach_are_shown(tmp_path):

@@ -64,6 +64,11 @@ def _shot(driver, folder: Path, name: str) -> Path:
     return path
 
 
+def _fits(driver) -> bool:
+    """Whether the page is no wider than the window (no horizontal scrollbar)."""
+    return driver.execute_script("return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+
+
 def _listed(driver) -> list[str]:
     """The run ids (first 12 characters) of the rows shown."""
     from selenium.webdriver.common.by import By
@@ -118,6 +123,7 @@ def test_served_viewer_filters_opens_a_run_and_its_pair(browser, tmp_path):
     with viewer_process("--ledger", str(path)) as url:
         browser.get(url)
         assert len(_listed(browser)) == 18 and "18 runs match" in browser.find_element(By.ID, "status").text
+        assert _fits(browser)  # no horizontal scrollbar: every column, the run ids too, is in the window
         _shot(browser, tmp_path, "viewer-list")
         _filter_to_mode(browser, MODE)
         _wait(browser, lambda d: "mode=" in d.current_url)
@@ -128,7 +134,10 @@ def test_served_viewer_filters_opens_a_run_and_its_pair(browser, tmp_path):
         frames = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe.side"))
         browser.switch_to.frame(frames[1])
         assert _wait(browser, lambda d: d.find_element(By.ID, "outcome").text) == "pass"
+        assert not browser.find_element(By.CSS_SELECTOR, "header.top").is_displayed()  # one header bar, the page's
         browser.switch_to.default_content()
+        assert browser.find_element(By.CSS_SELECTOR, "header.top").is_displayed()
+        assert browser.execute_script("return window.scrollY") == 0  # the frames' #embed scrolled nothing
         _shot(browser, tmp_path, "viewer-pair")
 
 
@@ -143,6 +152,7 @@ def test_exported_viewer_works_from_disk(browser, tmp_path):
     _filter_to_mode(browser, MODE)
     _wait(browser, lambda d: _listed(d) == expected)
     assert browser.find_element(By.ID, "status").text.startswith(f"{len(expected)} runs match")
+    assert _fits(browser)
     _shot(browser, tmp_path, "export-list")
     _open_broken_list_run(browser)
     _check_run_page(browser, tmp_path, "export-run")
@@ -150,6 +160,7 @@ def test_exported_viewer_works_from_disk(browser, tmp_path):
     frames = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "iframe.side"))
     browser.switch_to.frame(frames[0])
     assert _wait(browser, lambda d: d.find_element(By.ID, "outcome").text) == "task_failed"
+    assert not browser.find_element(By.CSS_SELECTOR, "header.top").is_displayed()
     browser.switch_to.default_content()
 
 

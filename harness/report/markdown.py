@@ -254,6 +254,9 @@ def _summary_lines(summary: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> 
         )
         lines += [f"Same in every row: {values}.", ""]
     lines += [_summary_markdown(summary, shown), ""]
+    ks = [c for c in summary.columns if c.startswith("pass^")][:MAX_PASS_K_COLUMNS]
+    if ks and summary[ks].isna().to_numpy().any():
+        lines += ["“–” under pass^k: at least one cell of that row has fewer than k scored runs, so pass^k is not defined for the row.", ""]  # fmt: skip
     notes = _edge_notes(summary, runs)
     if notes:
         lines += [*(f"- {n}" for n in notes), ""]

@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
+from matplotlib.ticker import MaxNLocator
 
 from harness.report.frames import LedgerFrames
 from harness.report.tables import summary_table
@@ -269,6 +270,7 @@ def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out
     ax.set_yticks(y, [f"{lab} (n = {int(t)})" for lab, t in zip(labels, left, strict=True)], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("runs (count)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # run counts are whole: no 0.25 ticks
     ax.set_ylabel(" × ".join(axes))
     ax.set_title("Run outcomes")
     ax.legend(title="outcome", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -8,7 +8,7 @@ once the first file is in) and filters, sorts and pages in the browser. Each run
 
 Layout of ``DIR``::
 
-    index.html  pair.html  static/{viewer.css,list.js,pair.js}  data/manifest.js  data/runs-0000.js ...  runs/<id>.html ...
+    index.html  pair.html  static/{viewer.css,list.js,pair.js,favicon.svg}  data/manifest.js  data/runs-0000.js ...  runs/<id>.html ...
 
 Runs are read in batches by keyset paging, so memory holds one batch, not the ledger.
 """

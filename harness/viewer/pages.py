@@ -268,11 +268,12 @@ def run_page(ledger: Ledger, run_id: str, links: Links) -> str:
 
 def pair_page(ledger: Ledger | None, a: str | None, b: str | None, links: Links) -> str:
     """The side-by-side of runs ``a`` and ``b`` (served: checked to exist; exported: ``a`` and ``b`` None, the
-    page reads them from its address in the browser).
+    page reads them from its address in the browser). Each frame shows a run page at ``#embed``, which hides its
+    header bar (a CSS ``:target`` rule in ``viewer.css``, so it needs no script).
 
     Raises:
         UsageError: a run does not exist (served).
     """
     runs = [find_run(ledger, x) for x in (a, b)] if ledger is not None and a and b else []
-    frames = [{"src": links.run(r.run_id), "model": r.start.model} for r in runs]
+    frames = [{"src": links.run(r.run_id) + "#embed", "model": r.start.model} for r in runs]
     return render("pair.html", links=links, frames=frames, static=ledger is None)

@@ -5,7 +5,8 @@ Routes (GET and HEAD; nothing else is answered but with an error)::
     /                 the run list (query: the filter form's fields, ``sort``, ``desc``, ``page``)
     /run/<run_id>     one run
     /pair?a=<id>&b=<id>   two runs side by side
-    /static/<name>    the viewer's own CSS and scripts (a fixed list; no path reaches the disk)
+    /static/<name>    the viewer's own CSS, scripts and icon (a fixed list; no path reaches the disk)
+    /favicon.ico      the icon (``static/favicon.svg``), for browsers that ask before reading the page's link
 
 The ledger is opened read-only once and shared by the request threads (:class:`harness.ledger.Ledger` is
 thread-safe). A request whose ``Host`` is not 127.0.0.1 or localhost with the server's port is refused (a web page
@@ -31,7 +32,12 @@ __all__ = ["HOST", "STATIC_FILES", "ViewerServer", "open_server"]
 
 HOST = "127.0.0.1"
 """The only address the viewer listens on."""
-STATIC_FILES = {"viewer.css": "text/css", "list.js": "text/javascript", "pair.js": "text/javascript"}
+STATIC_FILES = {
+    "viewer.css": "text/css",
+    "list.js": "text/javascript",
+    "pair.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 """The files under ``harness/viewer/static`` that are served, with their media types."""
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; frame-src 'self'; "
         "frame-ancestors 'self'; form-action 'self'; base-uri 'none'")  # fmt: skip
@@ -103,8 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not query.get("a") or not query.get("b"):
                 raise UsageError("the side-by-side needs two runs: /pair?a=RUN_ID&b=RUN_ID.")
             return HTTPStatus.OK, "text/html; charset=utf-8", pair_page(ledger, query["a"], query["b"], links).encode()
-        name = parts.path.removeprefix("/static/")
-        if parts.path.startswith("/static/") and name in STATIC_FILES:
+        name = "favicon.svg" if parts.path == "/favicon.ico" else parts.path.removeprefix("/static/")
+        if (parts.path.startswith("/static/") or parts.path == "/favicon.ico") and name in STATIC_FILES:
             data = (resources.files("harness.viewer") / "static" / name).read_bytes()
             return HTTPStatus.OK, f"{STATIC_FILES[name]}; charset=utf-8", data
         return HTTPStatus.NOT_FOUND, "text/html; charset=utf-8", _error_page("No such page.")

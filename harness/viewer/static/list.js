@@ -66,6 +66,7 @@
     a.className = "open";
     a.href = "runs/" + encodeURIComponent(r.page) + ".html";
     a.textContent = String(r.run_id).slice(0, 12);
+    a.title = String(r.run_id);
     cell(tr, "").appendChild(a);
     return tr;
   }
