@@ -16,10 +16,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.errors import LedgerError
-from harness.ledger.blobs import resolve_rows
 from harness.ledger.queries import axis_sql
 from harness.vocab import SCORED_OUTCOMES
 
@@ -81,19 +79,11 @@ class ViewerReads:
     _lock: threading.RLock
     _columns: dict[str, list[str]]
 
-    def _viewer_rows(self, sql: str, params: Sequence[Any] = (), payloads: str = "") -> list[dict[str, Any]]:
-        try:
-            with self._lock:
-                cursor = self._db.execute(sql, tuple(params))
-                names = [d[0] for d in cursor.description or ()]
-                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-                if payloads:
-                    resolve_rows(self._db, payloads, rows, "blob_refs")
-                return rows
-        except sqlite3.Error as exc:
-            raise LedgerError(
-                f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`."
-            ) from exc
+    if TYPE_CHECKING:  # the ledger's one read path (:meth:`harness.ledger.Ledger._query`)
+
+        def _query(
+            self, sql: str, params: Sequence[Any] = (), payloads: str = "", refs: str = "blob_refs"
+        ) -> list[dict[str, Any]]: ...
 
     def _axis_exprs(self) -> tuple[str, str]:
         """``stream`` and ``think`` of a run ``r`` as SQL expressions (as :func:`axis_sql` reads them)."""
@@ -171,8 +161,8 @@ class ViewerReads:
         where, params = self._where(f)
         order = f"{LIST_SORTS[sort]} {'DESC' if descending else 'ASC'}, r.seq"
         sql = self._list_sql(where) + f" ORDER BY {order} LIMIT ? OFFSET ?"
-        rows = self._viewer_rows(sql, [*params, int(limit), int(offset)])
-        total = self._viewer_rows(f"SELECT COUNT(*) AS n FROM runs r LEFT JOIN run_ends e USING (run_id) {where}", params)
+        rows = self._query(sql, [*params, int(limit), int(offset)])
+        total = self._query(f"SELECT COUNT(*) AS n FROM runs r LEFT JOIN run_ends e USING (run_id) {where}", params)
         self._add_modes(rows)
         return [_list_row(row) for row in rows], int(total[0]["n"])
 
@@ -181,7 +171,7 @@ class ViewerReads:
         ``runs.seq``: memory holds one batch)."""
         last = 0
         while True:
-            rows = self._viewer_rows(self._list_sql("WHERE r.seq > ?") + " ORDER BY r.seq LIMIT ?", (last, int(batch)))
+            rows = self._query(self._list_sql("WHERE r.seq > ?") + " ORDER BY r.seq LIMIT ?", (last, int(batch)))
             if not rows:
                 return
             last = rows[-1]["seq"]
@@ -192,7 +182,7 @@ class ViewerReads:
         if not rows:
             return
         marks = ",".join("?" * len(rows))
-        found = self._viewer_rows(
+        found = self._query(
             f"SELECT DISTINCT t.run_id, j.value AS mode FROM turns t, json_each(CASE WHEN json_valid({_NEWEST_MODES})"
             f" THEN {_NEWEST_MODES} ELSE '[]' END) j WHERE t.run_id IN ({marks}) AND j.type = 'text'",
             [r["run_id"] for r in rows],
@@ -209,11 +199,11 @@ class ViewerReads:
         stream = self._axis_exprs()[0]
         out: dict[str, list[Any]] = {}
         for column in ("scenario", "model", "temperature", "tool_mode", "parser", "repetition"):
-            out[column] = [r["v"] for r in self._viewer_rows(f"SELECT DISTINCT {column} AS v FROM runs r ORDER BY 1")]
-        out["stream"] = [r["v"] for r in self._viewer_rows(f"SELECT DISTINCT {stream} AS v FROM runs r ORDER BY 1")]
-        out["outcome"] = [r["v"] for r in self._viewer_rows(
+            out[column] = [r["v"] for r in self._query(f"SELECT DISTINCT {column} AS v FROM runs r ORDER BY 1")]
+        out["stream"] = [r["v"] for r in self._query(f"SELECT DISTINCT {stream} AS v FROM runs r ORDER BY 1")]
+        out["outcome"] = [r["v"] for r in self._query(
             "SELECT DISTINCT COALESCE(e.outcome, 'unfinished') AS v FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY 1")]  # fmt: skip
-        out["check"] = [r["v"] for r in self._viewer_rows(
+        out["check"] = [r["v"] for r in self._query(
             "SELECT DISTINCT json_extract(j.value, '$.check') AS v FROM run_ends e,"
             " json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j WHERE v IS NOT NULL ORDER BY 1")]  # fmt: skip
         return out
@@ -229,8 +219,8 @@ class ViewerReads:
         Raises:
             LedgerError: the ledger cannot be read.
         """
-        rows = self._viewer_rows("SELECT t.* FROM turns t WHERE t.run_id = ? ORDER BY t.seq", (run_id,), payloads="turns")
-        relabels = self._viewer_rows(
+        rows = self._query("SELECT t.* FROM turns t WHERE t.run_id = ? ORDER BY t.seq", (run_id,), payloads="turns")
+        relabels = self._query(
             "SELECT l.* FROM labels l WHERE l.run_id = ? AND l.seq IN (SELECT MAX(seq) FROM labels WHERE run_id = ?"
             " GROUP BY turn)", (run_id, run_id), payloads="labels")  # fmt: skip
         newest = {r["turn"]: r for r in relabels}
@@ -248,7 +238,7 @@ class ViewerReads:
         stream, think = self._axis_exprs()
         keys = " AND ".join(f"{expr.replace('r.', 'o.')} IS {expr}" for expr in (
             "r.scenario", "r.temperature", "r.tool_mode", "r.parser", think, stream, "r.repetition", "r.seed"))  # fmt: skip
-        return self._viewer_rows(
+        return self._query(
             f"SELECT o.run_id, o.model, COALESCE(e.outcome, 'unfinished') AS outcome FROM runs r JOIN runs o ON {keys}"
             " AND o.model <> r.model LEFT JOIN run_ends e ON e.run_id = o.run_id WHERE r.run_id = ? ORDER BY o.seq",
             (run_id,),
