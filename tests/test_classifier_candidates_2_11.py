@@ -1,13 +1,19 @@
-"""Classifier 2.11.0 candidates (branch ``i10-behav-candidates``): rules each gaining on one or two tuning batches and
-losing on none (``benchmarks/batch_agreement.py``), short of the leave-one-batch-out bar of gains on two batches other
-than the one that inspired them. Constructed replies, both ways, for the general rule each states
-(docs/failure-modes.md, ``fabricated_tool_result`` and ``narration_without_call``).
+"""Classifier 2.11.0's four behaviour rules from batches 5 and 6: each gains on the batch or batches whose replies
+suggested it and loses on no tuning batch (``benchmarks/batch_agreement.py``), short of the leave-one-batch-out bar
+(gains on two batches other than the one that suggested it); they were merged after batch 7, measured blind, gained
+one reply with them (README). Constructed replies, both ways, for the general rule each states
+(docs/failure-modes.md, ``fabricated_tool_result`` and ``narration_without_call``), and the real recordings that
+raised them.
 """
 
 from __future__ import annotations
 
+import pytest
+
+from harness.classifier import classify_document
+from harness.corpus import load_corpus
+from tests.helpers import CORPUS, function_tool
 from tests.helpers import FILE_TOOLS as FILES
-from tests.helpers import function_tool
 from tests.helpers import reply_modes as modes
 
 TICKETS = [function_tool("list_tickets", "List the open support tickets.", {}), *FILES]
@@ -80,3 +86,22 @@ def test_code_reading_a_file_in_javascript_is_handed_over():
 def test_code_doing_no_file_io_under_the_same_frame_is_not():
     reply = "You can use the following to get started:\n\n```javascript\nconst total = values.reduce((a, b) => a + b, 0);\n```"
     assert NARR not in modes(reply, FILES, "Read memo.txt, then write fields.json.")
+
+
+# the recordings each rule was written from: 2.10.0 labelled all seven differently from the annotators
+RAISED_BY = [
+    "b5-embedded-long_context-t07-s50-prompt-turn1",  # an unframed opening block of invented values
+    "b5-embedded-long_context-t1-s50-prompt-turn1",  # the same, paths and counts
+    "b5-embedded-read_and_summarize-t07-s50-prompt-turn1",  # JavaScript readFileSync handed over
+    "b6-embedded-read_and_summarize-t07-s61-native-turn1",  # ```1. 2003 2. 2017``` opening the reply
+    "b6-embedded-list_and_report-t07-s61-prompt-turn1",  # a plan step naming report.csv, no listing entry
+    "b6-embedded-extract_fields-t07-s60-native-turn1",  # steps naming memo.txt
+    "b6-embedded-long_context-t1-s61-prompt-turn1",  # a sentence ending in a stop, then JavaScript counting files
+]
+
+
+@pytest.mark.parametrize("entry_id", RAISED_BY)
+def test_the_recordings_that_raised_the_rules_get_their_labels(entry_id):
+    [entry] = [e for e in load_corpus(CORPUS) if e.id == entry_id]
+    assert not entry.held_out
+    assert set(classify_document(entry.document())["failure_modes"]) == set(entry.labels)
