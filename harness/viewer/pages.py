@@ -32,7 +32,18 @@ from harness.ledger.viewer_reads import LIST_SORTS
 from harness.review import scenario_promise
 from harness.viewer.sandbox_files import sandbox_files
 
-__all__ = ["CONTENT_POLICY", "LIST_COLUMNS", "META_POLICY", "PAGE_SIZE", "Links", "list_page", "page_name", "render", "run_page", "pair_page"]
+__all__ = [
+    "CONTENT_POLICY",
+    "LIST_COLUMNS",
+    "META_POLICY",
+    "PAGE_SIZE",
+    "Links",
+    "list_page",
+    "page_name",
+    "render",
+    "run_page",
+    "pair_page",
+]
 
 PAGE_SIZE = 50
 """Runs on one page of the run list."""

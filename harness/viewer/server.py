@@ -54,7 +54,8 @@ class ViewerServer(ThreadingHTTPServer):
     def __init__(self, ledger: Ledger, port: int = 0, *, idle_timeout: float = IDLE_TIMEOUT):
         self.ledger = ledger
         self.idle_timeout = idle_timeout
-        super().__init__((HOST, port), _Handler)
+        # StreamRequestHandler.setup sets each connection's socket timeout from the handler class's ``timeout``
+        super().__init__((HOST, port), type("_TimedHandler", (_Handler,), {"timeout": idle_timeout}))
 
     @property
     def url(self) -> str:
@@ -89,10 +90,6 @@ def open_server(ledger_path: str | Path, port: int = 0, *, idle_timeout: float =
 class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     server_version = "harness-view"
-
-    def setup(self) -> None:
-        self.timeout = self.server.idle_timeout  # read by StreamRequestHandler.setup for the connection's socket
-        super().setup()
 
     def log_message(self, format: str, *args: object) -> None:
         _LOG.debug(format, *args)
