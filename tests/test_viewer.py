@@ -17,13 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import markupsafe
 import pytest
 
 from harness.cli import main
 from harness.ledger import Ledger, RunFilter
 from harness.viewer import export_site, open_server
 from harness.viewer.jsdata import js_value
-from harness.viewer.pages import PAGE_SIZE
+from harness.viewer.pages import CONTENT_POLICY, META_POLICY, PAGE_SIZE
 from tests.helpers import (
     HOSTILE_LABEL,
     HOSTILE_NAME,
@@ -331,3 +332,43 @@ def test_bad_input_is_one_sentence(tmp_path, capsys, real):
     assert "in use" in err
     rc, _, err = cli(capsys, "view", "--ledger", str(real), "--port", "70000")
     assert_one_sentence_error(rc, err)
+
+
+def test_exported_pages_carry_the_policy_as_a_meta_tag_and_served_ones_as_a_header(real, tmp_path):
+    export_site(real, tmp_path / "site")
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{markupsafe.escape(META_POLICY)}">'
+    pages = [tmp_path / "site" / "index.html", tmp_path / "site" / "pair.html", *(tmp_path / "site" / "runs").glob("*.html")]
+    assert len(pages) > 2 and all(meta in page.read_text() for page in pages)
+    assert "frame-ancestors" not in META_POLICY and "script-src 'self'" in META_POLICY
+    with served(real) as client:
+        answer = client.get("/")
+    assert answer.headers["content-security-policy"] == CONTENT_POLICY and "Content-Security-Policy" not in answer.text
+
+
+def test_re_export_leaves_no_page_of_a_run_the_ledger_does_not_hold(real, tmp_path):
+    out = tmp_path / "site"
+    (out / "runs").mkdir(parents=True)
+    (out / "data").mkdir()
+    for stale in (out / "runs" / "gone-run.html", out / "data" / "runs-0099.js"):
+        stale.write_text("from an earlier export")
+    (out / "notes.txt").write_text("the user's own file")
+    export_site(real, out)
+    with Ledger(real, readonly=True) as ledger:
+        ids = sorted(r.run_id for r in ledger.runs())
+    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == ids
+    assert sorted(p.name for p in (out / "data").glob("runs-*.js")) == ["runs-0000.js"]
+    assert (out / "notes.txt").read_text() == "the user's own file"
+
+
+def test_a_silent_connection_is_closed_and_the_server_still_answers(real):
+    server = open_server(real, idle_timeout=0.5)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=20) as slow:
+            slow.sendall(b"GET / HT")  # half a request line, then nothing
+            assert slow.recv(1024) == b""  # closed by the server, long before the client's 20 s
+        assert httpx.get(server.url, timeout=20).status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()

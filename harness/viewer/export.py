@@ -47,6 +47,9 @@ def _prepare(out: Path) -> None:
     try:
         for sub in ("static", "data", "runs"):
             (out / sub).mkdir(parents=True, exist_ok=True)
+        for stale in [*(out / "runs").glob("*.html"), *(out / "data").glob("runs-*.js")]:
+            if stale.is_file() and not stale.is_symlink():  # pages of an earlier export: a run it had may be gone now
+                stale.unlink()
     except OSError as exc:
         raise UsageError(f"cannot create the export folder {out} ({exc.strerror or exc}); pass another folder.") from None
 
@@ -60,8 +63,8 @@ def _write(path: Path, text: str) -> None:
 
 def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_RUNS,
                 progress: Callable[[int], None] | None = None) -> ExportSummary:  # fmt: skip
-    """Write the viewer's pages for every run of the ledger into ``out`` (created if missing; files of an earlier
-    export are replaced).
+    """Write the viewer's pages for every run of the ledger into ``out`` (created if missing; the run pages and data
+    files of an earlier export there are removed first, so none is left that the new run list does not name).
 
     Args:
         ledger_path: the ledger, opened read-only.

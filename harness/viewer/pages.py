@@ -32,7 +32,18 @@ from harness.ledger.viewer_reads import LIST_SORTS
 from harness.review import scenario_promise
 from harness.viewer.sandbox_files import sandbox_files
 
-__all__ = ["LIST_COLUMNS", "PAGE_SIZE", "Links", "list_page", "page_name", "render", "run_page", "pair_page"]
+__all__ = [
+    "CONTENT_POLICY",
+    "LIST_COLUMNS",
+    "META_POLICY",
+    "PAGE_SIZE",
+    "Links",
+    "list_page",
+    "page_name",
+    "render",
+    "run_page",
+    "pair_page",
+]
 
 PAGE_SIZE = 50
 """Runs on one page of the run list."""
@@ -108,6 +119,17 @@ class Links:
     def data(self, name: str) -> str:
         """A data file of an export (``data/<name>``)."""
         return f"{self.top}data/{name}"
+
+
+CONTENT_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; frame-src 'self'; "
+                  "frame-ancestors 'self'; form-action 'self'; base-uri 'none'")  # fmt: skip
+"""The Content-Security-Policy of every page: scripts, styles, images and frames only from the viewer's own files, no
+inline script (model text that slips past escaping still cannot run). Served as a header by :mod:`harness.viewer.server`."""
+
+META_POLICY = CONTENT_POLICY.replace(" frame-ancestors 'self';", "")
+"""The same policy as a ``<meta>`` tag in exported pages (no server sends them headers); browsers ignore
+``frame-ancestors`` in a ``<meta>`` policy, so it is left out there."""
+_ENV.globals["meta_policy"] = META_POLICY
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from harness.errors import HarnessError, LedgerError, UsageError
 from harness.ledger import Ledger
-from harness.viewer.pages import Links, list_page, pair_page, render, run_page
+from harness.viewer.pages import CONTENT_POLICY, Links, list_page, pair_page, render, run_page
 
 __all__ = ["HOST", "STATIC_FILES", "ViewerServer", "open_server"]
 
@@ -39,20 +39,23 @@ STATIC_FILES = {
     "favicon.svg": "image/svg+xml",
 }
 """The files under ``harness/viewer/static`` that are served, with their media types."""
-_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; frame-src 'self'; "
-        "frame-ancestors 'self'; form-action 'self'; base-uri 'none'")  # fmt: skip
 _LOG = logging.getLogger("harness.viewer")
+IDLE_TIMEOUT = 30.0
+"""Seconds a viewer connection may stay silent (or take to send one request) before it is closed."""
 
 
 class ViewerServer(ThreadingHTTPServer):
     """An HTTP server on 127.0.0.1 answering with the pages of one ledger (opened read-only; closed by
-    :meth:`server_close`). ``port`` 0 takes a free port; :attr:`url` says which."""
+    :meth:`server_close`). ``port`` 0 takes a free port; :attr:`url` says which. A connection that sends nothing, or
+    trickles a request, for ``idle_timeout`` seconds is closed, so it cannot hold a thread for ever."""
 
     daemon_threads = True
 
-    def __init__(self, ledger: Ledger, port: int = 0):
+    def __init__(self, ledger: Ledger, port: int = 0, *, idle_timeout: float = IDLE_TIMEOUT):
         self.ledger = ledger
-        super().__init__((HOST, port), _Handler)
+        self.idle_timeout = idle_timeout
+        # StreamRequestHandler.setup sets each connection's socket timeout from the handler class's ``timeout``
+        super().__init__((HOST, port), type("_TimedHandler", (_Handler,), {"timeout": idle_timeout}))
 
     @property
     def url(self) -> str:
@@ -65,8 +68,9 @@ class ViewerServer(ThreadingHTTPServer):
         self.ledger.close()
 
 
-def open_server(ledger_path: str | Path, port: int = 0) -> ViewerServer:
+def open_server(ledger_path: str | Path, port: int = 0, *, idle_timeout: float = IDLE_TIMEOUT) -> ViewerServer:
     """Open the ledger read-only and listen on 127.0.0.1 (``port`` 0: a free one); call ``serve_forever()`` next.
+    ``idle_timeout``: seconds before a silent or trickling connection is closed.
 
     Raises:
         LedgerError: no ledger at the path, or not a readable ledger.
@@ -76,7 +80,7 @@ def open_server(ledger_path: str | Path, port: int = 0) -> ViewerServer:
         raise UsageError(f"--port {port} is not a port number (0 to 65535; 0 picks a free one).")
     ledger = Ledger(ledger_path, readonly=True)
     try:
-        return ViewerServer(ledger, port)
+        return ViewerServer(ledger, port, idle_timeout=idle_timeout)
     except OSError as exc:
         ledger.close()
         why = "it is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
@@ -130,7 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
         except HarnessError as exc:
             status, kind, body = HTTPStatus.BAD_REQUEST, "text/html; charset=utf-8", _error_page(str(exc))
         self.send_response(status)
-        for header, value in (("Content-Type", kind), ("Content-Length", str(len(body))), ("Content-Security-Policy", _CSP),
+        for header, value in (("Content-Type", kind), ("Content-Length", str(len(body))), ("Content-Security-Policy", CONTENT_POLICY),
                               ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer"),
                               ("Cache-Control", "no-store")):  # fmt: skip
             self.send_header(header, value)
