@@ -137,6 +137,7 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
     api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
     num_ctx = max(p.scenario.num_ctx for p in plans)
     open_one = functools.partial(backend_factory, api_key_env=api_key_env, num_ctx=num_ctx, parallel=concurrency.embedded_slots)
+    backend: Backend
     if len(replica_specs(model)) > 1:
         try:
             backend = open_replicas(model, open_one, result.warnings)

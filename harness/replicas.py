@@ -320,9 +320,9 @@ def open_replicas(spec: str, open_one: Callable[[str], Backend], warnings: list[
         raise
     if not opened:
         raise failures[0][1]
-    for url, exc in failures:
+    for url, error in failures:
         others = f"the other {len(opened)}" if len(opened) > 1 else "the other one"
-        warnings.append(f"{spec}: replica {url} is left out of this matrix ({exc}); its runs go to {others}.")
+        warnings.append(f"{spec}: replica {url} is left out of this matrix ({error}); its runs go to {others}.")
     unverified = [ident.base_url or "" for _, ident in opened if ident.identity_digest is None]
     if unverified:
         warnings.append(

@@ -48,7 +48,7 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument("--stream", action="append", choices=("on", "off"), help="stream replies and assemble the chunks (repeatable)")
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint, per replica of a spec listing several URLs (default 1)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model server (default 1)")
     p.add_argument("--embedded-slots", type=int, default=1, metavar="N",
                    help="parallel slots of each embedded model's server (default 1: replies reproduce byte for byte "
                         "at --jobs 1; with fewer slots than --jobs requests queue; more than 1 changes the replies "
