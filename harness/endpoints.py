@@ -140,7 +140,7 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
     backend: Backend
     if len(replica_specs(model)) > 1:
         try:
-            backend = open_replicas(model, open_one, result.warnings)
+            backend = open_replicas(model, open_one, result.warnings, jobs=concurrency.jobs)
         except BackendError as exc:  # none of them answered
             result.skipped.append((model, str(exc), len(plans)))
             return None

@@ -15,15 +15,16 @@ for its identity before anything runs:
 :class:`ReplicaSet` is then the model's backend. Its :meth:`~ReplicaSet.for_run` handle takes a replica when its run
 starts (:meth:`~harness.backends.base.Backend.start_run`) and gives it back when the run ends, so all turns of a run
 go to one replica; :class:`Rotation` chooses it: the replica in rotation with the fewest runs in flight (then the
-fewest runs so far). The runner allows ``--jobs`` runs at once per replica (``jobs x replicas`` per model), so while
-every replica is in rotation none serves more than ``--jobs`` runs at once.
+fewest runs so far). The runner allows ``jobs x replicas`` runs of the model at once, and a replica takes at most
+``--jobs`` new runs at once: while one is out of rotation, the runs beyond the others' places wait for a place.
 
 A replica that fails with an infrastructure error (:data:`REPLICA_FAILURES`: connection refused or dropped, a
 timeout; not an HTTP error status, which a live server sends) is out of rotation for :data:`DEFAULT_COOLDOWN_S`
 (30 s), doubled each time it fails again after coming back (60, 120, ... up to :data:`MAX_COOLDOWN_S`, 8 min) and
 reset by a reply. Failures during one outage (runs in flight meeting the same dead server) count once. The run that
 met the failure moves to the replica in rotation with the fewest runs in flight, even one already serving ``--jobs``
-runs (its server queues the request), and the loop's retry (:mod:`harness.retry`) goes there; its failed attempt is
+runs (its server queues the request; waiting there could deadlock two runs moving in opposite directions), and the
+loop's retry (:mod:`harness.retry`) goes there; its failed attempt is
 recorded as usual, naming the failed server's URL. With every replica out of rotation, a run goes to the one back
 soonest and, failing there, ends ``infra_error`` as with one server. A run records the replica it started on in its
 ``config`` (``replica``, with the spec's list as ``replicas``) and as its ``base_url``; which replica served it is
@@ -67,16 +68,17 @@ class Rotation:
 
     Args:
         count: number of replicas (indexes ``0 .. count-1``), >= 1.
+        limit: runs a replica takes at once (``--jobs``); :meth:`take` waits for a place. None: no limit.
         cooldown_s: seconds out of rotation after a first failure.
         max_cooldown_s: cap of the doubled cooldown, seconds.
-        clock: monotonic seconds (``time.monotonic``).
+        clock: monotonic seconds (``time.monotonic``; :meth:`take` waits in real time).
     """
 
-    def __init__(self, count: int, *, cooldown_s: float = DEFAULT_COOLDOWN_S, max_cooldown_s: float = MAX_COOLDOWN_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(self, count: int, *, limit: int | None = None, cooldown_s: float = DEFAULT_COOLDOWN_S,
+                 max_cooldown_s: float = MAX_COOLDOWN_S, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self._places = [_Place() for _ in range(count)]
-        self._cooldown_s, self._max_cooldown_s, self._clock = cooldown_s, max_cooldown_s, clock
-        self._lock = threading.Lock()
+        self._limit, self._cooldown_s, self._max_cooldown_s, self._clock = limit, cooldown_s, max_cooldown_s, clock
+        self._lock = threading.Condition()
 
     def in_rotation(self, index: int) -> bool:
         """Whether replica ``index`` takes runs now (it has not failed, or its cooldown has passed)."""
@@ -90,14 +92,21 @@ class Rotation:
 
     def take(self) -> int:
         """A replica for a new run, counted in flight until :meth:`release`: the one in rotation with the fewest runs
-        in flight, then the fewest runs taken, then the lowest index; with none in rotation, the one back soonest."""
+        in flight, then the fewest runs taken, then the lowest index. When every replica in rotation holds ``limit``
+        runs (one is out of rotation, so the runner's ``limit x count`` runs outnumber the places), waits until one
+        ends or a replica comes back; with none in rotation, at once the one back soonest (its run will likely fail)."""
         with self._lock:
-            index = self._pick(exclude=None)
-            if index is None:
-                index = min(range(len(self._places)), key=lambda i: (self._places[i].back_at, self._places[i].in_flight, i))
-            self._places[index].in_flight += 1
-            self._places[index].runs += 1
-            return index
+            while True:
+                now = self._clock()
+                index = self._pick(exclude=None, free=True)
+                if index is None and not any(p.back_at <= now for p in self._places):
+                    index = min(range(len(self._places)), key=lambda i: (self._places[i].back_at, self._places[i].in_flight, i))
+                if index is not None:
+                    self._places[index].in_flight += 1
+                    self._places[index].runs += 1
+                    return index
+                back = [p.back_at - now for p in self._places if p.back_at > now]
+                self._lock.wait(timeout=max(0.01, min(back)) if back else None)
 
     def move(self, index: int) -> int:
         """Where a run on replica ``index``, which just failed it, goes next: the replica in rotation with the fewest runs
@@ -108,12 +117,14 @@ class Rotation:
                 return index
             self._places[index].in_flight -= 1
             self._places[target].in_flight += 1
+            self._lock.notify_all()
             return target
 
     def release(self, index: int) -> None:
         """A run on replica ``index`` has ended."""
         with self._lock:
             self._places[index].in_flight -= 1
+            self._lock.notify_all()
 
     def failed(self, index: int) -> None:
         """Replica ``index`` failed: out of rotation for the cooldown (doubled when it failed before and has not answered
@@ -124,6 +135,7 @@ class Rotation:
                 return
             place.cooldown_s = min(self._max_cooldown_s, place.cooldown_s * 2) if place.cooldown_s else self._cooldown_s
             place.back_at = now + place.cooldown_s
+            self._lock.notify_all()  # with none left in rotation, a waiting run takes the one back soonest
 
     def answered(self, index: int) -> None:
         """Replica ``index`` answered: its next failure starts from the first cooldown again (unless it is out now)."""
@@ -132,9 +144,12 @@ class Rotation:
             if place.back_at <= self._clock():
                 place.cooldown_s = 0.0
 
-    def _pick(self, *, exclude: int | None) -> int | None:
-        now = self._clock()
-        live = [i for i, p in enumerate(self._places) if p.back_at <= now and i != exclude]
+    def _pick(self, *, exclude: int | None, free: bool = False) -> int | None:
+        """The replica in rotation (other than ``exclude``; with ``free``, holding fewer than ``limit`` runs) with the
+        fewest runs in flight, then the fewest runs taken, then the lowest index; None when there is none."""
+        now, limit = self._clock(), self._limit
+        live = [i for i, p in enumerate(self._places) if p.back_at <= now and i != exclude
+                and not (free and limit is not None and p.in_flight >= limit)]  # fmt: skip
         return min(live, key=lambda i: (self._places[i].in_flight, self._places[i].runs, i)) if live else None
 
 
@@ -145,7 +160,7 @@ class ReplicaSet(Backend):
         spec: the spec listing the replicas.
         replicas: an open backend per replica that answered at planning (closed by :meth:`close`).
         identities: what each of them reported, in the same order.
-        rotation: chooses replicas; default a :class:`Rotation` over them.
+        rotation: chooses replicas; default a :class:`Rotation` over them without a limit.
     """
 
     def __init__(self, spec: str, replicas: Sequence[Backend], identities: Sequence[BackendIdentity], *,
@@ -288,13 +303,14 @@ class _ReplicaRun(Backend):
         self._handle.start_run()
 
 
-def open_replicas(spec: str, open_one: Callable[[str], Backend], warnings: list[str]) -> ReplicaSet:
+def open_replicas(spec: str, open_one: Callable[[str], Backend], warnings: list[str], *, jobs: int | None = None) -> ReplicaSet:
     """Open every replica a spec lists and check that they serve one model (see the module docstring).
 
     Args:
         spec: a spec listing replicas (:func:`harness.backends.replica_specs`).
         open_one: opens the backend of one replica's single-URL spec.
         warnings: gets one sentence per replica left out, and one naming the replicas checked by model name only.
+        jobs: runs each replica takes at once (``--jobs``; :class:`Rotation`'s ``limit``); None: no limit.
 
     Returns:
         The replicas that answered, as one backend.
@@ -329,7 +345,7 @@ def open_replicas(spec: str, open_one: Callable[[str], Backend], warnings: list[
             f"{spec}: {_replicas(unverified)} {'report' if len(unverified) > 1 else 'reports'} no model digest, so "
             "the replicas are checked by model name only (unverified); make sure they serve the same weights."
         )
-    return ReplicaSet(spec, [b for b, _ in opened], [i for _, i in opened])
+    return ReplicaSet(spec, [b for b, _ in opened], [i for _, i in opened], rotation=Rotation(len(opened), limit=jobs))
 
 
 def _check_digests(spec: str, identities: Sequence[BackendIdentity]) -> None:

@@ -124,6 +124,27 @@ def test_rotation_with_every_replica_out_sends_a_run_to_the_one_back_soonest():
     assert rotation.in_flight() == [0, 0, 0]
 
 
+def test_a_new_run_waits_for_a_place_while_a_replica_is_out():
+    rotation = Rotation(2, limit=1, cooldown_s=0.3)
+    assert [rotation.take(), rotation.take()] == [0, 1]
+    rotation.failed(1)
+    assert rotation.move(1) == 0 and rotation.in_flight() == [2, 0]  # a moved run goes past the limit
+    taken: list[int] = []
+    waiter = threading.Thread(target=lambda: taken.append(rotation.take()))
+    waiter.start()
+    waiter.join(0.1)
+    assert waiter.is_alive() and taken == []  # replica 0 is full, replica 1 out of rotation
+    rotation.release(0)
+    waiter.join(0.1)
+    assert waiter.is_alive()  # 0 still holds one run: the limit is 1
+    waiter.join(5)
+    assert taken == [1]  # replica 1 came back after its cooldown
+    assert rotation.in_flight() == [1, 1]
+    rotation.failed(0)
+    rotation.failed(1)  # every replica out: a new run does not wait 0.3 s for one
+    assert rotation.take() == 0
+
+
 # -- runs over real servers ----------------------------------------------------------------------------------------
 def test_two_replicas_share_the_runs_each_run_on_one_of_them(tmp_path, capsys):
     with FakeAgentServer(delay_s=0.1, slots=4) as a, FakeAgentServer(delay_s=0.1, slots=4) as b:
