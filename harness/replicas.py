@@ -338,7 +338,7 @@ def open_replicas(spec: str, open_one: Callable[[str], Backend], warnings: list[
         raise failures[0][1]
     for url, error in failures:
         others = f"the other {len(opened)}" if len(opened) > 1 else "the other one"
-        warnings.append(f"{spec}: replica {url} is left out of this matrix ({error}); its runs go to {others}.")
+        warnings.append(f"{spec}: replica {url} is left out of this matrix and its runs go to {others}: {error}")
     unverified = [ident.base_url or "" for _, ident in opened if ident.identity_digest is None]
     if unverified:
         warnings.append(

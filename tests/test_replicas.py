@@ -188,8 +188,9 @@ def test_a_replica_down_at_planning_is_left_out(tmp_path):
     assert {r.start.config["replica"] for r in runs} == {a.base_url} and a.requests == 9
     assert {r.start.config["replicas"] == [a.base_url] for r in runs} == {True}
     [left_out] = [w for w in result.warnings if "left out" in w]
-    assert left_out.startswith(f"{spec}: replica {dead} is left out of this matrix (") and left_out.endswith(
-        "; its runs go to the other one."
+    assert left_out == (
+        f"{spec}: replica {dead} is left out of this matrix and its runs go to the other one: The server "
+        f"at {dead} is not reachable; start it, or check the URL in the model spec (it usually ends in /v1)."
     )
     # named by its first URL even though that one is down: the identity never depends on who answers
     assert {r.start.model for r in runs} == {f"openai:ideal@{dead}"}
@@ -277,3 +278,30 @@ def test_replicas_reporting_different_digests_are_refused(tmp_path, capsys):
         assert_one_sentence_error(rc, err)
         assert a.posts("/api/chat") == b.posts("/api/chat") == []
     assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_dry_run_says_which_replicas_are_left_out_and_unverified(tmp_path, capsys):
+    dead = f"http://127.0.0.1:{closed_port()}/v1"
+    with FakeAgentServer() as a:
+        spec = f"openai:ideal@{a.base_url},{dead}"
+        rc, out, err = cli(
+            capsys,
+            "run",
+            SCENARIO_FILE,
+            "--model",
+            spec,
+            "--ledger",
+            tmp_path / "l.sqlite",
+            "--dry-run",
+            "--repeats",
+            1,
+            *RUN_FLAGS,
+        )
+        assert a.requests == a.warmups == 0
+    assert rc == 0 and out.endswith("1 run planned, 0 already done, 1 to run.\n")
+    assert err.splitlines() == [
+        f"harness: warning: {spec}: replica {dead} is left out of this matrix and its runs go to the other one: The server "
+        f"at {dead} is not reachable; start it, or check the URL in the model spec (it usually ends in /v1).",
+        f"harness: warning: {spec}: replica {a.base_url} reports no model digest, so the replicas are checked by model name "
+        "only (unverified); make sure they serve the same weights.",
+    ]

@@ -123,6 +123,8 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:
     for i, item in enumerate(planned.planned, 1):
         note = " (done)" if item.done else " (running in another process)" if item.running else ""
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
+    for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
+        print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
