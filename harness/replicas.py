@@ -24,11 +24,11 @@ timeout; not an HTTP error status, which a live server sends) is out of rotation
 reset by a reply. Failures during one outage (runs in flight meeting the same dead server) count once. The run that
 met the failure moves to the replica in rotation with the fewest runs in flight, even one already serving ``--jobs``
 runs (its server queues the request; waiting there could deadlock two runs moving in opposite directions), and the
-loop's retry (:mod:`harness.retry`) goes there; its failed attempt is
-recorded as usual, naming the failed server's URL. With every replica out of rotation, a run goes to the one back
-soonest and, failing there, ends ``infra_error`` as with one server. A run records the replica it started on in its
-``config`` (``replica``, with the spec's list as ``replicas``) and as its ``base_url``; which replica served it is
-not part of its identity (:attr:`harness.loop.RunPlan.named_model`).
+loop's retry (:mod:`harness.retry`) goes there; its failed attempt is recorded as usual, naming the failed server's
+URL. With every replica out of rotation, a run goes to the one back soonest and, failing there, ends ``infra_error``
+as with one server. A run records the replica it started on in its ``config`` (``replica``, with the matrix's
+replicas, those that answered at planning, as ``replicas``) and as its ``base_url``; which replica served it is not
+part of its identity (:attr:`harness.loop.RunPlan.named_model`).
 """
 
 from __future__ import annotations
