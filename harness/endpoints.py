@@ -5,20 +5,26 @@ Concurrency per endpoint (:class:`Concurrency`): ``--jobs`` runs at once per mod
 ``--embedded-slots`` slots (default 1), so with fewer slots than jobs its requests queue at the server. More than one
 slot batches requests, which changes llama.cpp's arithmetic and so the replies for the same seed: the slot count
 enters the run identity when it is not 1 (:attr:`~harness.backends.base.BackendIdentity.identity_slots`).
+
+A spec listing replicas (``openai:m@URL1,URL2``) gets one endpoint whose backend is a
+:class:`~harness.replicas.ReplicaSet` (:func:`~harness.replicas.open_replicas` checks their digests), with ``--jobs``
+runs at once per replica (:attr:`Endpoint.replicas`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.backends import EmbeddedBackend, memory, parse_model_spec
+from harness.backends import EmbeddedBackend, memory, parse_model_spec, replica_specs
 from harness.backends.base import Backend, BackendIdentity
 from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
 from harness.ledger import Ledger
 from harness.loop import RunPlan
+from harness.replicas import ReplicaSet, open_replicas
 
 if TYPE_CHECKING:
     from harness.runner import MatrixResult
@@ -72,12 +78,15 @@ class Endpoint:
         parallel: requests the server answers at once for this matrix (``min(jobs, slots)`` where the slots are known
             or set by the harness), recorded with each run as ``endpoint_parallel``.
         start_config: the warm-up and provenance (:func:`harness.startup.start_model`), recorded with each run.
+        replicas: servers the runs are spread over (a :class:`~harness.replicas.ReplicaSet`'s replicas; else 1): the
+            model's runs at once are ``jobs x replicas``.
     """
 
     backend: Backend
     plans: list[PlannedRun]
     parallel: int
     start_config: dict[str, Any] = field(default_factory=dict)
+    replicas: int = 1
 
 
 def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency: Concurrency, *,
@@ -112,7 +121,8 @@ def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency:
                 identity = plan.identity(*parts)
                 planned.append(PlannedRun(plan, identity, identity in finished))
             result.planned.extend(planned)
-            endpoints[model] = Endpoint(backend, planned, parallel)
+            replicas = len(backend.replicas) if isinstance(backend, ReplicaSet) else 1
+            endpoints[model] = Endpoint(backend, planned, parallel, replicas=replicas)
     except BaseException:
         for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
             endpoint.backend.close()
@@ -126,7 +136,16 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
     None when its server cannot be used at all (recorded in ``result.skipped``)."""
     api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
     num_ctx = max(p.scenario.num_ctx for p in plans)
-    backend = backend_factory(model, api_key_env=api_key_env, num_ctx=num_ctx, parallel=concurrency.embedded_slots)
+    open_one = functools.partial(backend_factory, api_key_env=api_key_env, num_ctx=num_ctx, parallel=concurrency.embedded_slots)
+    backend: Backend
+    if len(replica_specs(model)) > 1:
+        try:
+            backend = open_replicas(model, open_one, result.warnings, jobs=concurrency.jobs)
+        except BackendError as exc:  # none of them answered
+            result.skipped.append((model, str(exc), len(plans)))
+            return None
+    else:
+        backend = open_one(model)
     ident: BackendIdentity | None
     try:
         ident = backend.identity()  # preflight: a dead server is one message, not N runs

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness import __version__
+from harness.backends import replica_specs
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.replay import CassetteRecorder
 from harness.backends.streaming import stored_stream
@@ -81,7 +82,7 @@ class RunPlan:
 
     Attributes:
         scenario: the loaded scenario.
-        model: model spec string.
+        model: model spec string (it may list replicas: :attr:`named_model`).
         temperature: sampling temperature.
         seed: base seed; the seed sent is ``seed + repetition``.
         tool_mode: ``native`` or ``prompt``.
@@ -112,11 +113,18 @@ class RunPlan:
             stream=self.stream,
         )
 
+    @property
+    def named_model(self) -> str:
+        """The spec that names the model in the run's identity and in the ledger's ``model`` column: :attr:`model`,
+        or for a spec listing replicas the first replica's spec (:func:`harness.backends.replica_specs`), so which
+        replica serves a run, and which others the spec lists, changes neither."""
+        return replica_specs(self.model)[0]
+
     def identity(self, model_digest: str | None = None, slots: int | None = None) -> str:
         """Deterministic SHA-256 over everything that can change the model's output.
 
         Covers the scenario file's content, tool schemas, rendered system prompt, model spec
-        and digest (when known: :attr:`BackendIdentity.identity_digest`), effective options (``think``
+        (:attr:`named_model`) and digest (when known: :attr:`BackendIdentity.identity_digest`), effective options (``think``
         only when it is not ``default``, ``stream`` only when on: :meth:`GenerateOptions.as_dict`, so runs
         recorded before they existed keep their identity), tool mode, parser policy, repetition,
         :data:`IDENTITY_VERSION`, and ``slots`` when given and not 1 (the embedded server's slot count:
@@ -128,7 +136,7 @@ class RunPlan:
             "scenario": self.scenario.content_hash,
             "tools": self.scenario.tool_schemas(),
             "system": self.scenario.system_message(self.tool_mode),
-            "model": self.model,
+            "model": self.named_model,
             "digest": model_digest,
             "options": self.options().as_dict(),
             "tool_mode": self.tool_mode,
@@ -175,7 +183,7 @@ class RunOptions:
 
     Attributes:
         runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
-        jobs: concurrent runs per model endpoint in a matrix, >= 1 (in ``config``).
+        jobs: concurrent runs per model endpoint (per replica: :mod:`harness.replicas`) in a matrix, >= 1 (in ``config``).
         embedded_slots: parallel slots of each embedded model's server, >= 1 (``--embedded-slots``); with fewer slots
             than ``jobs`` requests queue at the server. More than 1 enters the run identity.
         retry: how infrastructure errors are retried; every failed attempt is recorded.
@@ -269,6 +277,7 @@ class _Run:
         try:
             return self._execute()
         finally:
+            self.backend.end_run()  # e.g. a replica's place is free for another run (harness.replicas)
             if self.claim is not None:
                 self.claim.release()  # after the end row: the identity is finished (or free to redo)
 
@@ -331,7 +340,7 @@ class _Run:
         started = self.ledger.start_run(
             RunStart(
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
-                scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.model,
+                scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.named_model,
                 backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
                 model_digest=ident.model_digest, manifest_digest=ident.manifest_digest, think=plan.think, temperature=plan.temperature, seed=options.seed,
                 max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
@@ -340,7 +349,7 @@ class _Run:
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
                         "request_settings": self.backend.request_settings(options, tools=bool(tools)),
-                        "pid": os.getpid(), "host": socket.gethostname(), **self.options.extra_config,
+                        "pid": os.getpid(), "host": socket.gethostname(), **self.backend.run_facts(), **self.options.extra_config,
                         **(self.claim.facts if self.claim else {})}, stream=plan.stream,
             ),
             claim=self.claim.policy if self.claim else None,

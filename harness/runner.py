@@ -245,7 +245,8 @@ def run_matrix(
     events: MatrixEvents | None = None,
     backend_factory: BackendFactory = open_backend,
 ) -> MatrixResult:
-    """Run every plan not already in the ledger, up to ``options.jobs`` at once per model endpoint.
+    """Run every plan not already in the ledger, up to ``options.jobs`` at once per model endpoint (per replica of a spec
+    listing several: :mod:`harness.replicas`).
 
     Each model gets one backend (an embedded server with ``options.embedded_slots`` slots); runs of
     different models proceed side by side, each endpoint with its own limit. With ``resume``,
@@ -321,7 +322,7 @@ class _MatrixRun:
             for model, endpoint in endpoints.items():
                 if not todos[model]:
                     continue
-                pool = ThreadPoolExecutor(max_workers=self.options.jobs, thread_name_prefix="run")
+                pool = ThreadPoolExecutor(max_workers=self.options.jobs * endpoint.replicas, thread_name_prefix="run")
                 self.pools.append(pool)
                 self.futures.extend(pool.submit(self.execute, p, endpoint) for p in todos[model])
             pending = set(self.futures)

@@ -70,6 +70,7 @@ class FakeAgentServer:
         requests: number of chat requests received, the warm-up aside.
         warmups: number of warm-up requests received (``WARM_UP_MESSAGES`` with ``max_tokens`` 1: the runner sends one
             per model before its runs); answered without faults or delay, and not numbered for ``faults``.
+        max_in_flight: the most chat requests (warm-ups aside) it has held at once, waiting for a slot or answering.
     """
 
     def __init__(
@@ -87,6 +88,8 @@ class FakeAgentServer:
         self.slow_s = slow_s
         self.requests = 0
         self.warmups = 0
+        self.max_in_flight = 0
+        self._in_flight = 0
         self._slots = threading.Semaphore(slots)
         self._count_lock = threading.Lock()
         self._closing = threading.Event()
@@ -110,8 +113,14 @@ class FakeAgentServer:
                 with server._count_lock:
                     server.requests += 1
                     number = server.requests
-                with server._slots:
-                    server._answer(self, body, server.faults(number))
+                    server._in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server._in_flight)
+                try:
+                    with server._slots:
+                        server._answer(self, body, server.faults(number))
+                finally:
+                    with server._count_lock:
+                        server._in_flight -= 1
 
         self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True

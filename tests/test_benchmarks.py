@@ -154,3 +154,10 @@ def test_concurrency_runs_a_case_against_its_server_process(tmp_path):
     figures = _load("concurrency").measure(2, 20.0, 4, tmp_path)
     assert figures["turns"] == 12 and figures["runs"] == 4
     assert 0 < figures["ideal"] <= 1.0 and figures["cpu_s"] > 0
+
+
+def test_replicas_benchmark_runs_and_outlives_a_replica():
+    proc = subprocess.run([sys.executable, "benchmarks/replicas.py", "--jobs", "1", "--latency-ms", "5", "--runs-per-slot", "2"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "4 replicas:   8 runs" in proc.stdout and "4 runs in" in proc.stdout and "all pass" in proc.stdout

@@ -2,13 +2,18 @@
 
 Open a backend from a model spec string with :func:`open_backend`::
 
-    ollama:MODEL[@URL]            Ollama's native API; URL defaults to $OLLAMA_HOST or
+    ollama:MODEL[@URL[,URL...]]   Ollama's native API; URL defaults to $OLLAMA_HOST or
                                   http://localhost:11434 (MODEL may contain ':')
-    openai:MODEL@BASE_URL         any OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
+    openai:MODEL@BASE_URL[,URL...]
+                                  any OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
     embedded:NAME_OR_GGUF_PATH    llama.cpp started in-process (known name or .gguf file)
     embedded:hf:OWNER/REPO/FILE.gguf[@REVISION]
                                   a GGUF file fetched from the Hugging Face hub into the model cache
     replay:CASSETTE.jsonl         replies read from a cassette file
+
+A comma-separated list of URLs names replicas: servers of the same weights that
+:mod:`harness.replicas` spreads a matrix's runs over. :func:`replica_specs` splits such a spec
+into one single-URL spec per replica; :func:`open_backend` opens single-URL specs only.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ __all__ = [
     "SPEC_FORMS",
     "open_backend",
     "parse_model_spec",
+    "replica_specs",
     "write_cassette_line",
 ]
 
 #: the accepted model spec forms, quoted in usage errors
 SPEC_FORMS = (
-    "ollama:MODEL[@URL], openai:MODEL@BASE_URL, embedded:NAME_OR_GGUF_PATH, embedded:hf:OWNER/REPO/FILE.gguf[@REVISION] "
+    "ollama:MODEL[@URL[,URL...]], openai:MODEL@BASE_URL[,URL...], embedded:NAME_OR_GGUF_PATH, embedded:hf:OWNER/REPO/FILE.gguf[@REVISION] "
     "or replay:CASSETTE.jsonl"
 )
 
@@ -55,16 +61,19 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
 
     Only the first ``:`` separates the kind (Ollama names contain ``:``); for ``ollama`` and
     ``openai`` the URL follows the first ``@``. A URL without a scheme gets ``http://``. An
-    ``embedded:hf:...`` reference is checked here (nothing is fetched).
+    ``embedded:hf:...`` reference is checked here (nothing is fetched). A list of replicas' URLs
+    (``@URL,URL,...``) is checked whole (:func:`replica_specs`); the first one is returned.
 
     Args:
         spec: e.g. ``ollama:qwen2.5-coder:1.5b@http://h:1``.
 
     Returns:
-        ``(kind, model, url_or_None)``; ``model`` is the name, ``.gguf`` path or cassette path.
+        ``(kind, model, url_or_None)``; ``model`` is the name, ``.gguf`` path or cassette path; ``url`` the
+        (first replica's) URL.
 
     Raises:
-        UsageError: unknown kind, empty model, a missing or malformed URL, or a malformed ``hf:`` reference.
+        UsageError: unknown kind, empty model, a missing or malformed URL, a URL listed twice, or a malformed
+            ``hf:`` reference.
     """
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in _KINDS or not rest:
@@ -76,8 +85,35 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
     model, at, url = rest.partition("@")
     if not model or (at and not url) or (kind == "openai" and not at):
         raise _bad_spec(spec)
+    if not at:
+        return kind, model, None
     default_port = _OLLAMA_PORT if kind == "ollama" else None
-    return kind, model, _normalize_url(url, spec=spec, default_port=default_port) if at else None
+    urls = [_normalize_url(u.strip(), spec=spec, default_port=default_port) if u.strip() else "" for u in url.split(",")]
+    if "" in urls:
+        raise _bad_spec(spec)
+    twice = next((u for i, u in enumerate(urls) if u in urls[:i]), None)
+    if twice is not None:
+        raise UsageError(f"Model spec {spec!r} lists the replica {twice} twice; name each server once.")
+    return kind, model, urls[0]
+
+
+def replica_specs(spec: str) -> list[str]:
+    """The single-URL spec of each replica a spec names, in the order written.
+
+    ``openai:m@http://gpu1:8000/v1, http://gpu2:8000/v1`` names two replicas:
+    ``["openai:m@http://gpu1:8000/v1", "openai:m@http://gpu2:8000/v1"]`` (each URL as written, spaces around
+    it dropped). Any other spec is its only replica: ``[spec]``. The first replica's spec names the model in
+    a run's identity and in the ledger (:attr:`harness.loop.RunPlan.named_model`), so a spec listing replicas
+    plans the same identities as its first URL alone.
+
+    Raises:
+        UsageError: the spec is not valid (:func:`parse_model_spec`).
+    """
+    kind, _, _ = parse_model_spec(spec)
+    if kind not in ("ollama", "openai") or "," not in spec:
+        return [spec]
+    head, _, urls = spec.partition(":")[2].partition("@")
+    return [f"{kind}:{head}@{url.strip()}" for url in urls.split(",")]
 
 
 def open_backend(
@@ -107,11 +143,14 @@ def open_backend(
         The backend, with ``spec`` set to the given string; use it as a context manager.
 
     Raises:
-        UsageError: malformed spec, a missing ``api_key_env`` variable, a bad ``.gguf`` path
-            or cassette.
+        UsageError: malformed spec, a spec listing several replicas (open each of :func:`replica_specs`),
+            a missing ``api_key_env`` variable, a bad ``.gguf`` path or cassette.
         ModelCacheError: an embedded model could not be fetched.
     """
     kind, model, url = parse_model_spec(spec)
+    if len(replica_specs(spec)) > 1:
+        raise UsageError(f"Model spec {spec!r} names several replicas; `harness run` spreads runs over them, "
+                         "other commands take one URL.")  # fmt: skip
     backend: Backend
     if kind == "ollama":
         base = url or _normalize_url(os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, spec=None, default_port=_OLLAMA_PORT)

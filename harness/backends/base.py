@@ -311,7 +311,16 @@ class Backend(abc.ABC):
         return None
 
     def start_run(self) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
-        """Called before each run; the replay backend rewinds its cassette here."""
+        """Called before each run; the replay backend rewinds its cassette here, a replica set's handle picks its
+        replica (:mod:`harness.replicas`)."""
+
+    def end_run(self) -> None:  # noqa: B027 - an optional hook, a no-op unless overridden
+        """Called once the run has ended (its end row written or not), also when :meth:`start_run` failed."""
+
+    def run_facts(self) -> dict[str, Any]:
+        """Facts about this run's handle recorded in the run's ``config`` (after :meth:`start_run`), e.g. the
+        replica serving it; ``{}`` by default."""
+        return {}
 
     def for_run(self) -> Backend:
         """Return a handle for one run that may proceed concurrently with other runs.

@@ -48,7 +48,7 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument("--stream", action="append", choices=("on", "off"), help="stream replies and assemble the chunks (repeatable)")
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model server (default 1)")
     p.add_argument("--embedded-slots", type=int, default=1, metavar="N",
                    help="parallel slots of each embedded model's server (default 1: replies reproduce byte for byte "
                         "at --jobs 1; with fewer slots than --jobs requests queue; more than 1 changes the replies "
@@ -123,6 +123,8 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:
     for i, item in enumerate(planned.planned, 1):
         note = " (done)" if item.done else " (running in another process)" if item.running else ""
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
+    for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
+        print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)

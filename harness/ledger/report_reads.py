@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["RUN_EXPORT_COLUMNS", "RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads", "run_details_sql"]
 
 RUN_EXPORT_COLUMNS = (
-    "run_id", "identity", "scenario", "model", "temperature", "seed", "tool_mode", "parser", "think", "stream", "repetition",
+    "run_id", "identity", "scenario", "model", "base_url", "temperature", "seed", "tool_mode", "parser", "think", "stream", "repetition",
     "requires_tool", "started_at", "ended_at", "outcome", "turns", "prompt_tokens", "completion_tokens", "latency_ms",
     "checks_passed", "checks_failed", "failure_modes", "final_answer", "error",
 )  # fmt: skip
@@ -184,8 +184,9 @@ class ReportReads:
         (tokens) and ``latency_ms`` (ms, summed over turns) are the end row's totals, or the turns recorded so far;
         never null. ``checks_passed`` and ``checks_failed`` are lists of check names, ``failure_modes`` the sorted list
         of modes any turn showed (newest labels); ``requires_tool`` is True, False, or None (recorded before the flag);
-        ``stream`` ``on``/``off``; ``think`` ``default``/``on``/``off``; ``final_answer``, ``error`` and ``ended_at`` may
-        be None.
+        ``stream`` ``on``/``off``; ``think`` ``default``/``on``/``off``; ``base_url`` is the server's URL (for a spec
+        listing replicas, the replica the run started on: :mod:`harness.replicas`); ``base_url``, ``final_answer``,
+        ``error`` and ``ended_at`` may be None.
 
         Raises:
             LedgerError: the file cannot be read.
@@ -197,7 +198,7 @@ class ReportReads:
             modes.setdefault(run_id, []).append(str(mode))
         details = {d["run_id"]: d for d in self.run_details()}
         sql = (
-            "SELECT r.run_id, r.identity, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser,"
+            "SELECT r.run_id, r.identity, r.scenario, r.model, r.base_url, r.temperature, r.seed, r.tool_mode, r.parser,"
             f" {axis_sql(self._columns['runs'])}, r.repetition, r.started_at, e.ended_at, COALESCE(e.outcome, 'unfinished') AS outcome,"
             " COALESCE(e.turns, t.n, 0) AS turns, COALESCE(e.prompt_tokens, t.p, 0) AS prompt_tokens,"
             " COALESCE(e.completion_tokens, t.c, 0) AS completion_tokens, COALESCE(t.l, 0) AS latency_ms"
