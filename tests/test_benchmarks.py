@@ -154,3 +154,10 @@ def test_concurrency_runs_a_case_against_its_server_process(tmp_path):
     figures = _load("concurrency").measure(2, 20.0, 4, tmp_path)
     assert figures["turns"] == 12 and figures["runs"] == 4
     assert 0 < figures["ideal"] <= 1.0 and figures["cpu_s"] > 0
+
+
+def test_shard_merge_agrees_on_a_tiny_matrix(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/shard_merge.py", "--runs", "16", "--shards", "3", "--merges", "1",
+                           "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "merged report equals the unsharded one (timing columns and run ids left out): yes" in proc.stdout

@@ -7,7 +7,6 @@ Real parts only: replay matrices through `harness run`, real SQLite files, tampe
 
 from __future__ import annotations
 
-import csv
 import shutil
 import sqlite3
 from pathlib import Path
@@ -20,7 +19,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix
 from harness.scenarios import load_scenario
 from harness.shards import Shard, parse_shard
-from tests.helpers import CASSETTES, SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml
+from tests.helpers import CASSETTES, SCENARIO_FILE, assert_one_sentence_error, cli, report_csv_rows, scenario_toml
 from tests.ledger_builders import SMALL, add_run
 from tests.ledger_tamper import rechain, tamper
 
@@ -29,10 +28,6 @@ MATRIX = [arg for m in MODELS for arg in ("--model", m)] + [
     "--temperature", "0", "--temperature", "0.5", "--parser", "strict", "--parser", "lenient", "--repeats", "3",
 ]  # fmt: skip
 PLANNED = 2 * 2 * 2 * 3
-TIMING = {"started_at", "ended_at", "latency_ms", "latency_ms_median", "ttft_ms", "decode_tps", "latency_p50_ms", "latency_p95_ms"}
-"""Report columns that measure time: they differ between any two executions of one matrix."""
-EXECUTION = {"run_id"}
-"""A run's id is drawn when it starts, so two executions of one matrix never share one."""
 
 
 def _run(ledger: Path, *extra: str, scenario: Path = SCENARIO_FILE) -> None:
@@ -62,12 +57,6 @@ def built(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = [{k: v for k, v in row.items() if k not in TIMING | EXECUTION} for row in csv.DictReader(handle)]
-    return sorted(rows, key=lambda row: sorted(row.items()))
-
-
 def test_shards_partition_the_planned_runs():
     plans = expand_matrix([load_scenario(SCENARIO_FILE)], MatrixOverrides(MODELS, [0.0, 0.5], 3, parsers=["strict", "lenient"]))
     identities = [p.identity() for p in plans]
@@ -82,7 +71,9 @@ def test_shards_partition_the_planned_runs():
 def test_dry_run_shows_each_shards_share_and_the_shares_add_up(tmp_path, capsys):
     total = 0
     for i in range(3):
-        rc, out, _ = cli(capsys, "run", SCENARIO_FILE, *MATRIX, "--ledger", tmp_path / "l.sqlite", "--dry-run", "--shard", f"{i}/3")
+        rc, out, _ = cli(
+            capsys, "run", SCENARIO_FILE, *MATRIX, "--ledger", tmp_path / "l.sqlite", "--dry-run", "--shard", f"{i}/3"
+        )
         assert rc == 0
         first, *listed, last = out.strip().splitlines()
         share = int(first.split(": ")[1].split(" of ")[0])
@@ -108,7 +99,7 @@ def test_the_merged_report_is_the_unsharded_report_except_timing(built, tmp_path
     for name in ("whole", "merged"):
         assert main(["report", "--ledger", str(built[name]), "--out", str(tmp_path / name), "--format", "csv"]) == 0
     for table in ("summary.csv", "failure_modes.csv", "checks.csv", "runs.csv"):
-        whole, merged = _csv_rows(tmp_path / "whole" / table), _csv_rows(tmp_path / "merged" / table)
+        whole, merged = report_csv_rows(tmp_path / "whole" / table), report_csv_rows(tmp_path / "merged" / table)
         assert whole and merged == whole, table
     shards = [Ledger(built[f"shard{i}"], readonly=True) for i in range(3)]
     try:
