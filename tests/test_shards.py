@@ -177,6 +177,8 @@ def test_merge_refuses_an_existing_out(built, capsys, tmp_path):
     assert_one_sentence_error(rc, err)
     assert "already exists" in err and out.read_bytes() == b"keep me"
     assert "named twice" in _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], built["shard0"])
+    assert "is a file" in _merge_refused(capsys, out / "o.sqlite", built["shard0"])  # OUT's folder is a file
+    assert "no ledger at" in _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], tmp_path / "missing.sqlite")
 
 
 def test_merge_refuses_a_tampered_input(built, capsys, tmp_path):

@@ -37,7 +37,7 @@ from harness.ledger.anchor import SIDE_TABLES, LedgerHead
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.merge_write import MergeSource, write_merged
 from harness.ledger.migrations import CHAINED_TABLES
-from harness.ledger.opening import connect_readonly
+from harness.ledger.opening import cannot_create, connect_readonly
 from harness.ledger.queries import NEWEST_LABELS
 from harness.ledger.store import Ledger
 from harness.vocab import is_scored
@@ -122,6 +122,9 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
             raise LedgerError(
                 f"{out}{suffix} already exists; `harness ledger merge` writes a new ledger, so pass a path that does not exist."
             )
+    problem = cannot_create(out)
+    if problem:
+        raise LedgerError(problem)
     seen: dict[str, Path] = {os.path.realpath(out): out}
     for path in inputs:
         if not path.is_file():
@@ -229,7 +232,10 @@ def _write(out: Path, sources: list[MergeSource], kept: dict[int, set[str]]) -> 
     tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
     try:
         Ledger(tmp).close()  # created and migrated
-        write_merged(tmp, sources, kept)
+        try:
+            write_merged(tmp, sources, kept)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"could not write the merged ledger beside {out} ({exc}); nothing was written to {out}.") from exc
         db = connect_readonly(tmp)
         try:
             columns = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
