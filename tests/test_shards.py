@@ -19,7 +19,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix
 from harness.scenarios import load_scenario
 from harness.shards import Shard, parse_shard
-from tests.helpers import CASSETTES, SCENARIO_FILE, assert_one_sentence_error, cli, report_csv_rows, scenario_toml
+from tests.helpers import CASSETTES, REPO, SCENARIO_FILE, assert_one_sentence_error, cli, report_csv_rows, scenario_toml
 from tests.ledger_builders import SMALL, add_run
 from tests.ledger_tamper import rechain, tamper
 
@@ -239,3 +239,16 @@ def test_one_run_per_identity_scored_then_last_ended_then_greater_run_id(tmp_pat
         )
         assert merged.verify().ok
     assert main(["ledger", "merge", str(tmp_path / "again.sqlite"), str(out), str(a)]) == 0  # a merged ledger merges again
+
+
+def test_an_old_ledger_merges_once_migrated_and_its_anchor_checks_against_the_merge(tmp_path, capsys):
+    """Its rows were hashed before later columns existed: the merge's check recomputes them with its column history."""
+    old = tmp_path / "old.sqlite"
+    shutil.copyfile(REPO / "tests" / "data" / "ledger_m003.sqlite", old)
+    assert "older schema" in _merge_refused(capsys, tmp_path / "out.sqlite", old)
+    assert main(["ledger", "migrate", "--ledger", str(old)]) == 0
+    anchor = _anchor(old)
+    assert main(["ledger", "merge", str(tmp_path / "out.sqlite"), str(old)]) == 0
+    capsys.readouterr()
+    rc, out, _ = cli(capsys, "ledger", "verify", "--ledger", tmp_path / "out.sqlite", "--anchor", anchor)
+    assert rc == 0 and "its merged input old.sqlite extends the anchor" in out

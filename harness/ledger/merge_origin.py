@@ -63,13 +63,14 @@ def _input_chain(db: sqlite3.Connection, source: int, table: str, added: Mapping
         (source, table),
     )
     prev, count = GENESIS_HASH, 0
+    newest_added, every = max(added.values(), default=-1), hashed_columns(columns, 0, {})
     for source_seq, recorded, merged_seq, *row in cursor:
         count += 1
         if merged_seq is not None:
             if row[0] is None:
                 return f"merge_rows names {table} row seq={merged_seq}, which is missing (it was removed)"
             values = dict(zip(columns, row, strict=True))
-            names = hashed_columns(columns, int(source_seq), added)
+            names = every if source_seq > newest_added else hashed_columns(columns, int(source_seq), added)
             if row_hash(prev, names, tuple(values[c] for c in names)) != recorded:
                 return f"{table} row seq={merged_seq} no longer has the content its input had (it was edited after the merge)"
         prev = str(recorded)
