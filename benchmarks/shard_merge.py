@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/shard_merge.py [--runs 10000] [--shards 4] [--sequential] [--merges 3] [--work DIR]
+    python benchmarks/shard_merge.py [--runs 10000] [--shards 4] [--sequential] [--merges 3] [--work DIR] [--merge-only]
 
 The matrix: ``scenarios/no_tool_needed.toml`` on its ideal and broken replay cassettes (two models, so runs pass and
 fail), temperatures 0 and 0.5, parsers strict and lenient, ``--runs / 8`` repetitions. It runs once into one ledger
@@ -11,7 +11,8 @@ child processes like the jobs of a cluster array, or one after another with ``--
 merged ``--merges`` times into fresh files (``merge_ledgers`` in this process; the median is printed, together with
 one timed ``harness ledger merge`` command). Last, ``harness report --format csv`` on the whole ledger and on the
 merged one, compared table by table with the timing columns and run ids left out (rows sorted: a merged ledger holds
-its runs input by input). Exits 1 when the reports differ.
+its runs input by input). Exits 1 when the reports differ. ``--merge-only`` reuses the ledgers an earlier run left
+in ``--work``.
 """
 
 from __future__ import annotations
@@ -75,14 +76,19 @@ def _run_shards(runs: int, shards: int, work: Path, *, sequential: bool) -> tupl
     return ledgers, time.perf_counter() - started
 
 
-def _merge(shards: list[Path], work: Path, merges: int) -> tuple[Path, list[float], float]:
+def _merge(shards: list[Path], work: Path, merges: int) -> tuple[Path, list[tuple[float, float]], float]:
+    """Merge ``merges`` times in this process (wall and CPU seconds each), then once with the command."""
     times = []
     for n in range(merges):
         out = work / f"merged-{n}.sqlite"
-        started = time.perf_counter()
+        for stale in work.glob(f"{out.name}*"):
+            stale.unlink()
+        started, cpu = time.perf_counter(), time.process_time()
         merge_ledgers(out, shards)
-        times.append(time.perf_counter() - started)
+        times.append((time.perf_counter() - started, time.process_time() - cpu))
     cli_out = work / "merged-cli.sqlite"
+    for stale in work.glob(f"{cli_out.name}*"):
+        stale.unlink()
     started = time.perf_counter()
     subprocess.run(_harness("ledger", "merge", str(cli_out), *map(str, shards)), check=True, cwd=work, env=_env(),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -103,12 +109,17 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4, help="shards (default 4)")
     parser.add_argument("--sequential", action="store_true", help="run the shards one after another, not side by side")
     parser.add_argument("--merges", type=int, default=3, help="timed merges (default 3; the median is printed)")
+    parser.add_argument("--merge-only", action="store_true", help="merge and compare the ledgers an earlier run left in --work")
     parser.add_argument("--work", type=Path, default=None, help="folder for the ledgers (default: a new temporary folder)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="harness_shard_merge_"))
     work.mkdir(parents=True, exist_ok=True)
-    whole, whole_s = _run_whole(args.runs, work)
-    shards, shards_s = _run_shards(args.runs, args.shards, work, sequential=args.sequential)
+    if args.merge_only:  # the ledgers of an earlier run in --work
+        whole, whole_s = work / "whole.sqlite", float("nan")
+        shards, shards_s = sorted(work.glob("shard-*.sqlite"), key=lambda p: int(p.stem.split("-")[1])), float("nan")
+    else:
+        whole, whole_s = _run_whole(args.runs, work)
+        shards, shards_s = _run_shards(args.runs, args.shards, work, sequential=args.sequential)
     merged, times, cli_s = _merge(shards, work, args.merges)
     with Ledger(merged, readonly=True) as ledger:
         counts, verified = ledger.row_counts(), ledger.verify()
@@ -119,7 +130,9 @@ def main() -> int:
     differ = _reports_equal(whole, merged, work)
     print(f"matrix: {sum(shares)} runs ({counts['turns']} turns); whole in {whole_s:.1f} s; {args.shards} shards "
           f"{'one after another' if args.sequential else 'side by side'} in {shards_s:.1f} s, runs per shard {shares}")  # fmt: skip
-    print(f"merge: median {statistics.median(times):.2f} s of {args.merges} ({', '.join(f'{t:.2f}' for t in times)}); "
+    walls, cpus = [w for w, _ in times], [c for _, c in times]
+    print(f"merge: median {statistics.median(walls):.2f} s wall, {statistics.median(cpus):.2f} s CPU of {args.merges} "
+          f"({', '.join(f'{w:.2f}' for w in walls)}); "
           f"`harness ledger merge` command {cli_s:.2f} s; merged ledger {counts['runs']} runs, verifies: {verified.ok}")  # fmt: skip
     print(
         f"merged report equals the unsharded one (timing columns and run ids left out): {'yes' if not differ else 'NO: ' + ', '.join(differ)}"
