@@ -16,6 +16,7 @@ The red-team regression tests spread over the feature test files hold the harnes
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import threading
@@ -317,3 +318,17 @@ def viewer_process(*argv: str):
             proc.kill()
             _, err = proc.communicate()
     assert proc.returncode == 0 and "Traceback" not in err, err  # Ctrl-C stops it cleanly
+
+
+# -- reports of two executions of one matrix (sharded and merged, or not) ---------------------------------
+REPORT_TIMING_COLUMNS = frozenset({"started_at", "ended_at", "latency_ms", "latency_ms_median", "ttft_ms", "decode_tps",
+                                   "latency_p50_ms", "latency_p95_ms"})  # fmt: skip
+"""Columns of the report's CSV tables that measure time: they differ between any two executions of one matrix."""
+
+
+def report_csv_rows(path: Path) -> list[dict[str, str]]:
+    """A report CSV table's rows without :data:`REPORT_TIMING_COLUMNS` and ``run_id`` (drawn when a run starts, so two
+    executions never share one), sorted (a merged ledger holds its runs input by input)."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = [{k: v for k, v in row.items() if k not in REPORT_TIMING_COLUMNS | {"run_id"}} for row in csv.DictReader(handle)]
+    return sorted(rows, key=lambda row: sorted(row.items()))

@@ -161,3 +161,10 @@ def test_replicas_benchmark_runs_and_outlives_a_replica():
                           cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "4 replicas:   8 runs" in proc.stdout and "4 runs in" in proc.stdout and "all pass" in proc.stdout
+
+
+def test_shard_merge_agrees_on_a_tiny_matrix(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/shard_merge.py", "--runs", "16", "--shards", "3", "--merges", "1",
+                           "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "merged report equals the unsharded one (timing columns and run ids left out): yes" in proc.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.cli._common import Subparsers, ledger_option, ledger_path
 from harness.errors import LedgerError, UsageError
+from harness.vocab import printable
 
 __all__ = ["add_export", "add_ledger", "add_rescore"]
 
@@ -34,6 +35,14 @@ def add_ledger(sub: Subparsers) -> None:
     m = verbs.add_parser("migrate", help="create or upgrade the ledger schema")
     ledger_option(m)
     m.set_defaults(func=_cmd_ledger_migrate)
+    g = verbs.add_parser("merge", help="merge the ledgers of a sharded matrix (`harness run --shard I/N`) into a new ledger",
+                         description="Verify each input, refuse inputs whose shared scenarios or newest classifier versions "
+                                     "differ, keep one run per identity (a scored run over an unscored one, then the one "
+                                     "that ended last, then the greater run id) and write a new ledger at OUT that records "
+                                     "where each row came from.")  # fmt: skip
+    g.add_argument("out", type=Path, metavar="OUT", help="the new ledger (must not exist)")
+    g.add_argument("inputs", type=Path, nargs="+", metavar="LEDGER", help="the ledgers to merge, e.g. one per shard")
+    g.set_defaults(func=_cmd_ledger_merge)
 
 
 def _cmd_ledger_verify(args: argparse.Namespace) -> int:
@@ -49,6 +58,8 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         pending = ledger.pending_migrations()
     if result.ok:
         extends = "; it extends the anchor" if anchor is not None else ""
+        if result.anchored_input is not None:
+            extends = f"; its merged input {printable(result.anchored_input)} extends the anchor"
         print(f"{path}: OK, {result.rows} rows verified{extends}.")
         if pending:
             print(f"harness: {path} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {path}` upgrades it.",
@@ -87,6 +98,21 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
         print(f"{path}: upgraded, applied {', '.join(pending)}; schema {applied}.")
     else:
         print(f"{path}: schema already up to date ({applied}).")
+    return 0
+
+
+def _cmd_ledger_merge(args: argparse.Namespace) -> int:
+    from harness.cli._common import head_line
+    from harness.console import plural
+    from harness.ledger.merge import merge_ledgers
+
+    result = merge_ledgers(args.out, args.inputs)
+    for item in result.inputs:
+        print(f"{printable(str(item.path))}: {plural(item.runs, 'run')}, {item.kept} kept; its head {item.anchor}")
+    left = f" ({plural(result.left_out, 'run')} left out: another run of the same identity won)" if result.left_out else ""
+    print(f"{printable(str(result.out))}: {plural(result.runs, 'run')} from {plural(len(result.inputs), 'ledger')}{left}; "
+          f"`harness report --ledger {printable(str(result.out))}` reports them.")  # fmt: skip
+    print(head_line(result.head.anchor))
     return 0
 
 

@@ -62,6 +62,9 @@ def add_run(sub: Subparsers) -> None:
     p.add_argument("--cache", action="store_true", help="reuse recorded replies for identical requests of the same run identity")
     p.add_argument("--no-resume", action="store_true", help="run every planned run even if the ledger already has it")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs, how many are already done, and exit")
+    p.add_argument("--shard", metavar="I/N", default=None,
+                   help="run only shard I of N (0 <= I < N) of the planned runs, chosen by identity hash, into this "
+                        "--ledger; `harness ledger merge` joins the shards' ledgers")  # fmt: skip
     p.set_defaults(func=_cmd_run)
 
 
@@ -71,7 +74,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.outputs import check_output_folder
     from harness.runner import expand_matrix
     from harness.scenarios import load_scenario
+    from harness.shards import parse_shard
 
+    shard = parse_shard(args.shard) if args.shard is not None else None
     if not 1 <= args.jobs <= 256 or not 1 <= args.embedded_slots <= 256 or not 1 <= args.max_attempts <= 100:
         raise UsageError("--jobs and --embedded-slots must be from 1 to 256 and --max-attempts from 1 to 100.")
     if args.timeout is not None and not 1 <= args.timeout <= 86_400:  # also refuses nan
@@ -85,6 +90,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)
+    if shard is not None:
+        mine = shard.select(plans)
+        print(f"Shard {shard}: {len(mine)} of {len(plans)} planned runs (plan identity hash mod {shard.count} = {shard.index}).")
+        plans = mine
     path = ledger_path(args)
     if args.dry_run:
         return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots)

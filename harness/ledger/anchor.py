@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from harness.errors import LedgerError
 from harness.ledger.chain import GENESIS_HASH
 from harness.ledger.migrations import CHAINED_TABLES
 
-__all__ = ["ANCHOR_VERSION", "SIDE_TABLES", "Anchor", "LedgerHead", "anchor_problem", "parse_anchor", "read_head"]
+__all__ = ["ANCHOR_VERSION", "SIDE_TABLES", "Anchor", "LedgerHead", "anchor_problem", "parse_anchor", "read_head", "side_head"]
 
 ANCHOR_VERSION = "hl1"
 """Prefix of every anchor line; a later format gets a new one."""
@@ -77,11 +77,17 @@ def _tables(db: sqlite3.Connection) -> set[str]:
     return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
-def _side_head(db: sqlite3.Connection, table: str, rows: int) -> str:
+def side_head(rows: Iterable[Sequence[Any]]) -> str:
+    """The head of a side table's rows (each a sequence of its column values, in insertion order): ``sha256(previous
+    head + canonical JSON of the row)`` from :data:`~harness.ledger.chain.GENESIS_HASH`."""
     head = GENESIS_HASH
-    for row in db.execute(f"SELECT * FROM {table} ORDER BY rowid LIMIT ?", (rows,)):
+    for row in rows:
         head = hashlib.sha256((head + canonical_json(list(row))).encode("utf-8")).hexdigest()
     return head
+
+
+def _side_head(db: sqlite3.Connection, table: str, rows: int) -> str:
+    return side_head(db.execute(f"SELECT * FROM {table} ORDER BY rowid LIMIT ?", (rows,)))
 
 
 def read_head(db: sqlite3.Connection, rows: Mapping[str, int] | None = None) -> LedgerHead:

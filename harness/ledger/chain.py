@@ -93,7 +93,9 @@ def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
             checked += 1
             values = dict(zip(names, row, strict=True))
             where = f"{table} row seq={values['seq']}" + (
-                f" (run {values['run_id']}" + (f", turn {values['turn']})" if "turn" in values else ")")
+                (f" (run {values['run_id']}" + (f", turn {values['turn']})" if "turn" in values else ")"))
+                if "run_id" in values
+                else ""
             )
             if values["prev_hash"] != prev:
                 return VerifyResult(

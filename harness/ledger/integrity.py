@@ -30,6 +30,7 @@ from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, anchor_problem
 from harness.ledger.blobs import BLOB_COLUMNS, blobs_problem
 from harness.ledger.chain import verify_chains
+from harness.ledger.merge_origin import anchored_input, merge_problem
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.queries import template_key
 from harness.ledger.records import VerifyResult
@@ -171,7 +172,8 @@ def templates_problem(db: sqlite3.Connection) -> str | None:
 
 def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], anchor: Anchor | None = None) -> VerifyResult:
     """Every check in order: the migration record, the schema, every chain, the row counters, the blobs, the templates,
-    then the anchor.
+    a merged ledger's provenance (:func:`~harness.ledger.merge_origin.merge_problem`), then the anchor: the ledger must
+    extend it, or, in a merged ledger, one of its inputs must (``anchored_input`` names that input).
 
     Args:
         db: an open ledger connection.
@@ -192,9 +194,12 @@ def verify_ledger(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], 
             return result
         problem = sequence_problem(db, [t for t in CHAINED_TABLES if columns[t]])
         problem = problem or blobs_problem(db, [t for t in BLOB_COLUMNS if "blob_refs" in columns.get(t, ())])
-        problem = problem or templates_problem(db)
+        problem = problem or templates_problem(db) or merge_problem(db)
+        anchored = None
         if problem is None and anchor is not None:
             problem = anchor_problem(db, anchor)
+            anchored = anchored_input(db, anchor) if problem else None  # an anchor taken on a merged input
+            problem = None if anchored else problem
     except sqlite3.Error as exc:
         return VerifyResult(False, 0, f"the ledger cannot be read as a harness ledger ({exc})")
-    return VerifyResult(problem is None, result.rows, problem)
+    return VerifyResult(problem is None, result.rows, problem, anchored)

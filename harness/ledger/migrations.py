@@ -26,8 +26,9 @@ __all__ = [
     "reference_schema",
 ]
 
-CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts")
-"""Every table whose rows carry ``prev_hash``/``row_hash``, in verification order."""
+CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts", "merge_sources", "merge_rows")
+"""Every table whose rows carry ``prev_hash``/``row_hash``, in verification order (the last two hold only a merged
+ledger's provenance: :mod:`harness.ledger.merge`)."""
 
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[tuple[str, Migration]] = []
@@ -193,6 +194,24 @@ def m010_report_index(db: sqlite3.Connection) -> None:
     row and changes none: the chains and ``row_hash`` values stay as they are. Ledgers opened read-only before this
     migration is applied give the same reports, sorting instead."""
     db.execute("CREATE INDEX turns_report ON turns(run_id, latency_ms, prompt_tokens, completion_tokens, ttft_ms, decode_tps)")
+
+
+@migration
+def m011_merge_provenance(db: sqlite3.Connection) -> None:
+    """Where a merged ledger's rows came from (``harness ledger merge``, :mod:`harness.ledger.merge`), append-only and
+    chained like the data: ``merge_sources`` holds one row per input ledger (its file name, its head when merged, and
+    its ``_migrations``/``_added_columns`` rows as JSON, so its chains can be recomputed), ``merge_rows`` one row per
+    row of each input's chained tables (its ``seq`` and ``row_hash`` there, and its ``seq`` here, NULL when the merge
+    left it out). Both stay empty in a ledger that was never merged."""
+    db.execute(f"""CREATE TABLE merge_sources (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, source INTEGER NOT NULL UNIQUE, file TEXT NOT NULL, head TEXT NOT NULL,
+        side_rows TEXT NOT NULL, runs_kept INTEGER NOT NULL, merged_at TEXT NOT NULL, {_CHAIN_COLS})""")
+    db.execute(f"""CREATE TABLE merge_rows (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, source INTEGER NOT NULL, table_name TEXT NOT NULL,
+        source_seq INTEGER NOT NULL, source_row_hash TEXT NOT NULL, merged_seq INTEGER, {_CHAIN_COLS})""")
+    db.execute("CREATE INDEX merge_rows_source ON merge_rows(source, table_name, source_seq)")
+    for table in ("merge_sources", "merge_rows"):
+        _append_only_triggers(db, table)
 
 
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -205,11 +205,14 @@ class VerifyResult:
         ok: True when every chain and the triggers check out.
         rows: rows checked, all tables.
         problem: one sentence naming the first bad row (table and seq), or None.
+        anchored_input: for a merged ledger checked against an anchor taken on one of its inputs, that input's file
+            name (:func:`harness.ledger.merge_origin.anchored_input`); None otherwise.
     """
 
     ok: bool
     rows: int
     problem: str | None = None
+    anchored_input: str | None = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ Tables (all columns of JSON type hold canonical JSON text)::
     attestations  one row per human review of a run: reviewer, notes, SHA-256 of the review frame
     blobs      each large payload of turns, run_ends and labels, once, by SHA-256 (:mod:`harness.ledger.blobs`)
     templates  each chat template a run's server reported, once, by SHA-256 (:mod:`harness.ledger.queries`)
+    merge_sources, merge_rows  a merged ledger's inputs and where each row came from (:mod:`harness.ledger.merge`)
 """
 
 from __future__ import annotations
