@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from harness.ledger import Ledger, decode_labels
+from harness.report.grouping import RunGroups
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = ["LedgerFrames", "TurnLatencies", "grouped_quantiles", "load_frames"]
@@ -157,6 +158,12 @@ class LedgerFrames:
         """UTC time of the newest run end in the ledger, or None when no run has ended."""
         ends = self.runs["ended_at"].dropna()
         return None if ends.empty else str(ends.max())
+
+    @cached_property
+    def groups(self) -> RunGroups:
+        """The runs' axes as integer codes (:class:`harness.report.grouping.RunGroups`), made on first use; every table
+        groups runs through it. Assumes :attr:`runs` is not changed after that."""
+        return RunGroups(self.runs)
 
     @cached_property
     def turns(self) -> pd.DataFrame:
