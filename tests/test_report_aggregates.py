@@ -186,16 +186,22 @@ def _summary_by_pandas(frames, by: list[str]) -> pd.DataFrame:
     medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"),
                                                 ttft_ms=("ttft_ms", "median"), decode_tps=("decode_tps", "median"))  # fmt: skip
     table = table.merge(medians.reset_index(), on=by, how="left")
-    cells = scored.groupby([*CELL_AXES, "task_kind"]).agg(n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique"))
+    cells = scored.groupby([*CELL_AXES, "task_kind"]).agg(
+        n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique")
+    )
     max_k = int(min(cells["n"].max(), cells["repeats"].max()))
     for k in range(1, max_k + 1):
-        per_cell = cells.assign(p=[pass_hat_k(n, c, k) if n >= k else math.nan for n, c in zip(cells["n"], cells["c"], strict=True)])
+        per_cell = cells.assign(
+            p=[pass_hat_k(n, c, k) if n >= k else math.nan for n, c in zip(cells["n"], cells["c"], strict=True)]
+        )
         per_group = per_cell.reset_index().groupby(by, sort=True)["p"].agg(lambda p: p.mean() if p.notna().all() else math.nan)
         table[f"pass^{k}"] = table.set_index(by).index.map(per_group.to_dict()).to_numpy(dtype=float)
     return table
 
 
-@pytest.mark.parametrize("by", [["model"], ["model", "temperature"], ["scenario", "parser"], ["task_kind", "model"], list(CELL_AXES)])
+@pytest.mark.parametrize(
+    "by", [["model"], ["model", "temperature"], ["scenario", "parser"], ["task_kind", "model"], list(CELL_AXES)]
+)
 def test_tables_grouped_in_numpy_equal_pandas_groupby(varied, by):
     frames = load_frames(varied)
     got = summary_table(frames, by)

@@ -72,6 +72,23 @@ class TurnLatencies:
         out[self.run_pos[known]] = medians[known]
         return out
 
+    @cached_property
+    def ascending(self) -> np.ndarray:
+        """Positions in :attr:`values` of the recorded latencies, in ascending order of latency (sorted once)."""
+        known = np.flatnonzero(~np.isnan(self.values))
+        return known[np.argsort(self.values[known], kind="stable")]
+
+    def quantiles(self, per_run: np.ndarray, qs: Sequence[float], n_groups: int) -> np.ndarray:
+        """:func:`grouped_quantiles` of the turns' latencies grouped by their runs' groups (``per_run``: a group per run,
+        indexed like :attr:`LedgerFrames.runs`, negative for none), from :attr:`ascending`: a stable sort by group of
+        values already in order, instead of sorting the values again for every table."""
+        groups = self.per_turn(per_run)[self.ascending]
+        keep = groups >= 0
+        groups, positions = groups[keep], self.ascending[keep]
+        regroup = np.argsort(groups.astype(np.min_scalar_type(max(n_groups, 1))), kind="stable")  # radix sort when small
+        sizes = np.bincount(groups, minlength=n_groups)[:n_groups]
+        return _sorted_quantiles(self.values[positions[regroup]], sizes, qs)
+
 
 def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float], n_groups: int) -> np.ndarray:
     """Quantiles of ``values`` per group, as pandas' ``groupby(...).quantile(q)`` computes them (linear interpolation).
@@ -88,10 +105,13 @@ def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float
     keep = (groups >= 0) & ~np.isnan(values)
     groups, values = groups[keep], values[keep]
     order = np.lexsort((values, groups))
-    values = values[order]
-    sizes = np.bincount(groups, minlength=n_groups)[:n_groups]
+    return _sorted_quantiles(values[order], np.bincount(groups, minlength=n_groups)[:n_groups], qs)
+
+
+def _sorted_quantiles(values: np.ndarray, sizes: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    """Quantiles per group of ``values`` (the first group's ``sizes[0]`` values ascending, then the next group's)."""
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    out = np.full((n_groups, len(qs)), np.nan)
+    out = np.full((len(sizes), len(qs)), np.nan)
     has = np.flatnonzero(sizes > 0)
     for k, q in enumerate(qs):
         q_idx = q * (sizes[has] - 1).astype(np.float64)

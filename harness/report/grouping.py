@@ -42,6 +42,11 @@ class RunGroups:
             self.codes[axis], self.uniques[axis] = codes.astype(np.int64), pd.Index(uniques)
         return self.codes[axis]
 
+    def nunique(self, axis: str) -> int:
+        """Distinct values of ``axis`` among the runs, NaN counting as one (``Series.nunique(dropna=False)``)."""
+        codes = self._axis(axis)
+        return len(self.uniques[axis]) + int(bool((codes < 0).any()))
+
     def ids(self, by: Sequence[str], mask: np.ndarray | None = None) -> tuple[np.ndarray, pd.DataFrame]:
         """Each run's group by ``by`` among the runs ``mask`` selects (all when None).
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.report.frames import LedgerFrames, grouped_quantiles
+from harness.report.frames import LedgerFrames
 from harness.report.grouping import grouped_median
 from harness.stats import pass_hat_k, wilson_interval
 
@@ -50,13 +50,6 @@ def parse_axes(text: str | None) -> tuple[str, ...]:
 
 def _wilson_or_nan(k: int, n: int) -> tuple[float, float]:
     return wilson_interval(int(k), int(n)) if n > 0 else (math.nan, math.nan)
-
-
-def _pass_k_for_group(cells: pd.DataFrame, k: int) -> float:
-    """Mean over the group's cells (tau-bench tasks) of C(c, k) / C(n, k); NaN if any cell has n < k."""
-    if cells.empty or (cells["n"] < k).any():
-        return math.nan
-    return float(np.mean([pass_hat_k(n, c, k) for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)]))
 
 
 def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latency: bool = True) -> pd.DataFrame:
@@ -99,20 +92,27 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latenc
                         ("context_overflow", counted & (outcome == "context_overflow"))):  # fmt: skip
         table[name] = np.bincount(ids[flags & (ids >= 0)], minlength=n)[:n].astype("int64")
     scored = table["scored"].to_numpy()
-    table.insert(len(by) + 3, "pass_rate", np.where(scored > 0, table["passes"].to_numpy() / np.where(scored > 0, scored, 1), np.nan))
+    table.insert(
+        len(by) + 3, "pass_rate", np.where(scored > 0, table["passes"].to_numpy() / np.where(scored > 0, scored, 1), np.nan)
+    )
     bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
     table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
     table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
-    for name, column in (("median_turns", "turns"), ("median_tokens", "tokens"), ("ttft_ms", "ttft_ms"), ("decode_tps", "decode_tps")):
+    for name, column in (
+        ("median_turns", "turns"),
+        ("median_tokens", "tokens"),
+        ("ttft_ms", "ttft_ms"),
+        ("decode_tps", "decode_tps"),
+    ):
         table[name] = grouped_median(scored_ids, runs[column].to_numpy(dtype=np.float64), n)
     table = pd.concat([table, _pass_k_columns(frames, table, by)], axis=1)
     if latency:
-        quantiles = grouped_quantiles(frames.latencies.per_turn(scored_ids), frames.latencies.values, (0.5, 0.95), n)
+        quantiles = frames.latencies.quantiles(scored_ids, (0.5, 0.95), n)
         table["latency_p50_ms"], table["latency_p95_ms"] = quantiles[:, 0], quantiles[:, 1]
     return table.sort_values(by, kind="stable").reset_index(drop=True)
 
 
-def pass_k_cells(frames: LedgerFrames) -> pd.DataFrame:
+def _pass_k_cells(frames: LedgerFrames) -> pd.DataFrame:
     """Per cell (:data:`CELL_AXES` and ``task_kind``) with scored runs: ``n`` scored runs, ``c`` passes and ``repeats``
     (distinct repetitions), sorted by the cell; the tau-bench tasks of pass^k."""
     if "pass_k_cells" in frames.groups.memo:
@@ -131,15 +131,26 @@ def pass_k_cells(frames: LedgerFrames) -> pd.DataFrame:
 
 
 def _pass_k_columns(frames: LedgerFrames, table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """``pass^1`` .. ``pass^K`` for each row of ``table`` (K = the most repetitions of any cell, at most its scored runs)."""
-    cells = pass_k_cells(frames)
+    """``pass^1`` .. ``pass^K`` for each row of ``table`` (K = the most repetitions of any cell, at most its scored runs):
+    the mean over the row's cells (tau-bench tasks) of C(c, k) / C(n, k); NaN if any of its cells has n < k."""
+    cells = _pass_k_cells(frames)
     max_k = int(min(cells["n"].max(), cells["repeats"].max())) if not cells.empty else 0
+    if "pass_hat_k" not in frames.groups.memo:  # per cell and k, computed once for every table
+        frames.groups.memo["pass_hat_k"] = pd.DataFrame(
+            [[pass_hat_k(n, c, k) if n >= k else math.nan for k in range(1, max_k + 1)]
+             for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)], columns=range(1, max_k + 1))  # fmt: skip
+    per_cell, sizes = frames.groups.memo["pass_hat_k"].to_numpy(dtype=float), cells["n"].to_numpy()
     cell_groups = (
-        {key if isinstance(key, tuple) else (key,): g for key, g in cells.groupby(by, sort=True)} if not cells.empty else {}
+        {key if isinstance(key, tuple) else (key,): idx for key, idx in cells.groupby(by, sort=True).indices.items()}
+        if not cells.empty
+        else {}
     )
-    keys = [tuple(row) for row in table[by].itertuples(index=False)]
+    rows = [cell_groups.get(tuple(row), np.array([], dtype=np.int64)) for row in table[by].itertuples(index=False)]
     pass_k = {
-        f"pass^{k}": [_pass_k_for_group(cell_groups.get(key, cells.iloc[0:0]), k) for key in keys] for k in range(1, max_k + 1)
+        f"pass^{k}": [
+            math.nan if not len(idx) or (sizes[idx] < k).any() else float(np.mean(per_cell[idx, k - 1])) for idx in rows
+        ]
+        for k in range(1, max_k + 1)
     }
     return pd.DataFrame(pass_k, index=table.index)
 
@@ -210,9 +221,9 @@ def check_failure_table(frames: LedgerFrames, by: Sequence[str] = ("model",)) ->
     """
     keys = list(by)
     columns = [*keys, "check", "failed", "checked", "share"]
-    runs = frames.runs[frames.runs["scored"]]
+    scored = frames.runs["scored"].to_numpy(dtype=bool)
     checks = frames.run_checks.merge(
-        runs[["run_id", "scenario", *[k for k in keys if k != "scenario"]]], on="run_id", how="inner"
+        frames.runs[["run_id", "scenario", *[k for k in keys if k != "scenario"]]][scored], on="run_id", how="inner"
     )
     if checks.empty:
         return pd.DataFrame(columns=columns)
@@ -243,7 +254,7 @@ def shortest_examples(frames: LedgerFrames, *, max_chars: int = EXCERPT_CHARS) -
         return pd.DataFrame(columns=columns)
     texts = frames.replies(best["seq"].tolist())
     calls = {seq: _calls_text(c) for seq, c in frames.reply_calls([int(s) for s in best["seq"] if not texts.get(int(s))]).items()}
-    model_of = frames.runs.set_index("run_id")["model"]
+    model_of = pd.Series(frames.runs["model"].to_numpy(), index=frames.runs["run_id"].to_numpy())
     out = pd.DataFrame({
         "mode": best["mode"].to_numpy(), "run_id": best["run_id"].astype(str).to_numpy(), "turn": best["turn"].to_numpy(),
         "model": model_of.reindex(best["run_id"].astype(str)).to_numpy(), "chars": best["chars"].to_numpy(),
@@ -292,13 +303,16 @@ def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
         "strict_rate",
         "rescued",
     ]
-    runs = frames.runs[frames.runs["scored"]]
-    keys = ["model", "scenario", "temperature", "tool_mode", "think", "stream"]
-    policies = runs[keys].assign(strict=runs["parser"] == "strict", lenient=runs["parser"] == "lenient").groupby(keys)
-    both = policies["strict"].transform("any") & policies["lenient"].transform("any")
-    runs = runs[both.astype(bool)] if not runs.empty else runs
-    if runs.empty:
+    scored = frames.runs["scored"].to_numpy(dtype=bool)
+    ids, groups = frames.groups.ids(["model", "scenario", "temperature", "tool_mode", "think", "stream"], scored)
+    parser = frames.runs["parser"].to_numpy(dtype=object)
+    has_both = np.ones(len(groups) + 1, dtype=bool)  # the last entry is read for ids -1 (unscored: dropped by `scored`)
+    for policy in ("strict", "lenient"):
+        has_both[:-1] &= np.bincount(ids[scored & (parser == policy)], minlength=len(groups))[: len(groups)] > 0
+    both = scored & has_both[ids]
+    if not both.any():
         return pd.DataFrame(columns=columns)
+    runs = pd.DataFrame({c: frames.runs[c].to_numpy()[both] for c in ("model", "parser", "passed")})
     counts = runs.groupby(["model", "parser"], sort=True)["passed"].agg(["sum", "size"]).unstack("parser")
     out = pd.DataFrame({
         "model": counts.index,
