@@ -71,6 +71,7 @@ ALL_MIGRATIONS = [
     "m008_streaming",
     "m009_templates",
     "m010_report_index",
+    "m011_mode_index",
 ]
 #: what a ledger written by the first three migrations (tests/data/ledger_m003.sqlite) still lacks
 AFTER_M003 = ALL_MIGRATIONS[3:]

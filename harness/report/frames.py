@@ -243,23 +243,20 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
         # SQLite runs without the interpreter lock: the two passes over the turns (each on its own connection) go on
         # side by side while this connection reads the runs
         with ThreadPoolExecutor(3) as pool:
-            mode_counts = pool.submit(_read, path, Ledger.run_mode_counts)
+            mode_reads = pool.submit(_read, path, Ledger.mode_reads)
             latency_reads = pool.submit(_read, path, Ledger.turn_latencies)
             detail_reads = pool.submit(_read, path, Ledger.run_details)
             runs = ledger.runs_frame()
             model_runs = ledger.model_runs()
             details = detail_reads.result()
-            modes = mode_counts.result()
+            modes, examples = mode_reads.result()
             totals, values = latency_reads.result()
     run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
     counts = totals["turns_recorded"].to_numpy(dtype=np.int64)
     latencies = TurnLatencies(run_pos, counts, totals["latencies_recorded"].to_numpy(dtype=np.int64), values)
     runs = _finish_runs(runs, totals, latencies)
     runs, run_checks = _add_details(runs, details)
-    examples = modes.sort_values(["mode", "shortest_chars", "shortest_seq"], kind="stable").drop_duplicates("mode")
-    examples = pd.DataFrame({"mode": examples["mode"].to_numpy(dtype=object), "seq": examples["shortest_seq"].to_numpy(),
-                             "run_id": examples["run_id"].to_numpy(dtype=object), "turn": examples["shortest_turn"].to_numpy(),
-                             "chars": examples["shortest_chars"].to_numpy()})  # fmt: skip
+    examples = examples[["mode", "seq", "run_id", "turn", "chars"]]
     run_modes = modes[["run_id", "mode", "turns_with_mode"]].copy()
     run_modes["run_id"] = pd.Categorical(run_modes["run_id"], categories=runs["run_id"])
     run_modes["mode"] = run_modes["mode"].astype(object)
