@@ -42,6 +42,12 @@ class RunGroups:
             self.codes[axis], self.uniques[axis] = codes.astype(np.int64), pd.Index(uniques)
         return self.codes[axis]
 
+    def isin(self, column: str, values: Sequence[object]) -> np.ndarray:
+        """Per run, whether its ``column`` is one of ``values`` (bool array; compares codes, not strings)."""
+        codes = self._axis(column)
+        wanted = [i for i, v in enumerate(self.uniques[column]) if v in values]
+        return np.isin(codes, wanted)
+
     def nunique(self, axis: str) -> int:
         """Distinct values of ``axis`` among the runs, NaN counting as one (``Series.nunique(dropna=False)``)."""
         codes = self._axis(axis)
@@ -59,12 +65,14 @@ class RunGroups:
             the ``by`` columns (the frame's dtypes), sorted by them as ``groupby(by, sort=True)`` sorts.
         """
         keep = np.ones(len(self.runs), dtype=bool) if mask is None else np.asarray(mask, dtype=bool).copy()
-        combined = np.zeros(len(self.runs), dtype=np.int64)
+        combined, size = np.zeros(len(self.runs), dtype=np.int64), 1
         for axis in by:
-            codes = self._axis(axis)
+            codes, values = self._axis(axis), max(len(self.uniques[axis]), 1)
             keep &= codes >= 0
-            # re-densify after each axis, so the combined code stays below the number of runs times the axis' values
-            combined = np.unique(combined * len(self.uniques[axis]) + codes, return_inverse=True)[1].astype(np.int64)
+            if size * values >= 2**62:  # re-densify first, so the combined code cannot overflow 64 bits
+                combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
+                size = int(combined.max(initial=0)) + 1
+            combined, size = combined * values + codes, size * values
         ids = np.full(len(self.runs), -1, dtype=np.int64)
         _, first, inverse = np.unique(combined[keep], return_index=True, return_inverse=True)
         ids[keep] = inverse

@@ -85,11 +85,11 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latenc
     n = len(table)
     scored_flags = runs["scored"].to_numpy(dtype=bool)
     scored_ids = np.where(scored_flags, ids, -1)
-    counted, outcome = runs["counted"].to_numpy(dtype=bool), runs["outcome"].to_numpy(dtype=object)
+    counted, outcome = runs["counted"].to_numpy(dtype=bool), frames.groups.isin
     for name, flags in (("runs", counted), ("scored", scored_flags), ("passes", runs["passed"].to_numpy(dtype=bool)),
-                        ("infra_error", counted & (outcome == "infra_error")),
-                        ("interrupted", counted & ((outcome == "interrupted") | (outcome == "unfinished"))),
-                        ("context_overflow", counted & (outcome == "context_overflow"))):  # fmt: skip
+                        ("infra_error", counted & outcome("outcome", ["infra_error"])),
+                        ("interrupted", counted & outcome("outcome", ["interrupted", "unfinished"])),
+                        ("context_overflow", counted & outcome("outcome", ["context_overflow"]))):  # fmt: skip
         table[name] = np.bincount(ids[flags & (ids >= 0)], minlength=n)[:n].astype("int64")
     scored = table["scored"].to_numpy()
     table.insert(
