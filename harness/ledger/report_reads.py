@@ -341,9 +341,10 @@ def _mode_counts(counted: list[tuple[str, str, int]], relabelled: list[tuple[str
     decoded = [decode_labels(str(text), {}) for text in text_uniques]
     names = sorted({m for modes in decoded for m in modes})
     number = {m: i for i, m in enumerate(names)}
-    rows, modes = [], []
+    rows: list[np.ndarray] = []
+    modes: list[np.ndarray] = []
     for code, labels in enumerate(decoded):
-        where = np.flatnonzero(text_codes == code) if labels else []
+        where = np.flatnonzero(text_codes == code) if labels else np.empty(0, dtype=np.int64)
         for mode in labels:  # a text naming a mode twice counts its turns twice, as json_each did
             rows.append(where)
             modes.append(np.full(len(where), number[mode], dtype=np.int64))
