@@ -3,7 +3,7 @@
 * Reports only read: the ledger is opened read-only and never migrated or written; every
   query is a named read of :class:`~harness.ledger.Ledger`.
 * One row per run, not one per turn: :func:`load_frames` takes every sum and count over turns from SQL
-  (:meth:`~harness.ledger.Ledger.runs_frame`, :meth:`~harness.ledger.Ledger.run_mode_counts`), and the turns'
+  (:meth:`~harness.ledger.Ledger.runs_frame`, :meth:`~harness.ledger.Ledger.mode_reads`), and the turns'
   latencies as one float array for the order statistics (a run's median, a group's p50/p95:
   :func:`grouped_quantiles`), so a million turns report in seconds and well under 1 GB. :attr:`LedgerFrames.turns`
   (one row per turn) is read only when asked for, for notebooks. Newest labels win: a ``labels`` row for a turn
