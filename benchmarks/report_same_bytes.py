@@ -8,8 +8,8 @@ Usage::
 test suite's varied ledger (replayed real runs plus built edge cases: relabelled turns, missing latencies, a blob,
 resumed and superseded identities), the old ledgers kept in ``tests/data`` (written before later migrations, read
 as they are), and :mod:`benchmarks.report_scale`'s synthetic ledger at 4,000 and 40,000 turns (the second has 80
-groups, so the plots take their small-multiples form), each also with the ``turns_report`` index dropped (a ledger
-before ``m010_report_index``). Each report (``md,csv``, plus ``png`` with ``--png``) runs in a child process per
+groups, so the plots take their small-multiples form), each also with the ``turns_report`` and ``turns_modes`` indexes
+dropped (a ledger before ``m010_report_index`` and ``m012_mode_index``). Each report (``md,csv``, plus ``png`` with ``--png``) runs in a child process per
 checkout; the files are compared byte for byte. Prints one line per ledger and exits 1 on any difference.
 """
 
@@ -46,6 +46,7 @@ def _ledgers(work: Path) -> list[Path]:
         shutil.copyfile(path, bare)
         db = sqlite3.connect(bare)
         db.execute("DROP INDEX IF EXISTS turns_report")
+        db.execute("DROP INDEX IF EXISTS turns_modes")
         db.commit()
         db.close()
         out.append(bare)

@@ -72,6 +72,7 @@ ALL_MIGRATIONS = [
     "m009_templates",
     "m010_report_index",
     "m011_merge_provenance",
+    "m012_mode_index",
 ]
 #: what a ledger written by the first three migrations (tests/data/ledger_m003.sqlite) still lacks
 AFTER_M003 = ALL_MIGRATIONS[3:]
@@ -347,3 +348,39 @@ def test_the_report_reads_scan_the_covering_index_of_m010(filled):
     db = sqlite3.connect(filled)
     assert db.execute("SELECT seq, row_hash FROM turns ORDER BY seq").fetchall() == before
     db.close()
+
+
+def test_the_mode_reads_scan_the_partial_index_of_m011_and_change_no_row(filled, tmp_path):
+    from harness.ledger.blobs import content_length_sql
+    from harness.ledger.migrations import INDEXED_REPLY_CHARS
+    from harness.ledger.report_reads import MODE_TEXT_COUNTS, MODE_TEXT_REFS, MODE_TEXT_SHORTEST
+
+    old = tmp_path / "before_m012.sqlite"
+    old.write_bytes(filled.read_bytes())
+    db = sqlite3.connect(old)
+    db.execute("DROP INDEX turns_modes")  # the ledger as it was before m012 (an index holds no chained row)
+    (trigger,) = db.execute("SELECT sql FROM sqlite_master WHERE name = '_migrations_no_delete'").fetchone()
+    db.execute("DROP TRIGGER _migrations_no_delete")
+    db.execute("DELETE FROM _migrations WHERE name = 'm012_mode_index'")
+    db.execute(trigger)
+    db.commit()
+    before = db.execute("SELECT seq, row_hash FROM turns ORDER BY seq").fetchall()
+    db.close()
+    with Ledger(old, readonly=True) as ledger:
+        assert ledger.pending_migrations() == ["m012_mode_index"]
+        unindexed = ledger.mode_reads()
+    with Ledger(old) as ledger:  # a writable open applies it
+        assert ledger.pending_migrations() == [] and ledger.verify().ok  # the chains still verify
+    db = sqlite3.connect(old)
+    assert db.execute("SELECT seq, row_hash FROM turns ORDER BY seq").fetchall() == before
+    counts = MODE_TEXT_COUNTS.format(own="")
+    for sql in (counts, MODE_TEXT_SHORTEST.format(chars=INDEXED_REPLY_CHARS, own=""),
+                MODE_TEXT_REFS.format(exact=content_length_sql(True), chars=INDEXED_REPLY_CHARS, own="")):  # fmt: skip
+        assert "INDEX turns_modes" in " ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql))
+    assert "COVERING INDEX turns_modes" in " ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + counts))
+    db.close()
+    with Ledger(old, readonly=True) as ledger:
+        indexed = ledger.mode_reads()
+    assert len(indexed[0]) == 1 and indexed[1]["mode"].tolist() == ["narration_without_call"]
+    for got, want in zip(indexed, unindexed, strict=True):
+        assert got.to_dict("records") == want.to_dict("records")

@@ -21,8 +21,10 @@ import pytest
 
 from harness.cli import main
 from harness.ledger import Labels, Ledger
-from harness.report import CELL_AXES, load_frames, summary_table, write_report
+from harness.report import CELL_AXES, failure_mode_table, load_frames, summary_table, write_report
 from harness.report.frames import grouped_quantiles
+from harness.report.grouping import grouped_median
+from harness.stats import pass_hat_k
 from tests.helpers import CASSETTES, REPO, RUN_FLAGS
 from tests.ledger_builders import BIG, SMALL, add_run
 
@@ -151,6 +153,16 @@ def test_grouped_quantiles_equal_pandas_exactly():
         np.testing.assert_array_equal(got, want.to_numpy())
 
 
+def test_grouped_median_equals_pandas_exactly():
+    rng = np.random.default_rng(1)
+    for size in (1, 2, 3, 8, 51, 1000):
+        groups = rng.integers(-1, 5, size)
+        values = rng.uniform(0, 3000, size) if size % 2 else rng.integers(0, 40, size).astype(float)  # ties too
+        values[rng.random(size) < 0.1] = np.nan
+        want = pd.DataFrame({"g": groups, "x": values}).query("g >= 0").groupby("g")["x"].median().reindex(range(5))
+        np.testing.assert_array_equal(grouped_median(groups, values, 5), want.to_numpy())
+
+
 def test_the_report_reads_each_turn_row_in_sql_only(varied, monkeypatch):
     def no_turn_frames(self):
         raise AssertionError("a report loaded every turn into pandas")
@@ -158,3 +170,55 @@ def test_the_report_reads_each_turn_row_in_sql_only(varied, monkeypatch):
     monkeypatch.setattr(Ledger, "turns_frame", no_turn_frames)
     written = write_report(varied, varied.parent / "report", formats=["md", "png", "csv"])
     assert {p.name for p in written} >= {"report.md", "runs.csv"}
+
+
+def _summary_by_pandas(frames, by: list[str]) -> pd.DataFrame:
+    """The summary table as a pandas ``groupby`` over the text columns computes it (the code before ``RunGroups``)."""
+    runs = frames.runs
+    scored = runs[runs["scored"]]
+    counted, outcome = runs["counted"], runs["outcome"]
+    flags = runs[by].assign(_run=counted, scored=runs["scored"], passed=runs["passed"], infra_error=counted & (outcome == "infra_error"),
+                            interrupted=counted & outcome.isin(("interrupted", "unfinished")),
+                            context_overflow=counted & (outcome == "context_overflow"))  # fmt: skip
+    table = flags.groupby(by, sort=True).agg(runs=("_run", "sum"), scored=("scored", "sum"), passes=("passed", "sum"),
+                                             infra_error=("infra_error", "sum"), interrupted=("interrupted", "sum"),
+                                             context_overflow=("context_overflow", "sum")).reset_index()  # fmt: skip
+    medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"),
+                                                ttft_ms=("ttft_ms", "median"), decode_tps=("decode_tps", "median"))  # fmt: skip
+    table = table.merge(medians.reset_index(), on=by, how="left")
+    cells = scored.groupby([*CELL_AXES, "task_kind"]).agg(
+        n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique")
+    )
+    max_k = int(min(cells["n"].max(), cells["repeats"].max()))
+    for k in range(1, max_k + 1):
+        per_cell = cells.assign(
+            p=[pass_hat_k(n, c, k) if n >= k else math.nan for n, c in zip(cells["n"], cells["c"], strict=True)]
+        )
+        per_group = per_cell.reset_index().groupby(by, sort=True)["p"].agg(lambda p: p.mean() if p.notna().all() else math.nan)
+        table[f"pass^{k}"] = table.set_index(by).index.map(per_group.to_dict()).to_numpy(dtype=float)
+    return table
+
+
+@pytest.mark.parametrize(
+    "by", [["model"], ["model", "temperature"], ["scenario", "parser"], ["task_kind", "model"], list(CELL_AXES)]
+)
+def test_tables_grouped_in_numpy_equal_pandas_groupby(varied, by):
+    frames = load_frames(varied)
+    got = summary_table(frames, by)
+    want = _summary_by_pandas(frames, by)
+    for column in want.columns:
+        np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy(), err_msg=column)
+        assert got[column].dtype == want[column].dtype, column
+    assert got["pass_rate"].tolist() == pytest.approx((want["passes"] / want["scored"]).tolist(), nan_ok=True)
+    modes = failure_mode_table(frames, by)
+    runs = frames.runs[frames.runs["scored"]]
+    merged = frames.run_modes.merge(runs[["run_id", *by]], on="run_id")
+    counts = merged.groupby(["mode", *by], sort=True).agg(runs_with=("run_id", "size"), turns_with=("turns_with_mode", "sum"))
+    sizes = runs.groupby(by, sort=True).agg(scored_runs=("run_id", "size"), turns=("turns_recorded", "sum"))
+    assert len(modes) == merged["mode"].nunique() * len(sizes) > 0
+    for row in modes.to_dict("records"):
+        key = tuple(row[a] for a in by)
+        found = counts.loc[(row["mode"], *key)] if (row["mode"], *key) in counts.index else {"runs_with": 0, "turns_with": 0}
+        assert (row["runs_with"], row["turns_with"]) == (found["runs_with"], found["turns_with"])
+        assert (row["scored_runs"], row["turns"]) == tuple(sizes.loc[key if len(by) > 1 else key[0]])
+    assert modes["spread"].is_monotonic_decreasing

@@ -63,6 +63,11 @@ def test_twenty_models_by_twelve_scenarios_stay_readable(wide, tmp_path):
     # 240 model × scenario rows would be 25 px each in a capped figure: the failure map becomes one panel per mode
     assert _png_size(out / "failure_modes.png")[1] < 5000 and "one panel per mode" in md
     assert "pooled over scenario" in md  # outcomes and pass^k say they draw one row per model
+    # a map of more than 100 cells is colour only, and says so; a small one (pass^k: 20 models × k = 1) keeps its counts
+    captions = {line.split(" ")[0]: line for line in md.splitlines() if line.startswith("*")}
+    assert "no cell text (240 cells, over 100): counts in the tables" in captions["*Pass"]
+    assert f"no cell text ({len(MODES) * len(MODELS) * len(SCENARIOS)} cells, over 100)" in captions["*Share"]
+    assert "no cell text" not in captions["*pass^k"]
 
 
 def test_every_table_follows_by_and_the_per_temperature_failure_view(wide, tmp_path):

@@ -2,7 +2,7 @@
 and the turns' latencies as one compact array (:class:`ReportReads`, a base of :class:`harness.ledger.Ledger`).
 
 A report of 1,000,000 turns must not hold a Python object per turn, so every sum and count over turns is a
-``GROUP BY`` in SQLite (:data:`RUN_TURN_TOTALS`, :data:`RUN_MODE_COUNTS`). Order statistics (a run's median
+``GROUP BY`` in SQLite (:data:`RUN_TURN_TOTALS`, :data:`MODE_TEXT_COUNTS`). Order statistics (a run's median
 latency, a group's p50/p95) need the values themselves: SQLite's window functions took 5-7 s on a million turns,
 so :meth:`ReportReads.turn_latencies` streams the one ``latency_ms`` column, sorted within each run, into a float
 array (8 bytes a turn).
@@ -15,18 +15,23 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerError
 from harness.ledger.blobs import content_length_sql, resolve_rows
 from harness.ledger.queries import NEWEST_LABELS, axis_sql, runs_frame_sql
+from harness.ledger.records import decode_labels
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-__all__ = ["RUN_EXPORT_COLUMNS", "RUN_MODE_COUNTS", "RUN_TURN_TOTALS", "TURN_LATENCIES", "ReportReads", "run_details_sql"]
+__all__ = [
+    "MODE_TEXT_COUNTS", "MODE_TEXT_REFS", "MODE_TEXT_SHORTEST", "RELABELLED_TURNS", "RUN_EXPORT_COLUMNS", "RUN_TURN_TOTALS",
+    "TURN_LATENCIES", "ReportReads", "run_details_sql",
+]  # fmt: skip
 
 RUN_EXPORT_COLUMNS = (
     "run_id", "identity", "scenario", "model", "base_url", "temperature", "seed", "tool_mode", "parser", "think", "stream", "repetition",
@@ -42,23 +47,36 @@ RUN_TURN_TOTALS = (
 )
 """Per run with turns, by ``run_id``: rows in ``turns``, those with a latency, their prompt and completion tokens
 (sums; NULL counts 0) and latency (ms, sum; NULL counts 0)."""
-TURN_LATENCIES = "SELECT latency_ms FROM turns ORDER BY run_id, latency_ms"
-"""Every turn's latency, by ``run_id`` and, within a run, ascending (NULL first)."""
-RUN_MODE_COUNTS = (
-    "SELECT run_id, mode, turns_with_mode, shortest >> 32 AS shortest_chars, shortest & 4294967295 AS shortest_seq,"
-    " shortest_turn FROM (SELECT t.run_id, j.value AS mode, COUNT(*) AS turns_with_mode,"
-    " MIN(({chars}) * 4294967296 + t.seq) AS shortest, t.turn AS shortest_turn"
-    f" FROM turns t LEFT JOIN {NEWEST_LABELS} l USING (run_id, turn),"
-    " json_each(CASE WHEN json_type(COALESCE(l.failure_modes, t.failure_modes)) = 'array'"
-    " THEN COALESCE(l.failure_modes, t.failure_modes) ELSE '[]' END) j"
-    " WHERE COALESCE(l.failure_modes, t.failure_modes) <> '[]' AND j.type = 'text'"
-    " GROUP BY t.run_id, j.value)"
+TURN_LATENCIES = "SELECT COALESCE(latency_ms, 9e999) FROM turns ORDER BY run_id, latency_ms"
+"""Every turn's latency, by ``run_id`` and, within a run, ascending (not recorded first, read as +inf: a measured
+duration is finite; without ``None`` a million values fill a float array in 0.34 s of CPU instead of 0.48 s)."""
+_OWN_LABELS = " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.run_id = turns.run_id AND l.turn = turns.turn)"
+MODE_TEXT_COUNTS = (
+    "SELECT failure_modes, run_id, COUNT(*) FROM turns WHERE failure_modes <> '[]'{own} GROUP BY failure_modes, run_id"
 )
-"""Per run × failure mode shown by >= 1 of its turns (newest labels): the turns showing it, and the reply length in
-characters, ``seq`` and turn number of its shortest such turn (ties: the earliest). The shortest is the smallest of
-``chars × 2^32 + seq`` (one integer: SQLite caps a text at 2^31 - 1 characters, so it fits 64 bits while ``seq`` <
-2^32), and ``shortest_turn`` is a bare column of that ``MIN`` row (SQLite's documented min/max bare-column rule); this
-replaced three numbers packed as zero-padded text, which cost 40% more. ``{chars}`` is :func:`content_length_sql`."""
+"""Per labels text (the ``failure_modes`` JSON as stored) and run: the run's turns labelled with it. ``{own}`` is empty,
+or leaves out re-labelled turns when ``labels`` has rows (:data:`RELABELLED_TURNS` reads those). With
+``m012_mode_index`` this reads the partial index alone; the modes are decoded once per distinct text, in Python
+(this replaced a ``json_each`` over every labelled turn: on the 1,000,000-turn benchmark ledger the failure-mode
+reads took 2.1 s of CPU that way, 0.85 s now)."""
+MODE_TEXT_SHORTEST = (
+    "SELECT failure_modes, MIN(({chars}) * 4294967296 + seq), run_id, turn FROM turns"
+    " WHERE failure_modes <> '[]' AND ({chars}) >= 0{own} GROUP BY failure_modes"
+)
+"""Per labels text, its shortest reply that is not a blob reference: ``chars × 2^32 + seq`` (one integer, ties: the
+earliest; SQLite caps a text at 2^31 - 1 characters, so it fits 64 bits while ``seq`` < 2^32), and that turn's run and
+turn number (bare columns of the ``MIN`` row, SQLite's documented min/max rule). ``{chars}`` is
+:data:`harness.ledger.migrations.INDEXED_REPLY_CHARS` (or the plain length before ``m005_blobs``)."""
+MODE_TEXT_REFS = (
+    "SELECT failure_modes, ({exact}) * 4294967296 + seq, run_id, turn FROM turns"
+    " WHERE failure_modes <> '[]' AND ({chars}) < 0{own}"
+)
+"""The labelled turns whose reply is a blob reference, with the blob's length (``{exact}``: :func:`content_length_sql`)."""
+RELABELLED_TURNS = (
+    "SELECT l.failure_modes, ({exact}) * 4294967296 + t.seq, t.run_id, t.turn"
+    f" FROM {NEWEST_LABELS} l JOIN turns t USING (run_id, turn)"
+)
+"""Each re-labelled turn (``harness rescore``): its newest labels, packed length and ``seq``, run and turn number."""
 
 
 def run_details_sql(run_columns: Sequence[str], turn_columns: Sequence[str], end_columns: Sequence[str]) -> str:
@@ -109,7 +127,7 @@ class ReportReads:
 
     def turns_frame(self) -> pd.DataFrame:
         """One row per turn in ledger order, with the loop's own labels (JSON text; see :meth:`newest_labels_frame`).
-        Loads every turn: for notebooks; reports use :meth:`run_mode_counts` and :meth:`turn_latencies`.
+        Loads every turn: for notebooks; reports use :meth:`mode_reads` and :meth:`turn_latencies`.
 
         Columns: ``seq, run_id, turn, failure_modes, labels_version, finish_reason, prompt_tokens,
         completion_tokens, latency_ms, content_chars`` (reply length in characters, 0 when empty).
@@ -127,18 +145,43 @@ class ReportReads:
         )
 
     def run_mode_counts(self) -> pd.DataFrame:
-        """Per run × failure mode (newest labels) shown by >= 1 of its turns, aggregated in SQL (:data:`RUN_MODE_COUNTS`).
+        """Per run × failure mode (newest labels) shown by >= 1 of its turns: the first frame of :meth:`mode_reads`."""
+        return self.mode_reads()[0]
+
+    def mode_reads(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Per run × failure mode the turns showing it, and per mode its shortest reply (newest labels), in one snapshot:
+        turns counted per labels text in SQL (:data:`MODE_TEXT_COUNTS`, :data:`MODE_TEXT_SHORTEST`,
+        :data:`MODE_TEXT_REFS`), each distinct text decoded once here, re-labelled turns read one by one
+        (:data:`RELABELLED_TURNS`).
 
         Returns:
-            Columns ``run_id``, ``mode``, ``turns_with_mode`` (count of the run's turns showing it; a turn whose labels
-            name a mode twice counts twice), ``shortest_chars`` (length in characters of the shortest reply of those
-            turns), ``shortest_seq`` (its ``turns.seq``, the earliest on a tie) and ``shortest_turn`` (its turn number); in
-            no particular order.
+            ``(counts, examples)``. ``counts``: ``run_id``, ``mode``, ``turns_with_mode`` (the run's turns showing it; a
+            turn whose labels name a mode twice counts twice), one row per run × mode shown, in no particular order.
+            ``examples``: per mode shown by any turn, sorted by mode: ``mode``, ``chars`` (length in characters of the
+            shortest reply showing it), ``seq`` (its ``turns.seq``, the earliest on a tie), ``run_id`` and ``turn``.
 
         Raises:
             LedgerError: the file cannot be read, or a turn's labels are not JSON (the file was edited).
         """
-        return self._frame(RUN_MODE_COUNTS.format(chars=content_length_sql(self._has_blobs())))
+        from harness.ledger.migrations import INDEXED_REPLY_CHARS
+
+        exact = content_length_sql(self._has_blobs())
+        chars = INDEXED_REPLY_CHARS if self._has_blobs() else exact
+        try:
+            with self._lock:
+                self._db.execute("BEGIN")
+                try:
+                    own = _OWN_LABELS if self._db.execute("SELECT EXISTS (SELECT 1 FROM labels)").fetchone()[0] else ""
+                    counted = self._db.execute(MODE_TEXT_COUNTS.format(own=own)).fetchall()
+                    shortest = self._db.execute(MODE_TEXT_SHORTEST.format(chars=chars, own=own)).fetchall()
+                    if self._has_blobs():
+                        shortest += self._db.execute(MODE_TEXT_REFS.format(exact=exact, chars=chars, own=own)).fetchall()
+                    relabelled = self._db.execute(RELABELLED_TURNS.format(exact=exact)).fetchall() if own else []
+                finally:
+                    self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        return _mode_counts(counted, relabelled), _mode_examples([*shortest, *relabelled])
 
     def turn_latencies(self) -> tuple[pd.DataFrame, np.ndarray]:
         """Per run, its turns aggregated in SQL (:data:`RUN_TURN_TOTALS`), and every turn's latency in one float array
@@ -162,11 +205,9 @@ class ReportReads:
                 try:
                     cursor = self._db.execute(RUN_TURN_TOTALS)
                     totals = pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description])
-                    values = np.empty(int(totals["turns_recorded"].sum()) if len(totals) else 0, dtype=np.float64)
-                    cursor, at = self._db.execute(TURN_LATENCIES), 0
-                    while rows := cursor.fetchmany(65536):
-                        values[at : at + len(rows)] = np.array(rows, dtype=np.float64).ravel()  # None reads as NaN
-                        at += len(rows)
+                    count = int(totals["turns_recorded"].sum()) if len(totals) else 0
+                    values = np.fromiter(chain.from_iterable(self._db.execute(TURN_LATENCIES)), np.float64, count)
+                    values[values == np.inf] = np.nan  # not recorded (NULL, read as +inf: see TURN_LATENCIES)
                 finally:
                     self._db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -175,7 +216,7 @@ class ReportReads:
             totals = pd.DataFrame({c: pd.Series([], dtype=object if c == "run_id" else "int64") for c in
                                    ("run_id", "turns_recorded", "latencies_recorded", "turn_prompt_tokens",
                                     "turn_completion_tokens", "latency_ms")})  # fmt: skip
-        return totals, values[:at]
+        return totals, values
 
     def export_run_rows(self) -> list[dict[str, Any]]:
         """One dict per run in start order with :data:`RUN_EXPORT_COLUMNS` (``harness export --runs``).
@@ -288,3 +329,56 @@ class ReportReads:
 
     def _has_blobs(self, table: str = "turns") -> bool:
         return "blob_refs" in self._columns[table]  # since m005
+
+
+def _mode_counts(counted: list[tuple[str, str, int]], relabelled: list[tuple[str, int, str, int]]) -> pd.DataFrame:
+    """Per run × mode, the turns showing it: ``counted`` (labels text, run, turns) and one turn per ``relabelled`` row."""
+    import numpy as np
+    import pandas as pd
+
+    texts = np.array([r[0] for r in counted] + [r[0] for r in relabelled], dtype=object)
+    runs = np.array([r[1] for r in counted] + [r[2] for r in relabelled], dtype=object)
+    turns = np.array([r[2] for r in counted] + [1] * len(relabelled), dtype=np.int64)
+    text_codes, text_uniques = pd.factorize(texts)
+    decoded = [decode_labels(str(text), {}) for text in text_uniques]
+    names = sorted({m for modes in decoded for m in modes})
+    number = {m: i for i, m in enumerate(names)}
+    rows: list[np.ndarray] = []
+    modes: list[np.ndarray] = []
+    for code, labels in enumerate(decoded):
+        where = np.flatnonzero(text_codes == code) if labels else np.empty(0, dtype=np.int64)
+        for mode in labels:  # a text naming a mode twice counts its turns twice, as json_each did
+            rows.append(where)
+            modes.append(np.full(len(where), number[mode], dtype=np.int64))
+    if not rows:
+        return pd.DataFrame({"run_id": pd.Series([], dtype=object), "mode": pd.Series([], dtype=object),
+                             "turns_with_mode": pd.Series([], dtype="int64")})  # fmt: skip
+    at = np.concatenate(rows)
+    run_codes, run_uniques = pd.factorize(runs[at])
+    keys, inverse = np.unique(run_codes.astype(np.int64) * len(names) + np.concatenate(modes), return_inverse=True)
+    return pd.DataFrame({
+        "run_id": np.asarray(run_uniques, dtype=object)[keys // len(names)],
+        "mode": np.array(names, dtype=object)[keys % len(names)],
+        "turns_with_mode": np.bincount(inverse, weights=turns[at]).astype("int64"),
+    })  # fmt: skip
+
+
+def _mode_examples(candidates: list[tuple[str, int, str, int]]) -> pd.DataFrame:
+    """Per mode, the smallest packed ``chars × 2^32 + seq`` of the candidates (labels text, packed, run, turn)."""
+    import pandas as pd
+
+    per_text: dict[str, tuple[int, str, int]] = {}
+    for text, packed, run_id, turn in candidates:
+        if text not in per_text or packed < per_text[text][0]:
+            per_text[text] = (int(packed), run_id, int(turn))
+    best: dict[str, tuple[int, str, int]] = {}
+    for text, found in per_text.items():
+        for mode in decode_labels(text, {}):
+            if mode not in best or found[0] < best[mode][0]:
+                best[mode] = found
+    modes = sorted(best)
+    return pd.DataFrame({
+        "mode": pd.Series(modes, dtype=object), "chars": pd.Series([best[m][0] >> 32 for m in modes], dtype="int64"),
+        "seq": pd.Series([best[m][0] & 4294967295 for m in modes], dtype="int64"),
+        "run_id": pd.Series([best[m][1] for m in modes], dtype=object), "turn": pd.Series([best[m][2] for m in modes], dtype="int64"),
+    })  # fmt: skip

@@ -406,7 +406,7 @@ class Ledger(ReportReads, ViewerReads):
         rows = self._query(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1")
         return rows[0]["row_hash"] if rows else None
 
-    # -- reads for reports: runs_frame, run_mode_counts, turn_latencies, ... (ReportReads) ---------------
+    # -- reads for reports: runs_frame, mode_reads, turn_latencies, ... (ReportReads) --------------------
     def reply_texts(self, seqs: Sequence[int]) -> dict[int, str]:
         """Reply text of the given turns (by ``turns.seq``); null content reads as ``""``."""
         if not seqs:

@@ -3,7 +3,7 @@
 * Reports only read: the ledger is opened read-only and never migrated or written; every
   query is a named read of :class:`~harness.ledger.Ledger`.
 * One row per run, not one per turn: :func:`load_frames` takes every sum and count over turns from SQL
-  (:meth:`~harness.ledger.Ledger.runs_frame`, :meth:`~harness.ledger.Ledger.run_mode_counts`), and the turns'
+  (:meth:`~harness.ledger.Ledger.runs_frame`, :meth:`~harness.ledger.Ledger.mode_reads`), and the turns'
   latencies as one float array for the order statistics (a run's median, a group's p50/p95:
   :func:`grouped_quantiles`), so a million turns report in seconds and well under 1 GB. :attr:`LedgerFrames.turns`
   (one row per turn) is read only when asked for, for notebooks. Newest labels win: a ``labels`` row for a turn
@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from harness.ledger import Ledger, decode_labels
+from harness.report.grouping import RunGroups
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = ["LedgerFrames", "TurnLatencies", "grouped_quantiles", "load_frames"]
@@ -71,6 +72,23 @@ class TurnLatencies:
         out[self.run_pos[known]] = medians[known]
         return out
 
+    @cached_property
+    def ascending(self) -> np.ndarray:
+        """Positions in :attr:`values` of the recorded latencies, in ascending order of latency (sorted once)."""
+        known = np.flatnonzero(~np.isnan(self.values))
+        return known[np.argsort(self.values[known], kind="stable")]
+
+    def quantiles(self, per_run: np.ndarray, qs: Sequence[float], n_groups: int) -> np.ndarray:
+        """:func:`grouped_quantiles` of the turns' latencies grouped by their runs' groups (``per_run``: a group per run,
+        indexed like :attr:`LedgerFrames.runs`, negative for none), from :attr:`ascending`: a stable sort by group of
+        values already in order, instead of sorting the values again for every table."""
+        groups = self.per_turn(per_run)[self.ascending]
+        keep = groups >= 0
+        groups, positions = groups[keep], self.ascending[keep]
+        regroup = np.argsort(groups.astype(np.min_scalar_type(max(n_groups, 1))), kind="stable")  # radix sort when small
+        sizes = np.bincount(groups, minlength=n_groups)[:n_groups]
+        return _sorted_quantiles(self.values[positions[regroup]], sizes, qs)
+
 
 def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float], n_groups: int) -> np.ndarray:
     """Quantiles of ``values`` per group, as pandas' ``groupby(...).quantile(q)`` computes them (linear interpolation).
@@ -87,10 +105,13 @@ def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float
     keep = (groups >= 0) & ~np.isnan(values)
     groups, values = groups[keep], values[keep]
     order = np.lexsort((values, groups))
-    values = values[order]
-    sizes = np.bincount(groups, minlength=n_groups)[:n_groups]
+    return _sorted_quantiles(values[order], np.bincount(groups, minlength=n_groups)[:n_groups], qs)
+
+
+def _sorted_quantiles(values: np.ndarray, sizes: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    """Quantiles per group of ``values`` (the first group's ``sizes[0]`` values ascending, then the next group's)."""
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    out = np.full((n_groups, len(qs)), np.nan)
+    out = np.full((len(sizes), len(qs)), np.nan)
     has = np.flatnonzero(sizes > 0)
     for k, q in enumerate(qs):
         q_idx = q * (sizes[has] - 1).astype(np.float64)
@@ -159,6 +180,12 @@ class LedgerFrames:
         return None if ends.empty else str(ends.max())
 
     @cached_property
+    def groups(self) -> RunGroups:
+        """The runs' axes as integer codes (:class:`harness.report.grouping.RunGroups`), made on first use; every table
+        groups runs through it. Assumes :attr:`runs` is not changed after that."""
+        return RunGroups(self.runs)
+
+    @cached_property
     def turns(self) -> pd.DataFrame:
         """One row per turn, in ledger order, read from the ledger on first use (a report never needs it).
 
@@ -216,23 +243,20 @@ def load_frames(ledger_path: str | Path) -> LedgerFrames:
         # SQLite runs without the interpreter lock: the two passes over the turns (each on its own connection) go on
         # side by side while this connection reads the runs
         with ThreadPoolExecutor(3) as pool:
-            mode_counts = pool.submit(_read, path, Ledger.run_mode_counts)
+            mode_reads = pool.submit(_read, path, Ledger.mode_reads)
             latency_reads = pool.submit(_read, path, Ledger.turn_latencies)
             detail_reads = pool.submit(_read, path, Ledger.run_details)
             runs = ledger.runs_frame()
             model_runs = ledger.model_runs()
             details = detail_reads.result()
-            modes = mode_counts.result()
+            modes, examples = mode_reads.result()
             totals, values = latency_reads.result()
     run_pos = pd.Index(runs["run_id"]).get_indexer(totals["run_id"]).astype(np.int64)
     counts = totals["turns_recorded"].to_numpy(dtype=np.int64)
     latencies = TurnLatencies(run_pos, counts, totals["latencies_recorded"].to_numpy(dtype=np.int64), values)
     runs = _finish_runs(runs, totals, latencies)
     runs, run_checks = _add_details(runs, details)
-    examples = modes.sort_values(["mode", "shortest_chars", "shortest_seq"], kind="stable").drop_duplicates("mode")
-    examples = pd.DataFrame({"mode": examples["mode"].to_numpy(dtype=object), "seq": examples["shortest_seq"].to_numpy(),
-                             "run_id": examples["run_id"].to_numpy(dtype=object), "turn": examples["shortest_turn"].to_numpy(),
-                             "chars": examples["shortest_chars"].to_numpy()})  # fmt: skip
+    examples = examples[["mode", "seq", "run_id", "turn", "chars"]]
     run_modes = modes[["run_id", "mode", "turns_with_mode"]].copy()
     run_modes["run_id"] = pd.Categorical(run_modes["run_id"], categories=runs["run_id"])
     run_modes["mode"] = run_modes["mode"].astype(object)

@@ -172,7 +172,7 @@ def write_report(
 
 def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:
     """``by``, with the scenario kind first when the ledger holds both tool-using and restraint scenarios."""
-    return ["task_kind", *by] if frames.runs["task_kind"].nunique() > 1 else by
+    return ["task_kind", *by] if frames.groups.nunique("task_kind") > 1 else by
 
 
 def _markdown(
@@ -214,7 +214,8 @@ def _markdown(
 
 def _header_lines(frames: LedgerFrames) -> list[str]:
     """The title and the one line that identifies the ledger read."""
-    runs = frames.runs[frames.runs["counted"]] if not frames.runs.empty else frames.runs
+    runs = frames.runs[["counted", "outcome", "scored"]]
+    runs = runs[runs["counted"]] if not runs.empty else runs
     outcome_counts = runs["outcome"].value_counts()
     n_scored = int(runs["scored"].sum())
     repeats = len(frames.runs) - len(runs)
@@ -290,7 +291,7 @@ def _edge_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         notes.append(
             f"{len(extreme)} row(s) pass 0% or 100% of their runs; the Wilson interval still bounds the true rate away from certainty."
         )
-    per_model = runs[runs["scored"]].groupby("model").size()
+    per_model = runs[["scored", "model"]][runs["scored"]].groupby("model").size()
     for model, n in per_model.items():
         if n == 1:
             notes.append(f"{cell_text(str(model))} has a single scored run.")

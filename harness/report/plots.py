@@ -41,6 +41,10 @@ _MAX_HEIGHT_IN = 60.0
 _MAX_ROWS = 40
 """A plot with more groups than this draws one row per model (the first axis) instead: small multiples per failure
 mode, outcomes and pass^k pooled over the other axes (the caption says so)."""
+_MAX_CELL_TEXTS = 100
+"""A heat map with more cells than this (over all its panels) is drawn without the count written on each cell: at that
+density the texts are hard to read, and drawing them took most of the plotting time of a 1,000,000-turn report (480
+cells); the footer and caption say so, and the counts are in the report's tables."""
 _KIND_TITLES = {"tool": "tool-using scenarios", "restraint": "restraint scenarios (no tool needed)"}
 
 
@@ -98,6 +102,11 @@ def write_all(
     return written
 
 
+def _no_text_note(cells: int) -> str:
+    """The footer's note for a heat map of ``cells`` cells: empty when its cells carry their counts."""
+    return "" if cells <= _MAX_CELL_TEXTS else f"; no cell text ({cells} cells, over {_MAX_CELL_TEXTS}): counts in the tables"
+
+
 def _heat(ax: Axes, values: np.ndarray, texts: list[list[str]], cmap: str) -> AxesImage:
     """One heat map panel: values in [0, 100] (NaN: no run, shown light grey), each cell's text on it."""
     from matplotlib import colormaps
@@ -137,6 +146,9 @@ def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, ou
                     values[i, j] = 100 * r["pass_rate"]
                     texts[i][j] = f"{int(r['passes'])}/{int(r['scored'])}"
         panels.append((kind, col_labels, values, texts))
+    cells = sum(p[2].size for p in panels)
+    if cells > _MAX_CELL_TEXTS:
+        panels = [(kind, col_labels, values, [["" for _ in row] for row in texts]) for kind, col_labels, values, texts in panels]
     width = 3.0 + 0.12 * max(len(x) for x in row_labels) * 1.0 + sum(0.75 * len(p[1]) + 0.8 for p in panels)
     fig = _figure(max(6.0, width), 2.2 + 0.32 * len(rows) + 0.06 * max(len(c) for p in panels for c in p[1]))
     grid = fig.add_gridspec(1, len(panels), width_ratios=[max(1, len(p[1])) for p in panels])
@@ -154,9 +166,11 @@ def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, ou
             ax.set_ylabel(" × ".join(row_axes))
     assert image is not None  # at least one kind has scored runs
     fig.colorbar(image, ax=fig.axes, label="pass rate (% of scored runs)", location="right", shrink=0.9)
-    fig.suptitle("Pass rate (cell text: passes/scored runs), tool-using and restraint scenarios apart")
+    what = "" if cells > _MAX_CELL_TEXTS else " (cell text: passes/scored runs)"
+    fig.suptitle(f"Pass rate{what}, tool-using and restraint scenarios apart")
     n = int(table["scored"].sum())
-    footer = f"n = {plural(n, 'scored run')} over {plural(len(rows), 'row')}; grey: no scored run; 95% Wilson intervals in the summary table"
+    footer = (f"n = {plural(n, 'scored run')} over {plural(len(rows), 'row')}; grey: no scored run; 95% Wilson intervals in "
+              f"the summary table{_no_text_note(cells)}")  # fmt: skip
     _save(fig, out / "pass_rate.png", footer)
     return (
         "pass_rate.png",
@@ -182,7 +196,8 @@ def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFra
         for j, mode in enumerate(modes):
             r = keyed[(str(mode), *(g[a] for a in axes))]
             values[i, j] = 100 * r["share"]
-            texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
+            if values.size <= _MAX_CELL_TEXTS:
+                texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
     fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.8 * len(modes)), 2.8 + 0.32 * len(groups))
     ax = fig.add_subplot()
     image = _heat(ax, values, texts, "Reds")
@@ -192,10 +207,11 @@ def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFra
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlabel("failure mode (sorted by spread across the rows)")
     ax.set_ylabel(" × ".join(axes))
-    ax.set_title("Share of scored runs showing each failure mode (cell text: runs with it/scored runs)")
+    what = "" if values.size > _MAX_CELL_TEXTS else " (cell text: runs with it/scored runs)"
+    ax.set_title(f"Share of scored runs showing each failure mode{what}")
     fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)", location="right", shrink=0.9)
     total = int(groups.merge(failures.drop_duplicates(axes), on=axes)["scored_runs"].sum())
-    footer = f"n = {plural(total, 'scored run')} over {plural(len(groups), 'row')}; Wilson intervals in the report's table"
+    footer = f"n = {plural(total, 'scored run')} over {plural(len(groups), 'row')}; Wilson intervals in the report's table{_no_text_note(values.size)}"
     _save(fig, out / "failure_modes.png", footer)
     return (
         "failure_modes.png",
@@ -216,6 +232,7 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
     panel_w, panel_h = 1.5 + 0.45 * len(col_labels), 1.2 + 0.28 * len(rows) + 0.06 * max(len(c) for c in col_labels)
     fig = _figure(1.5 + 0.12 * max(len(x) for x in row_labels) + per_line * panel_w, 1.2 + lines * panel_h)
     image: AxesImage | None = None
+    cells = len(modes) * len(rows) * len(cols)
     for n, mode in enumerate(modes):
         ax = fig.add_subplot(lines, per_line, n + 1)
         values = np.full((len(rows), len(cols)), np.nan)
@@ -225,7 +242,7 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
                 r = keyed.get((str(mode), *rk.values(), *ck.values()))
                 if r is not None:
                     values[i, j] = 100 * r["share"]
-                    texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
+                    texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}" if cells <= _MAX_CELL_TEXTS else ""
         image = _heat(ax, values, texts, "Reds")
         ax.set_title(mode, fontsize=10)
         ax.set_xticks(range(len(col_labels)), [_label(c, 24) for c in col_labels], rotation=90, fontsize=7)
@@ -236,7 +253,8 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
         f"Share of scored runs showing each failure mode: one panel per mode, {' × '.join(row_axes)} by {' × '.join(col_axes)}"
     )
     total = int(failures.drop_duplicates([*row_axes, *col_axes])["scored_runs"].sum())
-    footer = f"n = {plural(total, 'scored run')}; cell text: runs with the mode/scored runs; grey: no scored run"
+    what = _no_text_note(cells) or "; cell text: runs with the mode/scored runs"
+    footer = f"n = {plural(total, 'scored run')}{what}; grey: no scored run"
     _save(fig, out / "failure_modes.png", footer)
     return ("failure_modes.png", "Failure-mode shares, one panel per mode",
             f"Share of scored runs with at least one turn showing each mode, per {' × '.join([*row_axes, *col_axes])}; {footer}.")  # fmt: skip
@@ -244,7 +262,7 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
 
 def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
     """``axes``, or only the model (first axis) when that gives more than :data:`_MAX_ROWS` rows; and a caption note."""
-    if len(frames.runs.drop_duplicates(axes)) <= _MAX_ROWS or len(axes) < 2:
+    if len(frames.groups.ids(axes)[1]) <= _MAX_ROWS or len(axes) < 2:
         return axes, ""
     rows = ["model"] if "model" in axes else axes[:1]
     return rows, f" (pooled over {' × '.join(a for a in axes if a not in rows)}: {_MAX_ROWS}+ rows would not be readable)"
@@ -253,7 +271,7 @@ def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
 def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
     """Horizontal stacked bars: one bar per ``--by`` group (counted runs), the legend outside on the right."""
     axes, pooled = _few_rows(frames, axes)
-    runs = frames.runs[frames.runs["counted"]]
+    runs = frames.runs[[*axes, "outcome"]][frames.runs["counted"]]
     counts = runs.groupby([*axes, "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
     groups = counts.index.to_frame(index=False)
     labels = [_label(x) for x in _group_labels(groups, axes)]
@@ -290,7 +308,7 @@ def _pass_k(frames: LedgerFrames, axes: list[str], grouped: pd.DataFrame | None,
         return None
     labels = [_label(x) for x in _group_labels(table, axes)]
     values = 100 * table[ks].to_numpy(dtype=float)
-    texts = [["" if np.isnan(v) else f"{v:.0f}" for v in row] for row in values]
+    texts = [["" if np.isnan(v) or values.size > _MAX_CELL_TEXTS else f"{v:.0f}" for v in row] for row in values]
     fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.6 * len(ks)), 2.4 + 0.3 * len(labels))
     ax = fig.add_subplot()
     image = _heat(ax, values, texts, "viridis")
@@ -301,6 +319,6 @@ def _pass_k(frames: LedgerFrames, axes: list[str], grouped: pd.DataFrame | None,
     ax.set_title("pass^k: reliability over k repeated runs (tau-bench), %")
     fig.colorbar(image, ax=ax, label="pass^k (%)", location="right", shrink=0.9)
     footer = (f"n = {plural(int(table['scored'].sum()), 'scored run')}; mean over a row's cells of C(c,k)/C(n,k); "
-              "grey: a cell has fewer than k scored runs")  # fmt: skip
+              f"grey: a cell has fewer than k scored runs{_no_text_note(values.size)}")  # fmt: skip
     _save(fig, out / "pass_k.png", footer)
     return "pass_k.png", "pass^k against k", f"pass^k per {' × '.join(axes)}{pooled}; {footer}."

@@ -48,8 +48,7 @@ def _value(axis: str, value: object) -> str:
 
 def shown_axes(frames: LedgerFrames, by: Sequence[str]) -> list[str]:
     """The ``by`` axes that take more than one value among the runs (at least the first), in ``by`` order."""
-    runs = frames.runs
-    varying = [a for a in by if runs[a].nunique(dropna=False) > 1]
+    varying = [a for a in by if frames.groups.nunique(a) > 1]
     return varying or list(by[:1])
 
 
@@ -60,8 +59,7 @@ def group_label(row: Mapping[Any, object], axes: Sequence[str]) -> str:
 
 def kind_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell) -> list[str]:
     """Tool-using and restraint scenarios apart: per group, the pass rate on each kind (the headline split)."""
-    runs = frames.runs[frames.runs["counted"]]
-    kinds = sorted(set(runs["task_kind"]))
+    kinds = frames.groups.ids(["task_kind"], frames.runs["counted"].to_numpy(dtype=bool))[1]["task_kind"].tolist()  # sorted
     axes = [a for a in shown_axes(frames, by) if a != "scenario"] or ["model"]
     lines = ["## Tool-using and restraint scenarios", ""]
     if len(kinds) < 2:
@@ -107,7 +105,7 @@ def check_lines(frames: LedgerFrames, by: Sequence[str], cell: Cell) -> list[str
 
 
 def _check_table(frames: LedgerFrames, table: pd.DataFrame, axes: list[str], cell: Cell) -> str:
-    runs = frames.runs[frames.runs["scored"]]
+    runs = frames.runs[["run_id", "passed", *axes]][frames.runs["scored"]]
     sizes = runs.groupby(axes, sort=True).agg(scored=("run_id", "size"), failed=("passed", lambda p: int((~p).sum())))
     rows = []
     for key, size in sizes.iterrows():

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.report.frames import LedgerFrames, grouped_quantiles
+from harness.report.frames import LedgerFrames
+from harness.report.grouping import grouped_median
 from harness.stats import pass_hat_k, wilson_interval
 
 __all__ = [
@@ -51,13 +52,6 @@ def _wilson_or_nan(k: int, n: int) -> tuple[float, float]:
     return wilson_interval(int(k), int(n)) if n > 0 else (math.nan, math.nan)
 
 
-def _pass_k_for_group(cells: pd.DataFrame, k: int) -> float:
-    """Mean over the group's cells (tau-bench tasks) of C(c, k) / C(n, k); NaN if any cell has n < k."""
-    if cells.empty or (cells["n"] < k).any():
-        return math.nan
-    return float(np.mean([pass_hat_k(n, c, k) for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)]))
-
-
 def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latency: bool = True) -> pd.DataFrame:
     """One row per group of runs (default: per cell) with rates, pass^k, counts and medians.
 
@@ -86,76 +80,79 @@ def summary_table(frames: LedgerFrames, by: Sequence[str] = CELL_AXES, *, latenc
     runs = frames.runs
     if runs.empty:
         return pd.DataFrame(columns=[*by, "runs", "scored", "passes", "pass_rate", "pass_low", "pass_high"])
-    scored = runs[runs["scored"]]
     by = [a for a in by if a in runs.columns]
-    table = _outcome_counts(runs, by)
-    medians = scored.groupby(by, sort=True).agg(median_turns=("turns", "median"), median_tokens=("tokens", "median"),
-                                                ttft_ms=("ttft_ms", "median"), decode_tps=("decode_tps", "median"))  # fmt: skip
-    table = table.merge(medians.reset_index(), on=by, how="left")
-    bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
+    ids, table = frames.groups.ids(by)
+    n = len(table)
+    scored_flags = runs["scored"].to_numpy(dtype=bool)
+    scored_ids = np.where(scored_flags, ids, -1)
+    counted, outcome = runs["counted"].to_numpy(dtype=bool), frames.groups.isin
+    for name, flags in (("runs", counted), ("scored", scored_flags), ("passes", runs["passed"].to_numpy(dtype=bool)),
+                        ("infra_error", counted & outcome("outcome", ["infra_error"])),
+                        ("interrupted", counted & outcome("outcome", ["interrupted", "unfinished"])),
+                        ("context_overflow", counted & outcome("outcome", ["context_overflow"]))):  # fmt: skip
+        table[name] = np.bincount(ids[flags & (ids >= 0)], minlength=n)[:n].astype("int64")
+    scored = table["scored"].to_numpy()
     table.insert(
-        len(by) + 3,
-        "pass_rate",
-        np.where(table["scored"] > 0, table["passes"] / table["scored"].where(table["scored"] > 0, 1), np.nan),
+        len(by) + 3, "pass_rate", np.where(scored > 0, table["passes"].to_numpy() / np.where(scored > 0, scored, 1), np.nan)
     )
+    bounds = [_wilson_or_nan(k, n) for k, n in zip(table["passes"], table["scored"], strict=True)]
     table.insert(len(by) + 4, "pass_low", [b[0] for b in bounds])
     table.insert(len(by) + 5, "pass_high", [b[1] for b in bounds])
-    table = pd.concat([table, _pass_k_columns(scored, table, by)], axis=1)
+    for name, column in (
+        ("median_turns", "turns"),
+        ("median_tokens", "tokens"),
+        ("ttft_ms", "ttft_ms"),
+        ("decode_tps", "decode_tps"),
+    ):
+        table[name] = grouped_median(scored_ids, runs[column].to_numpy(dtype=np.float64), n)
+    table = pd.concat([table, _pass_k_columns(frames, table, by)], axis=1)
     if latency:
-        table = table.merge(_turn_latency_quantiles(frames, by), on=by, how="left")
-    counts = ["runs", "scored", "passes", "infra_error", "interrupted", "context_overflow"]
-    table[counts] = table[counts].astype("int64")
+        quantiles = frames.latencies.quantiles(scored_ids, (0.5, 0.95), n)
+        table["latency_p50_ms"], table["latency_p95_ms"] = quantiles[:, 0], quantiles[:, 1]
     return table.sort_values(by, kind="stable").reset_index(drop=True)
 
 
-def _outcome_counts(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Per group: counted runs (one per identity), scored, passes and the unscored outcomes of counted runs."""
-    counted, outcome = runs["counted"], runs["outcome"]
-    flags = runs[by].assign(
-        _run=counted, scored=runs["scored"], passed=runs["passed"], infra_error=counted & (outcome == "infra_error"),
-        interrupted=counted & outcome.isin(("interrupted", "unfinished")), context_overflow=counted & (outcome == "context_overflow"),
-    )  # fmt: skip
-    return (
-        flags.groupby(by, sort=True)
-        .agg(runs=("_run", "sum"), scored=("scored", "sum"), passes=("passed", "sum"), infra_error=("infra_error", "sum"),
-             interrupted=("interrupted", "sum"), context_overflow=("context_overflow", "sum"))
-        .reset_index()
-    )  # fmt: skip
+def _pass_k_cells(frames: LedgerFrames) -> pd.DataFrame:
+    """Per cell (:data:`CELL_AXES` and ``task_kind``) with scored runs: ``n`` scored runs, ``c`` passes and ``repeats``
+    (distinct repetitions), sorted by the cell; the tau-bench tasks of pass^k."""
+    if "pass_k_cells" in frames.groups.memo:
+        return frames.groups.memo["pass_k_cells"]
+    runs = frames.runs
+    ids, cells = frames.groups.ids([*CELL_AXES, "task_kind"], runs["scored"].to_numpy(dtype=bool))
+    n = len(cells)
+    has = ids >= 0
+    cells["n"] = np.bincount(ids[has], minlength=n)[:n].astype("int64")
+    cells["c"] = np.bincount(ids[has & runs["passed"].to_numpy(dtype=bool)], minlength=n)[:n].astype("int64")
+    repetition = pd.factorize(runs["repetition"])[0].astype(np.int64)
+    pairs = np.unique(ids[has] * (int(repetition.max(initial=0)) + 1) + repetition[has])
+    cells["repeats"] = np.bincount(pairs // (int(repetition.max(initial=0)) + 1), minlength=n)[:n].astype("int64")
+    frames.groups.memo["pass_k_cells"] = cells
+    return cells
 
 
-def _pass_k_columns(scored: pd.DataFrame, table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """``pass^1`` .. ``pass^K`` for each row of ``table`` (K = the most repetitions of any cell, at most its scored runs)."""
-    cells = (
-        scored.groupby([*CELL_AXES, "task_kind"], sort=True)
-        .agg(n=("passed", "size"), c=("passed", "sum"), repeats=("repetition", "nunique"))
-        .reset_index()
-    )
+def _pass_k_columns(frames: LedgerFrames, table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """``pass^1`` .. ``pass^K`` for each row of ``table`` (K = the most repetitions of any cell, at most its scored runs):
+    the mean over the row's cells (tau-bench tasks) of C(c, k) / C(n, k); NaN if any of its cells has n < k."""
+    cells = _pass_k_cells(frames)
     max_k = int(min(cells["n"].max(), cells["repeats"].max())) if not cells.empty else 0
+    if "pass_hat_k" not in frames.groups.memo:  # per cell and k, computed once for every table
+        frames.groups.memo["pass_hat_k"] = pd.DataFrame(
+            [[pass_hat_k(n, c, k) if n >= k else math.nan for k in range(1, max_k + 1)]
+             for n, c in zip(cells["n"].tolist(), cells["c"].tolist(), strict=True)], columns=range(1, max_k + 1))  # fmt: skip
+    per_cell, sizes = frames.groups.memo["pass_hat_k"].to_numpy(dtype=float), cells["n"].to_numpy()
     cell_groups = (
-        {key if isinstance(key, tuple) else (key,): g for key, g in cells.groupby(by, sort=True)} if not cells.empty else {}
+        {key if isinstance(key, tuple) else (key,): idx for key, idx in cells.groupby(by, sort=True).indices.items()}
+        if not cells.empty
+        else {}
     )
-    keys = [tuple(row) for row in table[by].itertuples(index=False)]
+    rows = [cell_groups.get(tuple(row), np.array([], dtype=np.int64)) for row in table[by].itertuples(index=False)]
     pass_k = {
-        f"pass^{k}": [_pass_k_for_group(cell_groups.get(key, cells.iloc[0:0]), k) for key in keys] for k in range(1, max_k + 1)
+        f"pass^{k}": [
+            math.nan if not len(idx) or (sizes[idx] < k).any() else float(np.mean(per_cell[idx, k - 1])) for idx in rows
+        ]
+        for k in range(1, max_k + 1)
     }
     return pd.DataFrame(pass_k, index=table.index)
-
-
-def _turn_latency_quantiles(frames: LedgerFrames, by: list[str]) -> pd.DataFrame:
-    """Per group of scored runs, the p50 and p95 of its turns' latencies (ms), from :attr:`LedgerFrames.latencies`."""
-    runs = frames.runs
-    scored = runs[runs["scored"]]
-    if scored.empty:
-        return pd.DataFrame({**{axis: pd.Series([], dtype=runs[axis].dtype) for axis in by},
-                             "latency_p50_ms": pd.Series([], dtype=float), "latency_p95_ms": pd.Series([], dtype=float)})  # fmt: skip
-    groups = scored.groupby(by, sort=True)
-    codes = np.full(len(runs), -1, dtype=np.int64)
-    codes[np.flatnonzero(runs["scored"].to_numpy())] = groups.ngroup().fillna(-1).to_numpy(dtype=np.int64)
-    keys = groups.size().index.to_frame(index=False)
-    quantiles = grouped_quantiles(frames.latencies.per_turn(codes), frames.latencies.values, (0.5, 0.95), len(keys))
-    keys["latency_p50_ms"] = quantiles[:, 0]
-    keys["latency_p95_ms"] = quantiles[:, 1]
-    return keys
 
 
 def failure_mode_table(frames: LedgerFrames, by: str | Sequence[str] = "model") -> pd.DataFrame:
@@ -174,27 +171,29 @@ def failure_mode_table(frames: LedgerFrames, by: str | Sequence[str] = "model") 
         the modes that separate the groups most come first.
     """
     keys = [by] if isinstance(by, str) else list(by)
-    runs = frames.runs[frames.runs["scored"]]
     columns = ["mode", *keys, "runs_with", "scored_runs", "share", "share_low", "share_high", "turns_with", "turns",
                "per_turn_rate", "spread"]  # fmt: skip
-    run_modes = (
-        frames.run_modes.merge(runs[["run_id", *keys]], on="run_id", how="inner")
-        if not runs.empty
-        else frames.run_modes.iloc[0:0]
-    )
-    if runs.empty or run_modes.empty:
+    scored = frames.runs["scored"].to_numpy(dtype=bool)
+    ids, groups = frames.groups.ids(keys, scored)
+    run_pos = frames.run_modes["run_id"].cat.codes.to_numpy(dtype=np.int64)  # categories: the runs, in order
+    pair_ids = np.where(run_pos >= 0, ids[np.maximum(run_pos, 0)] if len(ids) else -1, -1)
+    mine = pair_ids >= 0
+    if not mine.any():
         return pd.DataFrame(columns=columns)
-    scored_runs = runs.groupby(keys, sort=True).size().rename("scored_runs")
-    turns_total = runs.groupby(keys, sort=True)["turns_recorded"].sum().rename("turns")
-    counts = run_modes.groupby(["mode", *keys], sort=True).agg(
-        runs_with=("run_id", "size"), turns_with=("turns_with_mode", "sum")
-    )
-    modes = sorted(run_modes["mode"].unique())
-    groups = scored_runs.index.to_frame(index=False)
-    grid = pd.merge(pd.DataFrame({"mode": modes}), groups, how="cross")
-    table = grid.merge(counts.reset_index(), on=["mode", *keys], how="left").fillna({"runs_with": 0, "turns_with": 0})
-    table = table.merge(scored_runs.reset_index(), on=keys).merge(turns_total.reset_index(), on=keys)
-    table[["runs_with", "turns_with"]] = table[["runs_with", "turns_with"]].astype("int64")
+    mode_codes, modes = pd.factorize(frames.run_modes["mode"].to_numpy(dtype=object)[mine], sort=True)
+    n_groups, n_modes = len(groups), len(modes)
+    cell = mode_codes.astype(np.int64) * n_groups + pair_ids[mine]
+    turns_with = frames.run_modes["turns_with_mode"].to_numpy(dtype=np.int64)[mine]
+    grid = np.tile(np.arange(n_groups), n_modes)
+    table = pd.DataFrame({"mode": [str(m) for m in modes for _ in range(n_groups)]})
+    for axis in keys:
+        table[axis] = groups[axis].take(grid).to_numpy()
+    table["runs_with"] = np.bincount(cell, minlength=n_modes * n_groups).astype("int64")
+    table["turns_with"] = np.bincount(cell, weights=turns_with, minlength=n_modes * n_groups).astype("int64")
+    has = ids >= 0
+    table["scored_runs"] = np.bincount(ids[has], minlength=n_groups).astype("int64")[grid]
+    recorded = frames.runs["turns_recorded"].to_numpy(dtype=np.int64)
+    table["turns"] = np.bincount(ids[has], weights=recorded[has], minlength=n_groups).astype("int64")[grid]
     table["share"] = table["runs_with"] / table["scored_runs"]
     bounds = [wilson_interval(int(k), int(n)) for k, n in zip(table["runs_with"], table["scored_runs"], strict=True)]
     table["share_low"] = [b[0] for b in bounds]
@@ -222,9 +221,9 @@ def check_failure_table(frames: LedgerFrames, by: Sequence[str] = ("model",)) ->
     """
     keys = list(by)
     columns = [*keys, "check", "failed", "checked", "share"]
-    runs = frames.runs[frames.runs["scored"]]
+    scored = frames.runs["scored"].to_numpy(dtype=bool)
     checks = frames.run_checks.merge(
-        runs[["run_id", "scenario", *[k for k in keys if k != "scenario"]]], on="run_id", how="inner"
+        frames.runs[["run_id", "scenario", *[k for k in keys if k != "scenario"]]][scored], on="run_id", how="inner"
     )
     if checks.empty:
         return pd.DataFrame(columns=columns)
@@ -255,7 +254,7 @@ def shortest_examples(frames: LedgerFrames, *, max_chars: int = EXCERPT_CHARS) -
         return pd.DataFrame(columns=columns)
     texts = frames.replies(best["seq"].tolist())
     calls = {seq: _calls_text(c) for seq, c in frames.reply_calls([int(s) for s in best["seq"] if not texts.get(int(s))]).items()}
-    model_of = frames.runs.set_index("run_id")["model"]
+    model_of = pd.Series(frames.runs["model"].to_numpy(), index=frames.runs["run_id"].to_numpy())
     out = pd.DataFrame({
         "mode": best["mode"].to_numpy(), "run_id": best["run_id"].astype(str).to_numpy(), "turn": best["turn"].to_numpy(),
         "model": model_of.reindex(best["run_id"].astype(str)).to_numpy(), "chars": best["chars"].to_numpy(),
@@ -304,13 +303,16 @@ def lenient_rescue(frames: LedgerFrames) -> pd.DataFrame:
         "strict_rate",
         "rescued",
     ]
-    runs = frames.runs[frames.runs["scored"]]
-    keys = ["model", "scenario", "temperature", "tool_mode", "think", "stream"]
-    policies = runs[keys].assign(strict=runs["parser"] == "strict", lenient=runs["parser"] == "lenient").groupby(keys)
-    both = policies["strict"].transform("any") & policies["lenient"].transform("any")
-    runs = runs[both.astype(bool)] if not runs.empty else runs
-    if runs.empty:
+    scored = frames.runs["scored"].to_numpy(dtype=bool)
+    ids, groups = frames.groups.ids(["model", "scenario", "temperature", "tool_mode", "think", "stream"], scored)
+    parser = frames.runs["parser"].to_numpy(dtype=object)
+    has_both = np.ones(len(groups) + 1, dtype=bool)  # the last entry is read for ids -1 (unscored: dropped by `scored`)
+    for policy in ("strict", "lenient"):
+        has_both[:-1] &= np.bincount(ids[scored & (parser == policy)], minlength=len(groups))[: len(groups)] > 0
+    both = scored & has_both[ids]
+    if not both.any():
         return pd.DataFrame(columns=columns)
+    runs = pd.DataFrame({c: frames.runs[c].to_numpy()[both] for c in ("model", "parser", "passed")})
     counts = runs.groupby(["model", "parser"], sort=True)["passed"].agg(["sum", "size"]).unstack("parser")
     out = pd.DataFrame({
         "model": counts.index,
