@@ -43,7 +43,7 @@ from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
 from harness.errors import BackendError, BackendResponseError, BreakerTripped, ContextOverflow
-from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_now
+from harness.ledger import Attempt, RunEnd, RunLedger, RunStart, TurnRecord, utc_now
 from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
 from harness.retry import DEFAULT_RETRY, RetryPolicy
@@ -188,6 +188,9 @@ class RunOptions:
             a replay cassette.
         extra_config: extra facts stored in the run's ``config`` column.
         on_retry: called with each failed attempt that will be retried, once it is recorded (the runner's progress).
+        executor: where a matrix's runs execute (:func:`harness.runner.run_matrix`): ``threads`` in this process or
+            ``processes``, worker processes (:mod:`harness.executors.processes`); a single run ignores it.
+        workers: worker processes for ``processes``; None: the CPU count.
     """
 
     runs_dir: Path = Path("results") / "runs"
@@ -200,6 +203,8 @@ class RunOptions:
     record_dir: Path | None = None
     extra_config: Mapping[str, Any] = field(default_factory=dict)
     on_retry: Callable[[Attempt], None] | None = None
+    executor: str = "threads"
+    workers: int | None = None
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
@@ -213,14 +218,15 @@ def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: b
 
 
 def run_once(
-    plan: RunPlan, backend: Backend, ledger: Ledger, options: RunOptions = RunOptions(), *, run_id: str | None = None
+    plan: RunPlan, backend: Backend, ledger: RunLedger, options: RunOptions = RunOptions(), *, run_id: str | None = None
 ) -> RunSummary:
     """Run one scenario once, recording every turn; never raises for model misbehaviour.
 
     Args:
         plan: what to run.
         backend: an open backend for ``plan.model``.
-        ledger: where the run, its turns and its end go.
+        ledger: where the run, its turns and its end go: a :class:`~harness.ledger.Ledger` or anything else that
+            satisfies :class:`~harness.ledger.RunLedger` (a worker process's proxy to the driver's ledger).
         options: how to run it (sandbox folder, retries, cache, claim policy, stop event, cassette folder).
         run_id: the id to record the run under (default: a new uuid4 hex).
 
@@ -247,7 +253,7 @@ def run_once(
 class _Run:
     """The state of one run in progress: messages, counters, sandbox; its steps are the methods."""
 
-    def __init__(self, plan: RunPlan, backend: Backend, ledger: Ledger, options: RunOptions, run_id: str,
+    def __init__(self, plan: RunPlan, backend: Backend, ledger: RunLedger, options: RunOptions, run_id: str,
                  on_reply: Callable[[Reply], None] | None = None) -> None:  # fmt: skip
         self.plan, self.backend, self.ledger, self.options, self.run_id = plan, backend, ledger, options, run_id
         self.on_reply = on_reply
