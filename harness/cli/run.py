@@ -49,6 +49,11 @@ def add_run(sub: Subparsers) -> None:
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model endpoint (default 1)")
+    p.add_argument("--executor", choices=("threads", "processes"), default="threads",
+                   help="where runs execute: threads of this process (default) or worker processes; this process "
+                        "stays the only writer of the ledger")  # fmt: skip
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes for --executor processes (default: the CPU count)")  # fmt: skip
     p.add_argument("--embedded-slots", type=int, default=1, metavar="N",
                    help="parallel slots of each embedded model's server (default 1: replies reproduce byte for byte "
                         "at --jobs 1; with fewer slots than --jobs requests queue; more than 1 changes the replies "
@@ -74,6 +79,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.jobs <= 256 or not 1 <= args.embedded_slots <= 256 or not 1 <= args.max_attempts <= 100:
         raise UsageError("--jobs and --embedded-slots must be from 1 to 256 and --max-attempts from 1 to 100.")
+    if args.workers is not None and (args.executor != "processes" or not 1 <= args.workers <= 256):
+        raise UsageError("--workers needs --executor processes and must be from 1 to 256.")
     if args.timeout is not None and not 1 <= args.timeout <= 86_400:  # also refuses nan
         raise UsageError("--request-timeout must be from 1 to 86400 seconds.")
     if args.record is not None:
@@ -89,7 +96,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
-                         retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record)  # fmt: skip
+                         retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
+                         executor=args.executor, workers=args.workers)  # fmt: skip
     result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout)
     if args.record is not None and not result.summaries:
         print(

@@ -1,0 +1,331 @@
+"""The ``processes`` executor (``harness run --executor processes``): runs execute in worker processes, the driver
+(this process) stays the only writer of the ledger.
+
+Design
+------
+The driver spawns ``--workers`` processes (default: the CPU count; the ``spawn`` context, never ``fork`` after threads
+exist), each a :func:`~harness.executors.worker.worker_main` hosting its runs in threads. It hands them runs, up to
+``--jobs`` in flight per model endpoint, to the worker with the fewest; a worker's runs reach the ledger only through
+:class:`~harness.executors.channel.LedgerProxy`, whose calls the driver applies in its one thread, in the order they
+arrive, and acknowledges once committed (each turn is durable before its run goes on: no group commit). The driver also
+takes and releases each run's claim (the identity's lock), and reports progress from the rows it wrote: a run's
+``run_finished`` summary is built from its end row and its turns' labels.
+
+A worker that dies (``kill -9``, out of memory): its runs not yet started go back to the queue; a run it had started
+gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
+place. Ctrl-C: the first stops handing out runs and tells the workers to stop (runs end as ``interrupted`` before
+their next model call; the driver waits for them); the second ends the runs in flight as ``interrupted`` at once, kills
+the workers and raises :class:`~harness.runner.MatrixQuit`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, cast
+
+from harness.endpoints import BackendFactory, Endpoint, PlannedRun
+from harness.errors import HarnessError
+from harness.executors.channel import RunTask
+from harness.executors.worker import BackendRecipe, recipe_for, worker_main
+from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
+from harness.loop import RunOptions, RunSummary
+from harness.ownership import Claim
+from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned
+from harness.vocab import Outcome
+
+__all__ = ["ProcessMatrixRun", "WorkerFailed"]
+
+_DEATHS_BEFORE_GIVING_UP = 3  # workers that die before sending anything, in a row
+
+
+class WorkerFailed(HarnessError):
+    """A worker process failed in a way a run cannot record: a harness bug in it, or workers that die at start."""
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing's SpawnProcess
+    conn: Connection
+    runs: set[str] = field(default_factory=set)
+    heard: bool = False
+
+
+@dataclass
+class _Flight:
+    """A run handed to a worker, as the driver knows it from the rows it wrote."""
+
+    run_id: str
+    planned: PlannedRun
+    model: str
+    worker: _Worker
+    dispatched: float
+    claim: Claim | None = None
+    start: RunStart | None = None
+    end: RunEnd | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+class ProcessMatrixRun:
+    """The worker processes of one :func:`harness.runner.run_matrix` call and the runs they have in flight.
+
+    Args:
+        ledger: the open ledger; only this object writes it.
+        options: the matrix's options (``claim`` set by the runner; ``workers``: processes, None for the CPU count).
+        result: filled in as runs finish.
+        events: progress, called from this thread only.
+        backend_factory: how the driver opened backends; workers open theirs the same way (it must be picklable).
+    """
+
+    def __init__(self, ledger: Ledger, options: RunOptions, result: MatrixResult, events: MatrixEvents,
+                 backend_factory: BackendFactory) -> None:  # fmt: skip
+        assert options.stop is not None and options.claim is not None
+        self.ledger, self.options, self.result, self.events, self.stop = ledger, options, result, events, options.stop
+        self.factory = backend_factory
+        self.task_options = replace(options, claim=None, stop=None, on_retry=None, extra_config={})
+        self.workers: list[_Worker] = []
+        self.flights: dict[str, _Flight] = {}
+        self.queues: dict[str, deque[PlannedRun]] = {}
+        self.in_flight: dict[str, int] = {}
+        self.quitting = self.stopped = False
+        self.deaths = 0
+
+    def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
+        """Run every todo; returns when all are done. Raises as :meth:`harness.runner.run_matrix` does."""
+        self.queues = {model: deque(plans) for model, plans in todos.items() if plans}
+        self.in_flight = dict.fromkeys(self.queues, 0)
+        self.recipes = {model: recipe_for(model, endpoints[model], self.factory) for model in self.queues}
+        self.extra = {model: {"jobs": self.options.jobs, "endpoint_parallel": endpoints[model].parallel,
+                              **endpoints[model].start_config} for model in self.queues}  # fmt: skip
+        total = sum(len(q) for q in self.queues.values())
+        try:
+            for _ in range(min(self.options.workers or os.cpu_count() or 1, total)):
+                self.workers.append(_spawn(self.recipes))
+            while self.flights or (not self.stopped and any(self.queues.values())):
+                with _held():
+                    if self.stop.is_set():
+                        self._stop()
+                    self._dispatch()
+                self._pump(0.2)
+        except KeyboardInterrupt as interrupt:
+            self._interrupted(interrupt)
+        except BaseException:
+            self.stop.set()
+            raise
+        finally:
+            self._shut_down()
+
+    def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
+        """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
+        self.stop.set()
+        try:
+            if isinstance(interrupt, QuitNow):
+                raise interrupt
+            self.events.stopping(len(self.flights))
+            self._stop()
+            while self.flights:
+                self._pump(0.2)
+        except KeyboardInterrupt:
+            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
+            self.quitting = True
+            for worker in self.workers:
+                worker.process.kill()  # nothing but the driver writes the ledger, and it writes the end rows now
+            _end_abandoned(self.ledger, abandoned)
+            for flight in self.flights.values():
+                if flight.claim is not None:
+                    flight.claim.release()
+            raise MatrixQuit(len(abandoned)) from None
+        raise interrupt
+
+    def _stop(self) -> None:
+        """No new run starts; the workers' runs end as interrupted before their next model call."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for worker in self.workers:
+            _send(worker, ("stop",))
+
+    def _dispatch(self) -> None:
+        if self.stopped or not self.workers:
+            return
+        for model, queue in self.queues.items():
+            while queue and self.in_flight[model] < self.options.jobs:
+                planned = queue.popleft()
+                worker = min(self.workers, key=lambda w: len(w.runs))
+                run_id = uuid.uuid4().hex
+                self.flights[run_id] = _Flight(run_id, planned, model, worker, time.perf_counter())
+                worker.runs.add(run_id)
+                self.in_flight[model] += 1
+                _send(worker, ("run", RunTask(run_id, model, planned.plan, self.task_options, self.extra[model])))
+
+    def _pump(self, timeout: float) -> None:
+        """Apply every message that arrives within ``timeout`` seconds; bury the workers that died."""
+        conns = {worker.conn: worker for worker in self.workers}
+        sentinels = {worker.process.sentinel: worker for worker in self.workers}
+        ready = wait([*conns, *sentinels], timeout)  # where Ctrl-C lands: never halfway through applying a message
+        with _held():
+            for item in ready:
+                if item in conns:
+                    self._drain(conns[item])
+            for item in ready:
+                if item in sentinels:
+                    self._bury(sentinels[cast(int, item)])
+
+    def _drain(self, worker: _Worker) -> None:
+        while worker.conn.poll():
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                return  # it died: its sentinel says so
+            worker.heard = True
+            kind, request, run_id, *payload = message
+            value = getattr(self, f"_on_{kind}")(self.flights[run_id], *payload)
+            if request:
+                _send(worker, ("reply", request, True, value))
+
+    # -- what the workers' runs ask for (each applied here, in arrival order) --------------------------------
+    def _on_claim(self, flight: _Flight, identity: str) -> dict[str, Any] | None:
+        assert self.options.claim is not None
+        flight.claim = self.options.claim(identity)
+        return None if flight.claim is None else dict(flight.claim.facts)
+
+    def _on_start(self, flight: _Flight, record: RunStart, claimed: bool) -> bool:
+        policy = flight.claim.policy if claimed and flight.claim is not None else None
+        started = self.ledger.start_run(record, claim=policy)
+        flight.start = record if started else None
+        return started
+
+    def _on_attempt(self, flight: _Flight, record: Attempt) -> None:
+        self.ledger.record_attempt(record)
+
+    def _on_turn(self, flight: _Flight, record: TurnRecord) -> None:
+        self.ledger.record_turn(record)
+        flight.labels.extend(m for m in record.failure_modes if m not in flight.labels)
+
+    def _on_cached(self, flight: _Flight, identity: str, request_hash: str) -> TurnRecord | None:
+        return self.ledger.cached_turn(identity, request_hash)
+
+    def _on_end(self, flight: _Flight, record: RunEnd) -> None:
+        self.ledger.end_run(record)
+        flight.end = record
+
+    def _on_retrying(self, flight: _Flight, attempt: Attempt) -> None:
+        self.events.retrying(flight.planned.plan, attempt, self.options.retry.max_attempts)
+
+    def _on_done(self, flight: _Flight, outcome: tuple[Any, ...]) -> None:
+        self._land(flight.run_id)
+        if outcome[0] == "taken":
+            if outcome[1]:
+                self.result.running_elsewhere += 1
+            else:
+                self.result.already_done += 1
+        elif outcome[0] == "bug":
+            raise WorkerFailed(f"a run failed in a worker process; this is a harness bug, please report it:\n{outcome[1]}")
+        elif flight.end is not None:
+            self._finished(flight)
+
+    # -- bookkeeping -----------------------------------------------------------------------------------------
+    def _land(self, run_id: str) -> _Flight:
+        """The run is no longer in flight: forget it and give its identity up."""
+        flight = self.flights.pop(run_id)
+        flight.worker.runs.discard(run_id)
+        self.in_flight[flight.model] -= 1
+        if flight.claim is not None:
+            flight.claim.release()
+        return flight
+
+    def _finished(self, flight: _Flight) -> None:
+        assert flight.start is not None and flight.end is not None
+        end = flight.end
+        summary = RunSummary(flight.run_id, flight.planned.plan, cast(Outcome, end.outcome), end.turns,
+                             end.prompt_tokens + end.completion_tokens, flight.labels, end.checks,
+                             Path(flight.start.sandbox), end.error, time.perf_counter() - flight.dispatched)  # fmt: skip
+        self.result.summaries.append(summary)
+        self.events.run_finished(summary)
+
+    def _bury(self, worker: _Worker) -> None:
+        """A worker died: requeue its runs not started, end its started ones as ``infra_error``, replace it."""
+        self._drain(worker)  # what it sent before it died
+        if worker not in self.workers:
+            return
+        self.workers.remove(worker)
+        worker.conn.close()
+        code = worker.process.exitcode
+        self.deaths = 0 if worker.heard else self.deaths + 1
+        if self.deaths >= _DEATHS_BEFORE_GIVING_UP:
+            raise WorkerFailed(f"{self.deaths} worker processes in a row died before running anything (exit code {code}).")
+        for run_id in sorted(worker.runs):
+            flight = self._land(run_id)
+            if flight.start is None:
+                if not self.stopped:
+                    self.queues[flight.model].appendleft(flight.planned)
+                continue
+            if flight.end is None:
+                flight.end = self._end_dead(run_id, code)
+            self._finished(flight)
+        if not self.stopped and any(self.queues.values()):
+            self.workers.append(_spawn(self.recipes))
+
+    def _end_dead(self, run_id: str, code: int | None) -> RunEnd:
+        turns, prompt, completion = self.ledger.turn_totals(run_id) or (0, 0, 0)
+        end = RunEnd(run_id=run_id, outcome="infra_error", turns=turns, prompt_tokens=prompt, completion_tokens=completion,
+                     breach=None, error=f"the worker process running it died (exit code {code}); the run is redone on resume",
+                     checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
+        self.ledger.end_run(end)
+        return end
+
+    def _shut_down(self) -> None:
+        for worker in self.workers:
+            if self.quitting:
+                worker.process.kill()
+            else:
+                _send(worker, ("quit",))
+        for worker in self.workers:
+            worker.process.join(None if self.quitting else 10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+        self.workers = []
+
+
+@contextmanager
+def _held() -> Iterator[None]:
+    """Hold SIGINT back (in the main thread) while the driver applies messages; it is delivered right after.
+
+    So Ctrl-C never lands between a row's commit and its acknowledgement (the worker would wait for ever).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _spawn(recipes: dict[str, BackendRecipe]) -> _Worker:
+    context = multiprocessing.get_context("spawn")
+    driver_end, worker_end = context.Pipe(duplex=True)
+    process = context.Process(target=worker_main, args=(worker_end, recipes), name="harness-worker", daemon=True)
+    process.start()
+    worker_end.close()
+    return _Worker(process, driver_end)
+
+
+def _send(worker: _Worker, message: tuple[Any, ...]) -> None:
+    try:
+        worker.conn.send(message)
+    except (OSError, ValueError):
+        pass  # it died: its sentinel says so
