@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.backends import open_backend
 from harness.ledger import Ledger
 from harness.loop import RetryPolicy, RunOptions
@@ -217,3 +219,23 @@ def test_worker_processes_are_imported_only_when_chosen():
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True
     )
     assert out.stdout.split() == ["False", "False"]
+
+
+# -- the driver's group commit ------------------------------------------------------------------------------
+def test_a_group_commits_its_appends_together_or_not_at_all(tmp_path):
+    from tests.ledger_builders import add_run
+
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger, Ledger(path, readonly=True) as reader:
+        with ledger.group():
+            add_run(ledger, "a", model="m", turns=[([], "x")] * 2)
+            add_run(ledger, "b", model="m")
+            assert reader.row_counts()["turns"] == 0  # nothing durable inside the group
+            assert ledger.turn_totals("a") == (2, 200, 30)  # the writer reads its own group
+        assert reader.row_counts()["turns"] == 3
+        with pytest.raises(RuntimeError), ledger.group():
+            add_run(ledger, "c", model="m")
+            raise RuntimeError("the driver failed halfway")
+        assert [run.run_id for run in ledger.runs()] == ["a", "b"]  # c rolled back whole
+        add_run(ledger, "d", model="m")  # and the chain goes on from b
+        assert ledger.verify().ok

@@ -7,11 +7,13 @@ Messages are tuples on one duplex :func:`multiprocessing.Pipe` per worker (pickl
   ``attempt``, ``turn``, ``end`` (their records), ``cached`` (identity, request hash), ``retrying``
   (:class:`~harness.ledger.Attempt`, a notice) and ``done`` (a notice: ``("ran",)``, ``("taken", in_flight)`` or
   ``("bug", text)``).
-* driver -> worker: ``("reply", request, ok, value)`` (``ok`` False: ``value`` is the text of a
+* driver -> worker: ``("replies", [(request, ok, value), ...])`` (``ok`` False: ``value`` is the text of a
   :class:`~harness.errors.LedgerError`), ``("run", RunTask)``, ``("stop",)``, ``("quit",)``.
 
 The driver applies the calls in the order it receives them and replies to a write only once its row is committed, so a
-worker's turn is durable before its run goes on (:class:`LedgerProxy`).
+worker's turn is durable before its run goes on (:class:`LedgerProxy`). It commits the messages that arrive together
+as one transaction (a group commit, :meth:`harness.ledger.Ledger.group`): a crash of the driver loses at most that
+group, none of whose rows was acknowledged.
 """
 
 from __future__ import annotations

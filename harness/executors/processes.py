@@ -7,9 +7,12 @@ The driver spawns ``--workers`` processes (default: the CPU count; the ``spawn``
 exist), each a :func:`~harness.executors.worker.worker_main` hosting its runs in threads. It hands them runs, up to
 ``--jobs`` in flight per model endpoint, to the worker with the fewest; a worker's runs reach the ledger only through
 :class:`~harness.executors.channel.LedgerProxy`, whose calls the driver applies in its one thread, in the order they
-arrive, and acknowledges once committed (each turn is durable before its run goes on: no group commit). The driver also
-takes and releases each run's claim (the identity's lock), and reports progress from the rows it wrote: a run's
-``run_finished`` summary is built from its end row and its turns' labels.
+arrive. The messages that arrive together (one :func:`~multiprocessing.connection.wait`) are committed as one
+transaction (a group commit, :meth:`Ledger.group <harness.ledger.Ledger.group>`), and only then acknowledged: a turn is
+durable before its run goes on, and a crash of the driver loses at most the group in flight, none of it acknowledged.
+The driver also takes and releases each run's claim (the identity's lock, released after its end row commits), and
+reports progress from the rows it wrote: a run's ``run_finished`` summary is built from its end row and its turns'
+labels, also after the commit.
 
 A worker that dies (``kill -9``, out of memory): its runs not yet started go back to the queue; a run it had started
 gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
@@ -20,6 +23,7 @@ the workers and raises :class:`~harness.runner.MatrixQuit`.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -27,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
@@ -99,6 +103,8 @@ class ProcessMatrixRun:
         self.in_flight: dict[str, int] = {}
         self.quitting = self.stopped = False
         self.deaths = 0
+        self.replies: dict[int, tuple[_Worker, list[tuple[int, bool, Any]]]] = {}  # per pump: sent after its commit
+        self.after: list[Callable[[], None]] = []  # per pump: run after its commit
 
     def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
         """Run every todo; returns when all are done. Raises as :meth:`harness.runner.run_matrix` does."""
@@ -110,7 +116,7 @@ class ProcessMatrixRun:
         total = sum(len(q) for q in self.queues.values())
         try:
             for _ in range(min(self.options.workers or os.cpu_count() or 1, total)):
-                self.workers.append(_spawn(self.recipes))
+                self.workers.append(self._spawn())
             while self.flights or (not self.stopped and any(self.queues.values())):
                 with _held():
                     if self.stop.is_set():
@@ -169,17 +175,27 @@ class ProcessMatrixRun:
                 _send(worker, ("run", RunTask(run_id, model, planned.plan, self.task_options, self.extra[model])))
 
     def _pump(self, timeout: float) -> None:
-        """Apply every message that arrives within ``timeout`` seconds; bury the workers that died."""
+        """Apply every message that arrives within ``timeout`` seconds as one group commit; bury the workers that died.
+
+        Replies, claim releases and progress events wait for the group's commit, so nothing is acknowledged (to a
+        worker, another process or the user) before it is durable.
+        """
         conns = {worker.conn: worker for worker in self.workers}
         sentinels = {worker.process.sentinel: worker for worker in self.workers}
         ready = wait([*conns, *sentinels], timeout)  # where Ctrl-C lands: never halfway through applying a message
         with _held():
-            for item in ready:
-                if item in conns:
-                    self._drain(conns[item])
-            for item in ready:
-                if item in sentinels:
-                    self._bury(sentinels[cast(int, item)])
+            self.replies, self.after = {}, []
+            with self.ledger.group():
+                for item in ready:
+                    if item in conns:
+                        self._drain(conns[item])
+                for item in ready:
+                    if item in sentinels:
+                        self._bury(sentinels[item])
+            for worker, replies in self.replies.values():
+                _send(worker, ("replies", replies))
+            for action in self.after:
+                action()
 
     def _drain(self, worker: _Worker) -> None:
         while worker.conn.poll():
@@ -191,7 +207,7 @@ class ProcessMatrixRun:
             kind, request, run_id, *payload = message
             value = getattr(self, f"_on_{kind}")(self.flights[run_id], *payload)
             if request:
-                _send(worker, ("reply", request, True, value))
+                self.replies.setdefault(id(worker), (worker, []))[1].append((request, True, value))
 
     # -- what the workers' runs ask for (each applied here, in arrival order) --------------------------------
     def _on_claim(self, flight: _Flight, identity: str) -> dict[str, Any] | None:
@@ -230,7 +246,7 @@ class ProcessMatrixRun:
             else:
                 self.result.already_done += 1
         elif outcome[0] == "bug":
-            raise WorkerFailed(f"a run failed in a worker process; this is a harness bug, please report it:\n{outcome[1]}")
+            self.after.append(functools.partial(_fail, outcome[1]))  # once the other runs' rows are committed
         elif flight.end is not None:
             self._finished(flight)
 
@@ -241,7 +257,7 @@ class ProcessMatrixRun:
         flight.worker.runs.discard(run_id)
         self.in_flight[flight.model] -= 1
         if flight.claim is not None:
-            flight.claim.release()
+            self.after.append(flight.claim.release)  # once its end row is committed
         return flight
 
     def _finished(self, flight: _Flight) -> None:
@@ -250,6 +266,9 @@ class ProcessMatrixRun:
         summary = RunSummary(flight.run_id, flight.planned.plan, cast(Outcome, end.outcome), end.turns,
                              end.prompt_tokens + end.completion_tokens, flight.labels, end.checks,
                              Path(flight.start.sandbox), end.error, time.perf_counter() - flight.dispatched)  # fmt: skip
+        self.after.append(functools.partial(self._report, summary))
+
+    def _report(self, summary: RunSummary) -> None:
         self.result.summaries.append(summary)
         self.events.run_finished(summary)
 
@@ -274,7 +293,7 @@ class ProcessMatrixRun:
                 flight.end = self._end_dead(run_id, code)
             self._finished(flight)
         if not self.stopped and any(self.queues.values()):
-            self.workers.append(_spawn(self.recipes))
+            self.workers.append(self._spawn())
 
     def _end_dead(self, run_id: str, code: int | None) -> RunEnd:
         turns, prompt, completion = self.ledger.turn_totals(run_id) or (0, 0, 0)
@@ -283,6 +302,9 @@ class ProcessMatrixRun:
                      checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
         self.ledger.end_run(end)
         return end
+
+    def _spawn(self) -> _Worker:
+        return _spawn(self.recipes, self.options.jobs * len(self.recipes))
 
     def _shut_down(self) -> None:
         for worker in self.workers:
@@ -315,10 +337,14 @@ def _held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _spawn(recipes: dict[str, BackendRecipe]) -> _Worker:
+def _fail(text: str) -> None:
+    raise WorkerFailed(f"a run failed in a worker process; this is a harness bug, please report it:\n{text}")
+
+
+def _spawn(recipes: dict[str, BackendRecipe], max_runs: int) -> _Worker:
     context = multiprocessing.get_context("spawn")
     driver_end, worker_end = context.Pipe(duplex=True)
-    process = context.Process(target=worker_main, args=(worker_end, recipes), name="harness-worker", daemon=True)
+    process = context.Process(target=worker_main, args=(worker_end, recipes, max_runs), name="harness-worker", daemon=True)
     process.start()
     worker_end.close()
     return _Worker(process, driver_end)

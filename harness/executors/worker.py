@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -116,25 +117,29 @@ class _Backends:
                 backend.close()
 
 
-def worker_main(conn: Connection, recipes: dict[str, BackendRecipe]) -> None:
+def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: int) -> None:
     """The worker process: serve the driver's messages until it says ``quit`` or goes away.
 
     Args:
         conn: the worker's end of its duplex pipe to the driver (:mod:`harness.executors.channel`).
         recipes: model spec -> how to open its backend.
+        max_runs: the most runs the driver may give it at once; run threads are reused (an HTTP backend keeps a
+            client and its connection per thread, :class:`~harness.backends.clients.ThreadClients`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the driver handles it
     link, stop, backends = WorkerLink(conn), threading.Event(), _Backends(recipes)
+    pool = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="run")
     try:
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
                 break  # the driver is gone
-            if message[0] == "reply":
-                link.deliver(*message[1:])
+            if message[0] == "replies":
+                for reply in message[1]:
+                    link.deliver(*reply)
             elif message[0] == "run":
-                threading.Thread(target=_run_task, args=(link, backends, message[1], stop), daemon=True).start()
+                pool.submit(_run_task, link, backends, message[1], stop)
             elif message[0] == "stop":
                 stop.set()
             elif message[0] == "quit":
@@ -142,6 +147,7 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe]) -> None:
     finally:
         stop.set()
         link.break_all()
+        pool.shutdown(wait=False, cancel_futures=True)
         backends.close()
 
 
