@@ -48,7 +48,7 @@ from harness.ownership import Claim
 from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned
 from harness.vocab import Outcome
 
-__all__ = ["ProcessMatrixRun", "WorkerFailed"]
+__all__ = ["ProcessMatrixRun", "Worker", "WorkerFailed"]
 
 _DEATHS_BEFORE_GIVING_UP = 3  # workers that die before sending anything, in a row
 
@@ -58,9 +58,21 @@ class WorkerFailed(HarnessError):
 
 
 @dataclass
-class _Worker:
-    process: Any  # multiprocessing's SpawnProcess
+class Worker:
+    """A worker as the driver sees it.
+
+    Attributes:
+        process: ``kill()``, ``join(timeout)``, ``is_alive()``, ``exitcode`` and ``sentinel`` (a handle
+            :func:`~multiprocessing.connection.wait` can watch, or None: its death shows as the end of ``conn``).
+        conn: the driver's end of the channel (:mod:`harness.executors.channel`).
+        models: the model specs it serves (None: every one).
+        runs: the run ids it has now.
+        heard: it has sent something.
+    """
+
+    process: Any
     conn: Connection
+    models: frozenset[str] | None = None
     runs: set[str] = field(default_factory=set)
     heard: bool = False
 
@@ -72,7 +84,7 @@ class _Flight:
     run_id: str
     planned: PlannedRun
     model: str
-    worker: _Worker
+    worker: Worker
     dispatched: float
     claim: Claim | None = None
     start: RunStart | None = None
@@ -97,13 +109,13 @@ class ProcessMatrixRun:
         self.ledger, self.options, self.result, self.events, self.stop = ledger, options, result, events, options.stop
         self.factory = backend_factory
         self.task_options = replace(options, claim=None, stop=None, on_retry=None, extra_config={})
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.flights: dict[str, _Flight] = {}
         self.queues: dict[str, deque[PlannedRun]] = {}
         self.in_flight: dict[str, int] = {}
         self.quitting = self.stopped = False
         self.deaths = 0
-        self.replies: dict[int, tuple[_Worker, list[tuple[int, bool, Any]]]] = {}  # per pump: sent after its commit
+        self.replies: dict[int, tuple[Worker, list[tuple[int, bool, Any]]]] = {}  # per pump: sent after its commit
         self.after: list[Callable[[], None]] = []  # per pump: run after its commit
 
     def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
@@ -115,8 +127,7 @@ class ProcessMatrixRun:
                               **endpoints[model].start_config} for model in self.queues}  # fmt: skip
         total = sum(len(q) for q in self.queues.values())
         try:
-            for _ in range(min(self.options.workers or os.cpu_count() or 1, total)):
-                self.workers.append(self._spawn())
+            self.workers.extend(self._start_workers(total))
             while self.flights or (not self.stopped and any(self.queues.values())):
                 with _held():
                     if self.stop.is_set():
@@ -165,9 +176,10 @@ class ProcessMatrixRun:
         if self.stopped or not self.workers:
             return
         for model, queue in self.queues.items():
-            while queue and self.in_flight[model] < self.options.jobs:
+            serving = [w for w in self.workers if w.models is None or model in w.models]
+            while queue and serving and self.in_flight[model] < self.options.jobs:
                 planned = queue.popleft()
-                worker = min(self.workers, key=lambda w: len(w.runs))
+                worker = min(serving, key=lambda w: len(w.runs))
                 run_id = uuid.uuid4().hex
                 self.flights[run_id] = _Flight(run_id, planned, model, worker, time.perf_counter())
                 worker.runs.add(run_id)
@@ -181,14 +193,14 @@ class ProcessMatrixRun:
         worker, another process or the user) before it is durable.
         """
         conns = {worker.conn: worker for worker in self.workers}
-        sentinels = {worker.process.sentinel: worker for worker in self.workers}
+        sentinels = {worker.process.sentinel: worker for worker in self.workers if worker.process.sentinel is not None}
         ready = wait([*conns, *sentinels], timeout)  # where Ctrl-C lands: never halfway through applying a message
         with _held():
             self.replies, self.after = {}, []
             with self.ledger.group():
                 for item in ready:
-                    if item in conns:
-                        self._drain(conns[item])
+                    if item in conns and not self._drain(conns[item]) and conns[item].process.sentinel is None:
+                        self._bury(conns[item])  # its channel ended: it died (a worker without a sentinel)
                 for item in ready:
                     if item in sentinels:
                         self._bury(sentinels[item])
@@ -197,17 +209,19 @@ class ProcessMatrixRun:
             for action in self.after:
                 action()
 
-    def _drain(self, worker: _Worker) -> None:
+    def _drain(self, worker: Worker) -> bool:
+        """Apply what ``worker`` sent; False when its channel has ended (it died)."""
         while worker.conn.poll():
             try:
                 message = worker.conn.recv()
             except (EOFError, OSError):
-                return  # it died: its sentinel says so
+                return False
             worker.heard = True
             kind, request, run_id, *payload = message
             value = getattr(self, f"_on_{kind}")(self.flights[run_id], *payload)
             if request:
                 self.replies.setdefault(id(worker), (worker, []))[1].append((request, True, value))
+        return True
 
     # -- what the workers' runs ask for (each applied here, in arrival order) --------------------------------
     def _on_claim(self, flight: _Flight, identity: str) -> dict[str, Any] | None:
@@ -272,11 +286,11 @@ class ProcessMatrixRun:
         self.result.summaries.append(summary)
         self.events.run_finished(summary)
 
-    def _bury(self, worker: _Worker) -> None:
+    def _bury(self, worker: Worker) -> None:
         """A worker died: requeue its runs not started, end its started ones as ``infra_error``, replace it."""
-        self._drain(worker)  # what it sent before it died
         if worker not in self.workers:
             return
+        self._drain(worker)  # what it sent before it died
         self.workers.remove(worker)
         worker.conn.close()
         code = worker.process.exitcode
@@ -293,7 +307,7 @@ class ProcessMatrixRun:
                 flight.end = self._end_dead(run_id, code)
             self._finished(flight)
         if not self.stopped and any(self.queues.values()):
-            self.workers.append(self._spawn())
+            self.workers.append(self._replace(worker))
 
     def _end_dead(self, run_id: str, code: int | None) -> RunEnd:
         turns, prompt, completion = self.ledger.turn_totals(run_id) or (0, 0, 0)
@@ -303,7 +317,15 @@ class ProcessMatrixRun:
         self.ledger.end_run(end)
         return end
 
-    def _spawn(self) -> _Worker:
+    def _start_workers(self, runs: int) -> list[Worker]:
+        """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than runs."""
+        return [self._spawn() for _ in range(min(self.options.workers or os.cpu_count() or 1, runs))]
+
+    def _replace(self, dead: Worker) -> Worker:
+        """A worker to take the place of ``dead``."""
+        return self._spawn()
+
+    def _spawn(self) -> Worker:
         return _spawn(self.recipes, self.options.jobs * len(self.recipes))
 
     def _shut_down(self) -> None:
@@ -341,16 +363,16 @@ def _fail(text: str) -> None:
     raise WorkerFailed(f"a run failed in a worker process; this is a harness bug, please report it:\n{text}")
 
 
-def _spawn(recipes: dict[str, BackendRecipe], max_runs: int) -> _Worker:
+def _spawn(recipes: dict[str, BackendRecipe], max_runs: int) -> Worker:
     context = multiprocessing.get_context("spawn")
     driver_end, worker_end = context.Pipe(duplex=True)
     process = context.Process(target=worker_main, args=(worker_end, recipes, max_runs), name="harness-worker", daemon=True)
     process.start()
     worker_end.close()
-    return _Worker(process, driver_end)
+    return Worker(process, driver_end)
 
 
-def _send(worker: _Worker, message: tuple[Any, ...]) -> None:
+def _send(worker: Worker, message: tuple[Any, ...]) -> None:
     try:
         worker.conn.send(message)
     except (OSError, ValueError):
