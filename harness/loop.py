@@ -188,9 +188,12 @@ class RunOptions:
             a replay cassette.
         extra_config: extra facts stored in the run's ``config`` column.
         on_retry: called with each failed attempt that will be retried, once it is recorded (the runner's progress).
-        executor: where a matrix's runs execute (:func:`harness.runner.run_matrix`): ``threads`` in this process or
-            ``processes``, worker processes (:mod:`harness.executors.processes`); a single run ignores it.
-        workers: worker processes for ``processes``; None: the CPU count.
+        executor: where a matrix's runs execute (:func:`harness.runner.run_matrix`): ``threads`` in this process,
+            ``processes``, worker processes (:mod:`harness.executors.processes`), or ``ray``, Ray actors
+            (:mod:`harness.executors.ray_cluster`); a single run ignores it.
+        workers: worker processes for ``processes`` (None: the CPU count); actors per model endpoint for ``ray``.
+        ray_address: the Ray cluster for ``ray`` (None: a local one, started for the matrix).
+        ray_resources: model spec -> one actor's Ray resources (``{"GPU": 1}``) for ``ray``.
     """
 
     runs_dir: Path = Path("results") / "runs"
@@ -205,6 +208,8 @@ class RunOptions:
     on_retry: Callable[[Attempt], None] | None = None
     executor: str = "threads"
     workers: int | None = None
+    ray_address: str | None = None
+    ray_resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:

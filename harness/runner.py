@@ -314,8 +314,14 @@ def _executor(db: Ledger, options: RunOptions, result: MatrixResult, events: Mat
         from harness.executors.processes import ProcessMatrixRun
 
         return ProcessMatrixRun(db, options, result, events, backend_factory)
+    if options.executor == "ray":
+        try:
+            from harness.executors.ray_cluster import RayMatrixRun
+        except ImportError as exc:
+            raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
+        return RayMatrixRun(db, options, result, events, backend_factory)
     if options.executor != "threads":
-        raise UsageError(f"unknown executor {options.executor!r}; use threads or processes.")
+        raise UsageError(f"unknown executor {options.executor!r}; use threads, processes or ray.")
     return _MatrixRun(db, options, result, events)
 
 

@@ -207,7 +207,30 @@ def test_workers_need_the_processes_executor(tmp_path, capsys):
         capsys, "run", str(SCENARIO_FILE), "--model", "replay:x.jsonl", "--workers", "2", "--ledger", str(tmp_path / "l.sqlite")
     )
     assert_one_sentence_error(rc, err)
-    assert "--workers needs --executor processes" in err and not (tmp_path / "l.sqlite").exists()
+    assert "--workers needs --executor processes or ray" in err and not (tmp_path / "l.sqlite").exists()
+
+
+@pytest.mark.parametrize("flag", [["--ray-address", "127.0.0.1:6379"], ["--ray-resources", "replay:x.jsonl=GPU:1"]])
+def test_ray_options_need_the_ray_executor(tmp_path, capsys, flag):
+    from tests.helpers import assert_one_sentence_error, cli
+
+    rc, _, err = cli(
+        capsys, "run", str(SCENARIO_FILE), "--model", "replay:x.jsonl", *flag, "--ledger", str(tmp_path / "l.sqlite")
+    )
+    assert_one_sentence_error(rc, err)
+    assert "need --executor ray" in err
+
+
+@pytest.mark.parametrize(("value", "words"), [("replay:x.jsonl=GPU", "write MODEL_SPEC=NAME:AMOUNT"),
+                                             ("replay:x.jsonl=GPU:0", "write MODEL_SPEC=NAME:AMOUNT"),
+                                             ("replay:other.jsonl=GPU:1", "has no model")])  # fmt: skip
+def test_bad_ray_resources_are_one_sentence(tmp_path, capsys, value, words):
+    from tests.helpers import assert_one_sentence_error, cli
+
+    rc, _, err = cli(capsys, "run", str(SCENARIO_FILE), "--model", "replay:x.jsonl", "--executor", "ray", "--ray-resources", value,
+                     "--ledger", str(tmp_path / "l.sqlite"))  # fmt: skip
+    assert_one_sentence_error(rc, err)
+    assert words in err and not (tmp_path / "l.sqlite").exists()
 
 
 def test_worker_processes_are_imported_only_when_chosen():

@@ -4,7 +4,8 @@ Messages are tuples on one duplex :func:`multiprocessing.Pipe` per worker (pickl
 
 * worker -> driver: ``(kind, request, run_id, *payload)``. A ``request`` above 0 waits for its reply; 0 is a notice.
   Kinds: ``claim`` (identity), ``start`` (:class:`~harness.ledger.RunStart`, whether the run holds a claim),
-  ``attempt``, ``turn``, ``end`` (their records), ``cached`` (identity, request hash), ``retrying``
+  ``attempt``, ``turn``, ``end`` (their records), ``cached`` (identity, request hash), ``sandbox`` (the run's files, from
+  a worker on another machine), ``retrying``
   (:class:`~harness.ledger.Attempt`, a notice) and ``done`` (a notice: ``("ran",)``, ``("taken", in_flight)`` or
   ``("bug", text)``).
 * driver -> worker: ``("replies", [(request, ok, value), ...])`` (``ok`` False: ``value`` is the text of a

@@ -41,7 +41,7 @@ from typing import Any, cast
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
 from harness.errors import HarnessError
 from harness.executors.channel import RunTask
-from harness.executors.worker import BackendRecipe, recipe_for, worker_main
+from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, worker_main
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
 from harness.loop import RunOptions, RunSummary
 from harness.ownership import Claim
@@ -78,7 +78,7 @@ class Worker:
 
 
 @dataclass
-class _Flight:
+class Flight:
     """A run handed to a worker, as the driver knows it from the rows it wrote."""
 
     run_id: str
@@ -110,7 +110,7 @@ class ProcessMatrixRun:
         self.factory = backend_factory
         self.task_options = replace(options, claim=None, stop=None, on_retry=None, extra_config={})
         self.workers: list[Worker] = []
-        self.flights: dict[str, _Flight] = {}
+        self.flights: dict[str, Flight] = {}
         self.queues: dict[str, deque[PlannedRun]] = {}
         self.in_flight: dict[str, int] = {}
         self.quitting = self.stopped = False
@@ -181,7 +181,7 @@ class ProcessMatrixRun:
                 planned = queue.popleft()
                 worker = min(serving, key=lambda w: len(w.runs))
                 run_id = uuid.uuid4().hex
-                self.flights[run_id] = _Flight(run_id, planned, model, worker, time.perf_counter())
+                self.flights[run_id] = Flight(run_id, planned, model, worker, time.perf_counter())
                 worker.runs.add(run_id)
                 self.in_flight[model] += 1
                 _send(worker, ("run", RunTask(run_id, model, planned.plan, self.task_options, self.extra[model])))
@@ -224,35 +224,39 @@ class ProcessMatrixRun:
         return True
 
     # -- what the workers' runs ask for (each applied here, in arrival order) --------------------------------
-    def _on_claim(self, flight: _Flight, identity: str) -> dict[str, Any] | None:
+    def _on_claim(self, flight: Flight, identity: str) -> dict[str, Any] | None:
         assert self.options.claim is not None
         flight.claim = self.options.claim(identity)
         return None if flight.claim is None else dict(flight.claim.facts)
 
-    def _on_start(self, flight: _Flight, record: RunStart, claimed: bool) -> bool:
+    def _on_start(self, flight: Flight, record: RunStart, claimed: bool) -> bool:
         policy = flight.claim.policy if claimed and flight.claim is not None else None
         started = self.ledger.start_run(record, claim=policy)
         flight.start = record if started else None
         return started
 
-    def _on_attempt(self, flight: _Flight, record: Attempt) -> None:
+    def _on_attempt(self, flight: Flight, record: Attempt) -> None:
         self.ledger.record_attempt(record)
 
-    def _on_turn(self, flight: _Flight, record: TurnRecord) -> None:
+    def _on_turn(self, flight: Flight, record: TurnRecord) -> None:
         self.ledger.record_turn(record)
         flight.labels.extend(m for m in record.failure_modes if m not in flight.labels)
 
-    def _on_cached(self, flight: _Flight, identity: str, request_hash: str) -> TurnRecord | None:
+    def _on_cached(self, flight: Flight, identity: str, request_hash: str) -> TurnRecord | None:
         return self.ledger.cached_turn(identity, request_hash)
 
-    def _on_end(self, flight: _Flight, record: RunEnd) -> None:
+    def _on_end(self, flight: Flight, record: RunEnd) -> None:
         self.ledger.end_run(record)
         flight.end = record
 
-    def _on_retrying(self, flight: _Flight, attempt: Attempt) -> None:
+    def _on_sandbox(self, flight: Flight, files: dict[str, bytes]) -> None:
+        assert flight.start is not None
+        unpack_sandbox(Path(flight.start.sandbox), files)
+
+    def _on_retrying(self, flight: Flight, attempt: Attempt) -> None:
         self.events.retrying(flight.planned.plan, attempt, self.options.retry.max_attempts)
 
-    def _on_done(self, flight: _Flight, outcome: tuple[Any, ...]) -> None:
+    def _on_done(self, flight: Flight, outcome: tuple[Any, ...]) -> None:
         self._land(flight.run_id)
         if outcome[0] == "taken":
             if outcome[1]:
@@ -265,7 +269,7 @@ class ProcessMatrixRun:
             self._finished(flight)
 
     # -- bookkeeping -----------------------------------------------------------------------------------------
-    def _land(self, run_id: str) -> _Flight:
+    def _land(self, run_id: str) -> Flight:
         """The run is no longer in flight: forget it and give its identity up."""
         flight = self.flights.pop(run_id)
         flight.worker.runs.discard(run_id)
@@ -274,7 +278,7 @@ class ProcessMatrixRun:
             self.after.append(flight.claim.release)  # once its end row is committed
         return flight
 
-    def _finished(self, flight: _Flight) -> None:
+    def _finished(self, flight: Flight) -> None:
         assert flight.start is not None and flight.end is not None
         end = flight.end
         summary = RunSummary(flight.run_id, flight.planned.plan, cast(Outcome, end.outcome), end.turns,

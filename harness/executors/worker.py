@@ -14,6 +14,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from harness.backends import EmbeddedBackend
@@ -24,8 +25,9 @@ from harness.endpoints import BackendFactory, Endpoint
 from harness.errors import LedgerError
 from harness.executors.channel import LedgerProxy, RunTask, WorkerLink
 from harness.loop import IdentityTaken, run_once
+from harness.scenarios import Scenario
 
-__all__ = ["BackendRecipe", "ServedModel", "recipe_for", "worker_main"]
+__all__ = ["BackendRecipe", "ServedModel", "pack_sandbox", "recipe_for", "sandbox_bound", "unpack_sandbox", "worker_main"]
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,14 @@ class BackendRecipe:
         return self.factory(self.model, **self.kwargs)
 
 
-def recipe_for(model: str, endpoint: Endpoint, factory: BackendFactory) -> BackendRecipe:
-    """The recipe for ``endpoint``, whose backend the driver opened (and, for an embedded model, started)."""
+def recipe_for(model: str, endpoint: Endpoint, factory: BackendFactory, *, share_server: bool = True) -> BackendRecipe:
+    """The recipe for ``endpoint``, whose backend the driver opened (and, for an embedded model, started).
+
+    ``share_server``: an embedded model is reached at the driver's server (workers on the driver's machine); False:
+    each worker starts its own (workers on other machines, :mod:`harness.executors.ray_cluster`).
+    """
     backend = endpoint.backend
-    if isinstance(backend, EmbeddedBackend) and backend.base_url is not None:
+    if share_server and isinstance(backend, EmbeddedBackend) and backend.base_url is not None:
         return BackendRecipe(model, None, served=(backend.base_url, backend.identity(), backend.timeout_s))
     plans = [p.plan for p in endpoint.plans]
     api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
@@ -117,7 +123,7 @@ class _Backends:
                 backend.close()
 
 
-def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: int) -> None:
+def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: int, *, ship_sandboxes: bool = False) -> None:
     """The worker process: serve the driver's messages until it says ``quit`` or goes away.
 
     Args:
@@ -125,8 +131,10 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
         recipes: model spec -> how to open its backend.
         max_runs: the most runs the driver may give it at once; run threads are reused (an HTTP backend keeps a
             client and its connection per thread, :class:`~harness.backends.clients.ThreadClients`).
+        ship_sandboxes: the driver cannot see this machine's files: each run's sandbox is sent to it at the run's end.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the driver handles it
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C reaches the process group: the driver's to handle
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     link, stop, backends = WorkerLink(conn), threading.Event(), _Backends(recipes)
     pool = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="run")
     try:
@@ -139,7 +147,7 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
                 for reply in message[1]:
                     link.deliver(*reply)
             elif message[0] == "run":
-                pool.submit(_run_task, link, backends, message[1], stop)
+                pool.submit(_run_task, link, backends, message[1], stop, ship_sandboxes)
             elif message[0] == "stop":
                 stop.set()
             elif message[0] == "quit":
@@ -151,7 +159,7 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
         backends.close()
 
 
-def _run_task(link: WorkerLink, backends: _Backends, task: RunTask, stop: threading.Event) -> None:
+def _run_task(link: WorkerLink, backends: _Backends, task: RunTask, stop: threading.Event, ship: bool) -> None:
     """Run one task and tell the driver how it went (its rows went through the proxy as it ran)."""
     proxy = LedgerProxy(link, task.run_id)
 
@@ -161,7 +169,9 @@ def _run_task(link: WorkerLink, backends: _Backends, task: RunTask, stop: thread
     options = replace(task.options, claim=proxy.take_claim, stop=stop, extra_config=task.extra_config, on_retry=retrying)
     outcome: tuple[Any, ...]
     try:
-        run_once(task.plan, backends.get(task.model).for_run(), proxy, options, run_id=task.run_id)
+        summary = run_once(task.plan, backends.get(task.model).for_run(), proxy, options, run_id=task.run_id)
+        if ship:
+            link.call("sandbox", task.run_id, pack_sandbox(summary.sandbox, sandbox_bound(task.plan.scenario)))
         outcome = ("ran",)
     except IdentityTaken as taken:
         outcome = ("taken", taken.in_flight)
@@ -171,3 +181,38 @@ def _run_task(link: WorkerLink, backends: _Backends, task: RunTask, stop: thread
         link.tell("done", task.run_id, outcome)
     except LedgerError:
         pass  # the driver is gone
+
+
+def sandbox_bound(scenario: Scenario) -> int:
+    """The most bytes a run's sandbox can hold: its fixtures plus the scenario's write limit."""
+    return scenario.write_limit_bytes + sum(len(text.encode()) for text in scenario.fixtures.values())
+
+
+def pack_sandbox(root: Path, limit: int) -> dict[str, bytes]:
+    """A sandbox's regular files (sandbox-relative POSIX path -> bytes; symlinks and others skipped), to ship.
+
+    Raises:
+        LedgerError: they add up to more than ``limit`` bytes (the sandbox was changed outside the run).
+    """
+    files, total = {}, 0
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        total += len(data)
+        if total > limit:
+            raise LedgerError(f"the sandbox {root} holds more than {limit} bytes; it was changed outside its run.")
+        files[path.relative_to(root).as_posix()] = data
+    return files
+
+
+def unpack_sandbox(root: Path, files: dict[str, bytes]) -> None:
+    """Write shipped sandbox files under ``root`` (made if missing); a path leaving it is skipped, never written."""
+    root.mkdir(parents=True, exist_ok=True)
+    base = root.resolve()
+    for name, data in files.items():
+        target = (base / name).resolve()
+        if base not in target.parents or Path(name).is_absolute():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
