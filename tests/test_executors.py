@@ -262,3 +262,20 @@ def test_a_group_commits_its_appends_together_or_not_at_all(tmp_path):
         assert [run.run_id for run in ledger.runs()] == ["a", "b"]  # c rolled back whole
         add_run(ledger, "d", model="m")  # and the chain goes on from b
         assert ledger.verify().ok
+
+
+def test_a_worker_reaches_an_embedded_model_at_the_drivers_server_under_its_identity():
+    from harness.backends.base import BackendIdentity, GenerateOptions
+    from harness.executors.worker import BackendRecipe
+
+    identity = BackendIdentity(backend="embedded", model="smollm2-135m", base_url=None, server_version="xllamacpp 0.2",
+                               model_digest="sha256:" + "ab" * 32, slots=1)  # fmt: skip
+    with FakeAgentServer() as server:  # stands in for the driver's llama.cpp server: OpenAI-compatible on 127.0.0.1
+        recipe = BackendRecipe("embedded:smollm2-135m", open_backend, {"num_ctx": 4096}, (server.base_url, identity, 30.0))
+        backend = recipe.open()
+        try:
+            reply = backend.generate([{"role": "user", "content": "List the files."}], None, GenerateOptions(max_tokens=16))
+        finally:
+            backend.close()
+        assert server.requests == 1
+    assert backend.identity() == identity and reply.identity == identity and reply.tool_calls

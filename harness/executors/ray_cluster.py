@@ -6,7 +6,8 @@ Runs execute in Ray actors, ``--workers`` per model endpoint (default 2), each a
 only writer of the ledger: each actor connects back to it over TCP (:mod:`multiprocessing.connection`, with a random
 key of this run) and speaks the same channel (:mod:`harness.executors.channel`), so claims, the group commit, resume,
 ``--cache``, Ctrl-C and progress are those of :class:`~harness.executors.processes.ProcessMatrixRun`. An actor on
-another node than the driver opens its own backends (an embedded model is loaded on its node) and ships each run's
+another node than the driver opens its own backends (an embedded model is loaded on its node; on the driver's node
+it uses the driver's server) and ships each run's
 sandbox back at the run's end (bounded by the scenario's write limit), so ``results/runs/<run_id>/`` is complete on the
 driver. An actor whose process dies ends the channel: its started runs end as ``infra_error``, a new actor takes its
 place. Ray is imported only by this module, which only ``--executor ray`` imports.
@@ -117,7 +118,7 @@ class RayMatrixRun(ProcessMatrixRun):
         wanted = dict(self.options.ray_resources.get(model) or DEFAULT_RESOURCES)
         cpus, gpus = wanted.pop("CPU", 0.0), wanted.pop("GPU", 0.0)
         actor = _Actor.options(num_cpus=cpus, num_gpus=gpus, resources=wanted).remote()  # type: ignore[attr-defined]
-        recipe = recipe_for(model, self.endpoints[model], self.factory, share_server=False)
+        recipe = recipe_for(model, self.endpoints[model], self.factory)
         per_actor = -(-self.options.jobs // (self.options.workers or DEFAULT_ACTORS))
         done = actor.serve.remote(self.address, self.key, {model: recipe}, per_actor, self.node)
         return Worker(_ActorProcess(actor, done), self._accept(), frozenset({model}))

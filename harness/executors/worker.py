@@ -36,38 +36,36 @@ class BackendRecipe:
 
     Attributes:
         model: the model spec.
-        factory: opens it as the driver did (``factory(model, **kwargs)``), or None for an embedded model.
+        factory: opens it as the driver did (``factory(model, **kwargs)``).
         kwargs: ``api_key_env``, ``num_ctx``, ``parallel``, as :func:`harness.endpoints.open_endpoints` passed them.
-        served: an embedded model's running server: ``(OpenAI API root, the driver's backend identity, timeout_s)``.
+        served: an embedded model's server the driver started: ``(OpenAI API root, the driver's backend identity,
+            timeout_s)``, for workers on the driver's machine.
     """
 
     model: str
-    factory: BackendFactory | None
+    factory: BackendFactory
     kwargs: dict[str, Any] = field(default_factory=dict)
     served: tuple[str, BackendIdentity, float | None] | None = None
 
-    def open(self) -> Backend:
-        """The worker's backend for this model."""
-        if self.served is not None:
+    def open(self, *, remote: bool = False) -> Backend:
+        """The worker's backend for this model: the driver's embedded server unless ``remote`` (another machine:
+        it loads the model itself), else as the driver opened it."""
+        if self.served is not None and not remote:
             return ServedModel(*self.served)
-        assert self.factory is not None
         return self.factory(self.model, **self.kwargs)
 
 
-def recipe_for(model: str, endpoint: Endpoint, factory: BackendFactory, *, share_server: bool = True) -> BackendRecipe:
-    """The recipe for ``endpoint``, whose backend the driver opened (and, for an embedded model, started).
-
-    ``share_server``: an embedded model is reached at the driver's server (workers on the driver's machine); False:
-    each worker starts its own (workers on other machines, :mod:`harness.executors.ray_cluster`).
-    """
+def recipe_for(model: str, endpoint: Endpoint, factory: BackendFactory) -> BackendRecipe:
+    """The recipe for ``endpoint``, whose backend the driver opened (and, for an embedded model, started)."""
     backend = endpoint.backend
-    if share_server and isinstance(backend, EmbeddedBackend) and backend.base_url is not None:
-        return BackendRecipe(model, None, served=(backend.base_url, backend.identity(), backend.timeout_s))
     plans = [p.plan for p in endpoint.plans]
     api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
     num_ctx = max(p.scenario.num_ctx for p in plans)
     kwargs = {"api_key_env": api_key_env, "num_ctx": num_ctx, "parallel": getattr(backend, "parallel", 1)}
-    return BackendRecipe(model, factory, kwargs)
+    served = None
+    if isinstance(backend, EmbeddedBackend) and backend.base_url is not None:
+        served = (backend.base_url, backend.identity(), backend.timeout_s)
+    return BackendRecipe(model, factory, kwargs, served)
 
 
 class ServedModel(Backend):
@@ -108,13 +106,13 @@ class ServedModel(Backend):
 class _Backends:
     """The worker's backends, each opened once on first use (from any run thread)."""
 
-    def __init__(self, recipes: dict[str, BackendRecipe]) -> None:
-        self.recipes, self.opened, self.lock = recipes, dict[str, Backend](), threading.Lock()
+    def __init__(self, recipes: dict[str, BackendRecipe], *, remote: bool) -> None:
+        self.recipes, self.opened, self.lock, self.remote = recipes, dict[str, Backend](), threading.Lock(), remote
 
     def get(self, model: str) -> Backend:
         with self.lock:
             if model not in self.opened:
-                self.opened[model] = self.recipes[model].open()
+                self.opened[model] = self.recipes[model].open(remote=self.remote)
             return self.opened[model]
 
     def close(self) -> None:
@@ -131,11 +129,12 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
         recipes: model spec -> how to open its backend.
         max_runs: the most runs the driver may give it at once; run threads are reused (an HTTP backend keeps a
             client and its connection per thread, :class:`~harness.backends.clients.ThreadClients`).
-        ship_sandboxes: the driver cannot see this machine's files: each run's sandbox is sent to it at the run's end.
+        ship_sandboxes: the worker is on another machine than the driver: it cannot see this machine's files (each
+            run's sandbox is sent to it at the run's end) nor reach its embedded servers (it starts its own).
     """
     if threading.current_thread() is threading.main_thread():  # Ctrl-C reaches the process group: the driver's to handle
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    link, stop, backends = WorkerLink(conn), threading.Event(), _Backends(recipes)
+    link, stop, backends = WorkerLink(conn), threading.Event(), _Backends(recipes, remote=ship_sandboxes)
     pool = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="run")
     try:
         while True:
