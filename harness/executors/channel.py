@@ -6,8 +6,8 @@ Messages are tuples on one duplex :func:`multiprocessing.Pipe` per worker (pickl
   Kinds: ``claim`` (identity), ``start`` (:class:`~harness.ledger.RunStart`, whether the run holds a claim),
   ``attempt``, ``turn``, ``end`` (their records), ``cached`` (identity, request hash), ``sandbox`` (the run's files, from
   a worker on another machine), ``retrying``
-  (:class:`~harness.ledger.Attempt`, a notice) and ``done`` (a notice: ``("ran",)``, ``("taken", in_flight)`` or
-  ``("bug", text)``).
+  (:class:`~harness.ledger.Attempt`, a notice) and ``done`` (a notice: ``("ran",)``, ``("taken", in_flight)``,
+  ``("skipped",)`` for a run that arrived after ``stop``, or ``("bug", text)``).
 * driver -> worker: ``("replies", [(request, ok, value), ...])`` (``ok`` False: ``value`` is the text of a
   :class:`~harness.errors.LedgerError`), ``("run", RunTask)``, ``("stop",)``, ``("quit",)``.
 

@@ -322,8 +322,10 @@ class ProcessMatrixRun:
         return end
 
     def _start_workers(self, runs: int) -> list[Worker]:
-        """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than runs."""
-        return [self._spawn() for _ in range(min(self.options.workers or os.cpu_count() or 1, runs))]
+        """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than can run
+        at once."""
+        most = min(runs, self.options.jobs * len(self.queues))  # no more than can run at once
+        return [self._spawn() for _ in range(min(self.options.workers or os.cpu_count() or 1, most))]
 
     def _replace(self, dead: Worker) -> Worker:
         """A worker to take the place of ``dead``."""
@@ -349,18 +351,25 @@ class ProcessMatrixRun:
 
 @contextmanager
 def _held() -> Iterator[None]:
-    """Hold SIGINT back (in the main thread) while the driver applies messages; it is delivered right after.
+    """Hold Ctrl-C back (in the main thread) while the driver applies messages; its handler runs right after.
 
-    So Ctrl-C never lands between a row's commit and its acknowledgement (the worker would wait for ever).
+    So Ctrl-C never lands between a row's commit and its acknowledgement (the worker would wait for ever). The SIGINT
+    handler in place (the CLI's counts deliveries itself) is swapped for one that notes the signal, then restored and
+    called once for it.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # no Python handler to defer (one set outside Python)
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    noted: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(frame))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, previous)
+        if noted and callable(previous):
+            previous(signal.SIGINT, noted[0])
+        elif noted and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
 
 
 def _fail(text: str) -> None:

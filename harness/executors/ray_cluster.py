@@ -89,6 +89,8 @@ class RayMatrixRun(ProcessMatrixRun):
 
     def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
         """Connect to (or start) the cluster, run every todo in actors, then let go of the cluster."""
+        if not any(todos.values()):
+            return
         if not ray.is_initialized():
             ray.init(address=self.options.ray_address, include_dashboard=False, log_to_driver=False)
             self.started_ray = True

@@ -167,6 +167,9 @@ def _run_task(link: WorkerLink, backends: _Backends, task: RunTask, stop: thread
 
     options = replace(task.options, claim=proxy.take_claim, stop=stop, extra_config=task.extra_config, on_retry=retrying)
     outcome: tuple[Any, ...]
+    if stop.is_set():  # handed over just before the driver said stop: never started, as with threads
+        link.tell("done", task.run_id, ("skipped",))
+        return
     try:
         summary = run_once(task.plan, backends.get(task.model).for_run(), proxy, options, run_id=task.run_id)
         if ship:
