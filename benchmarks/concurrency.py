@@ -5,14 +5,15 @@ separate process on 127.0.0.1 (this file with ``--serve``: asyncio streams, hand
 prepared once), playing ``list_and_report`` as an ideal agent (call ``list_files``, call ``write_file``, answer:
 3 turns per run, chosen by the number of tool results in the request). The harness side is :func:`run_matrix` in
 this process, as ``harness run scenarios/list_and_report.toml --model openai:ideal@URL --repeats N --jobs J`` runs it
-(ledger, locks, sandboxes, checks; no progress bar). Prints, per case: runs, turns, wall time, turns/s, runs/s, the
-harness process's CPU time (all its threads) and the server process's, and for a latency case the fraction of ideal,
+(ledger, locks, sandboxes, checks; no progress bar), once per executor of ``--executor`` (default: ``threads`` then
+``processes``, as ``--executor processes`` runs it, with ``--workers``). Prints, per case and executor: runs, turns, wall time, turns/s, runs/s, the
+harness process's CPU time (all its threads), the worker processes' (``processes``) and the server process's, and for a latency case the fraction of ideal,
 ``turns/s / (jobs / latency)`` (each run in flight completes one turn per latency at best).
 
 Cases (targets of issue 14): 64 jobs against a server that answers at once (>= 1,000 turns/s), and 64, 128, 256 jobs
 against a server answering after 200 ms (>= 0.85 of ideal). ``--jobs``, ``--latency-ms`` and ``--runs-per-job`` pick one
 case; ``--profile`` runs it under cProfile (every run thread, through :func:`threading.setprofile`) and prints the top
-entries of the harness side.
+entries of the harness side (the driver only: the workers' own time is in their CPU figure).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import itertools
 import json
 import os
 import pstats
+import resource
 import subprocess
 import sys
 import tempfile
@@ -118,9 +121,20 @@ class ScriptedServer:
 
 
 def measure(
-    jobs: int, latency_ms: float, runs: int, tmp: Path, profiles: list[cProfile.Profile] | None = None
+    jobs: int,
+    latency_ms: float,
+    runs: int,
+    tmp: Path,
+    profiles: list[cProfile.Profile] | None = None,
+    *,
+    executor: str = "threads",
+    workers: int | None = None,
 ) -> dict[str, float]:
-    """One case: ``runs`` runs of ``list_and_report`` at ``jobs`` against a fresh server; the figures as a dict."""
+    """One case: ``runs`` runs of ``list_and_report`` at ``jobs`` against a fresh server; the figures as a dict.
+
+    ``executor``/``workers`` as ``harness run --executor/--workers``; ``cpu_s`` is this (the driver) process's CPU,
+    ``workers_cpu_s`` the worker processes' (0 with threads).
+    """
     from harness.ledger import Ledger
     from harness.loop import RunOptions
     from harness.runner import MatrixOverrides, expand_matrix, run_matrix
@@ -133,9 +147,11 @@ def measure(
         with Ledger(folder / "ledger.sqlite") as ledger:
             if profiles is not None:
                 _profile_threads(profiles)
-            server_cpu, cpu, start = server.cpu_s(), time.process_time(), time.perf_counter()
-            result = run_matrix(plans, ledger, RunOptions(runs_dir=folder / "runs", jobs=jobs))
+            server_cpu, cpu, start, children = server.cpu_s(), time.process_time(), time.perf_counter(), _children_cpu_s()
+            options = RunOptions(runs_dir=folder / "runs", jobs=jobs, executor=executor, workers=workers)
+            result = run_matrix(plans, ledger, options)
             elapsed, cpu, server_cpu = time.perf_counter() - start, time.process_time() - cpu, server.cpu_s() - server_cpu
+            workers_cpu = _children_cpu_s() - children  # the workers, joined by now (the server is not yet)
             if profiles is not None:
                 threading.setprofile(None)
                 profiles[0].disable()
@@ -144,10 +160,17 @@ def measure(
     turns = sum(s.turns for s in result.summaries)
     assert outcomes == {"pass"} and turns == runs * TURNS_PER_RUN and rows["turns"] == turns, (outcomes, turns, rows)
     figures = {"jobs": jobs, "latency_ms": latency_ms, "runs": runs, "turns": turns, "wall_s": elapsed,
-               "turns_per_s": turns / elapsed, "runs_per_s": runs / elapsed, "cpu_s": cpu, "server_cpu_s": server_cpu}  # fmt: skip
+               "turns_per_s": turns / elapsed, "runs_per_s": runs / elapsed, "cpu_s": cpu, "server_cpu_s": server_cpu,
+               "workers_cpu_s": workers_cpu, "executor": executor}  # fmt: skip
     if latency_ms:
         figures["ideal"] = figures["turns_per_s"] / (jobs / (latency_ms / 1000))
     return figures
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that have been waited for (the joined workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _profile_threads(profiles: list[cProfile.Profile]) -> None:
@@ -166,9 +189,10 @@ def _profile_threads(profiles: list[cProfile.Profile]) -> None:
 
 def _print(f: dict[str, float]) -> None:
     ideal = f" = {f['ideal']:.2f} x ideal ({f['jobs'] / (f['latency_ms'] / 1000):.0f} turns/s)" if "ideal" in f else ""
-    print(f"   jobs={f['jobs']:3.0f} latency={f['latency_ms']:3.0f} ms: {f['runs']:.0f} runs, {f['turns']:.0f} turns in "
+    workers = f" + workers {f['workers_cpu_s']:.2f} s" if f["executor"] != "threads" else ""
+    print(f"   {f['executor']:9} jobs={f['jobs']:3.0f} latency={f['latency_ms']:3.0f} ms: {f['runs']:.0f} runs, {f['turns']:.0f} turns in "
           f"{f['wall_s']:.2f} s: {f['turns_per_s']:.0f} turns/s, {f['runs_per_s']:.0f} runs/s{ideal}; CPU harness "
-          f"{f['cpu_s']:.2f} s ({f['cpu_s'] / f['turns'] * 1000:.2f} ms/turn), server {f['server_cpu_s']:.2f} s", flush=True)  # fmt: skip
+          f"{f['cpu_s']:.2f} s ({f['cpu_s'] / f['turns'] * 1000:.2f} ms/turn){workers}, server {f['server_cpu_s']:.2f} s", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -176,6 +200,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="one case: runs in flight")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's delay per reply (default 0)")
     parser.add_argument("--runs-per-job", type=int, default=16, help="runs per job slot in each case (default 16)")
+    parser.add_argument(
+        "--executor",
+        default="threads,processes",
+        help="executors to compare, comma-separated, each case run with each in turn (default threads,processes)",
+    )
+    parser.add_argument("--workers", type=int, help="worker processes of the processes executor (default: the CPU count)")
     parser.add_argument("--profile", action="store_true", help="run the case under cProfile and print its top entries")
     parser.add_argument("--top", type=int, default=25, help="profile entries printed per ordering (default 25)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -187,9 +217,12 @@ def main() -> None:
     load = os.getloadavg()
     print(f"Concurrency, list_and_report (3 turns per run), {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f}")
     with tempfile.TemporaryDirectory() as folder:
-        for jobs, latency in cases:
+        for (jobs, latency), executor in itertools.product(cases, args.executor.split(",")):
             profiles: list[cProfile.Profile] | None = [] if args.profile else None
-            _print(measure(jobs, latency, jobs * args.runs_per_job, Path(folder), profiles))
+            figures = measure(
+                jobs, latency, jobs * args.runs_per_job, Path(folder), profiles, executor=executor, workers=args.workers
+            )
+            _print(figures)
             if profiles:
                 stats = pstats.Stats(*profiles)
                 stats.sort_stats("tottime").print_stats(args.top)

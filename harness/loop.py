@@ -44,7 +44,7 @@ from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
 from harness.errors import BackendError, BackendResponseError, BreakerTripped, ContextOverflow
-from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord, utc_now
+from harness.ledger import Attempt, RunEnd, RunLedger, RunStart, TurnRecord, utc_now
 from harness.ownership import Claim, ClaimTaker
 from harness.provenance import git_revision as _git_revision
 from harness.retry import DEFAULT_RETRY, RetryPolicy
@@ -196,6 +196,12 @@ class RunOptions:
             a replay cassette.
         extra_config: extra facts stored in the run's ``config`` column.
         on_retry: called with each failed attempt that will be retried, once it is recorded (the runner's progress).
+        executor: where a matrix's runs execute (:func:`harness.runner.run_matrix`): ``threads`` in this process,
+            ``processes``, worker processes (:mod:`harness.executors.processes`), or ``ray``, Ray actors
+            (:mod:`harness.executors.ray_cluster`); a single run ignores it.
+        workers: worker processes for ``processes`` (None: the CPU count); actors per model endpoint for ``ray``.
+        ray_address: the Ray cluster for ``ray`` (None: a local one, started for the matrix).
+        ray_resources: model spec -> one actor's Ray resources (``{"GPU": 1}``) for ``ray``.
     """
 
     runs_dir: Path = Path("results") / "runs"
@@ -208,6 +214,10 @@ class RunOptions:
     record_dir: Path | None = None
     extra_config: Mapping[str, Any] = field(default_factory=dict)
     on_retry: Callable[[Attempt], None] | None = None
+    executor: str = "threads"
+    workers: int | None = None
+    ray_address: str | None = None
+    ray_resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
@@ -221,14 +231,15 @@ def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: b
 
 
 def run_once(
-    plan: RunPlan, backend: Backend, ledger: Ledger, options: RunOptions = RunOptions(), *, run_id: str | None = None
+    plan: RunPlan, backend: Backend, ledger: RunLedger, options: RunOptions = RunOptions(), *, run_id: str | None = None
 ) -> RunSummary:
     """Run one scenario once, recording every turn; never raises for model misbehaviour.
 
     Args:
         plan: what to run.
         backend: an open backend for ``plan.model``.
-        ledger: where the run, its turns and its end go.
+        ledger: where the run, its turns and its end go: a :class:`~harness.ledger.Ledger` or anything else that
+            satisfies :class:`~harness.ledger.RunLedger` (a worker process's proxy to the driver's ledger).
         options: how to run it (sandbox folder, retries, cache, claim policy, stop event, cassette folder).
         run_id: the id to record the run under (default: a new uuid4 hex).
 
@@ -255,7 +266,7 @@ def run_once(
 class _Run:
     """The state of one run in progress: messages, counters, sandbox; its steps are the methods."""
 
-    def __init__(self, plan: RunPlan, backend: Backend, ledger: Ledger, options: RunOptions, run_id: str,
+    def __init__(self, plan: RunPlan, backend: Backend, ledger: RunLedger, options: RunOptions, run_id: str,
                  on_reply: Callable[[Reply], None] | None = None) -> None:  # fmt: skip
         self.plan, self.backend, self.ledger, self.options, self.run_id = plan, backend, ledger, options, run_id
         self.on_reply = on_reply

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.backends import open_backend, parse_model_spec
 from harness.endpoints import BackendFactory, Concurrency, Endpoint, PlannedRun, check_memory_together, open_endpoints
@@ -32,6 +32,9 @@ from harness.ownership import Claim, ClaimTaker, lock_folder, owned_elsewhere, t
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import is_scored
+
+if TYPE_CHECKING:
+    from harness.executors.processes import ProcessMatrixRun
 
 __all__ = [
     "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
@@ -281,12 +284,12 @@ def run_matrix(
     endpoints = open_endpoints(plans, opened, concurrency, backend_factory=backend_factory, result=result)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
-    matrix: _MatrixRun | None = None
+    matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
-        matrix = _MatrixRun(db, replace(options, stop=stop, claim=claim), result, events)
+        matrix = _executor(db, replace(options, stop=stop, claim=claim), result, events, backend_factory)
         events.planned(result)
         _start_models(endpoints, todos, db, events)
         matrix.run(endpoints, todos)
@@ -303,6 +306,24 @@ def _start_models(endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedR
         if todos[model]:  # one warm-up request and the provenance, recorded with each run (harness.startup)
             events.model_starting(model)
             endpoint.start_config = start_model(endpoint.backend, db)
+
+
+def _executor(db: Ledger, options: RunOptions, result: MatrixResult, events: MatrixEvents,
+              backend_factory: BackendFactory) -> _MatrixRun | ProcessMatrixRun:  # fmt: skip
+    """The executor ``options.executor`` names; worker processes are imported only when chosen."""
+    if options.executor == "processes":
+        from harness.executors.processes import ProcessMatrixRun
+
+        return ProcessMatrixRun(db, options, result, events, backend_factory)
+    if options.executor == "ray":
+        try:
+            from harness.executors.ray_cluster import RayMatrixRun
+        except ImportError as exc:
+            raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
+        return RayMatrixRun(db, options, result, events, backend_factory)
+    if options.executor != "threads":
+        raise UsageError(f"unknown executor {options.executor!r}; use threads, processes or ray.")
+    return _MatrixRun(db, options, result, events)
 
 
 class _MatrixRun:

@@ -280,6 +280,18 @@ def test_replicas_reporting_different_digests_are_refused(tmp_path, capsys):
     assert not (tmp_path / "l.sqlite").exists()
 
 
+@pytest.mark.parametrize("executor", ["processes", "ray"])
+def test_replicas_with_another_executor_are_refused_before_anything_runs(tmp_path, capsys, executor):
+    with FakeAgentServer() as a, FakeAgentServer() as b:
+        spec = f"openai:ideal@{a.base_url},{b.base_url}"
+        rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", spec, "--executor", executor,
+                         "--ledger", tmp_path / "l.sqlite", *RUN_FLAGS)  # fmt: skip
+        assert_one_sentence_error(rc, err)
+        assert "lists replicas, which run with --executor threads only" in err
+        assert a.requests == b.requests == 0
+    assert not (tmp_path / "l.sqlite").exists()
+
+
 def test_dry_run_says_which_replicas_are_left_out_and_unverified(tmp_path, capsys):
     dead = f"http://127.0.0.1:{closed_port()}/v1"
     with FakeAgentServer() as a:

@@ -49,6 +49,15 @@ def add_run(sub: Subparsers) -> None:
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model server (default 1)")
+    p.add_argument("--executor", choices=("threads", "processes", "ray"), default="threads",
+                   help="where runs execute: threads of this process (default), worker processes, or Ray actors "
+                        "(needs the [ray] extra); this process stays the only writer of the ledger")  # fmt: skip
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes for --executor processes (default: the CPU count); "
+                        "actors per model for --executor ray (default 2)")  # fmt: skip
+    p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster for --executor ray (default: start a local one)")
+    p.add_argument("--ray-resources", action="append", default=[], metavar="MODEL_SPEC=NAME:AMOUNT",
+                   help="Ray resources of each actor running MODEL_SPEC's runs (repeatable; default CPU:0.5)")  # fmt: skip
     p.add_argument("--embedded-slots", type=int, default=1, metavar="N",
                    help="parallel slots of each embedded model's server (default 1: replies reproduce byte for byte "
                         "at --jobs 1; with fewer slots than --jobs requests queue; more than 1 changes the replies "
@@ -79,6 +88,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard) if args.shard is not None else None
     if not 1 <= args.jobs <= 256 or not 1 <= args.embedded_slots <= 256 or not 1 <= args.max_attempts <= 100:
         raise UsageError("--jobs and --embedded-slots must be from 1 to 256 and --max-attempts from 1 to 100.")
+    if args.workers is not None and (args.executor == "threads" or not 1 <= args.workers <= 256):
+        raise UsageError("--workers needs --executor processes or ray and must be from 1 to 256.")
+    if (args.ray_address or args.ray_resources) and args.executor != "ray":
+        raise UsageError("--ray-address and --ray-resources need --executor ray.")
     if args.timeout is not None and not 1 <= args.timeout <= 86_400:  # also refuses nan
         raise UsageError("--request-timeout must be from 1 to 86400 seconds.")
     if args.record is not None:
@@ -90,6 +103,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)
+    _check_replicas_executor(args.executor, plans)
+    resources = _ray_resources(args.ray_resources, plans)  # against the whole matrix: a shard may hold no run of a model
     if shard is not None:
         mine = shard.select(plans)
         print(f"Shard {shard}: {len(mine)} of {len(plans)} planned runs (plan identity hash mod {shard.count} = {shard.index}).")
@@ -98,7 +113,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
-                         retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record)  # fmt: skip
+                         retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
+                         executor=args.executor, workers=args.workers, ray_address=args.ray_address,
+                         ray_resources=resources)  # fmt: skip
     result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout)
     if args.record is not None and not result.summaries:
         print(
@@ -106,6 +123,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
+
+
+def _check_replicas_executor(executor: str, plans: list[RunPlan]) -> None:
+    """Replicas are spread by the driver's threads only (:mod:`harness.replicas`); refuse them with another executor.
+
+    Raises:
+        UsageError: a model spec lists replicas and ``executor`` is not ``threads``.
+    """
+    from harness.backends import replica_specs
+
+    listed = next((plan.model for plan in plans if len(replica_specs(plan.model)) > 1), None)
+    if listed is not None and executor != "threads":
+        raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
+                         "drop --executor, or give each replica its own --shard job.")  # fmt: skip
+
+
+def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[str, float]]:
+    """``--ray-resources`` parsed (:func:`harness.executors.ray_cluster.parse_ray_resources`) without importing Ray."""
+    if not values:
+        return {}
+    from harness.executors.resources import parse_ray_resources
+
+    return parse_ray_resources(values, sorted({plan.model for plan in plans}))
 
 
 def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:

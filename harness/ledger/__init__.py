@@ -9,6 +9,7 @@ from harness.canonical import canonical_json
 from harness.ledger.anchor import Anchor, LedgerHead, parse_anchor
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import cannot_create
+from harness.ledger.protocol import RunLedger
 from harness.ledger.records import (
     Attempt,
     Attestation,
@@ -43,6 +44,7 @@ __all__ = [
     "RunEnd",
     "RunRow",
     "RunFilter",
+    "RunLedger",
     "RunStart",
     "TurnRecord",
     "TurnRow",

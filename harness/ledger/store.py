@@ -117,6 +117,7 @@ class Ledger(ReportReads, ViewerReads):
     def __init__(self, path: str | Path = DEFAULT_LEDGER_PATH, *, readonly: bool = False):
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._grouped = False  # inside group(): appends share its one transaction
         self._db = connect_readonly(self.path) if readonly else connect_writable(self.path)
         try:
             self._check_tables(readonly)
@@ -195,8 +196,41 @@ class Ledger(ReportReads, ViewerReads):
             ) from exc
 
     @contextmanager
+    def group(self) -> Iterator[None]:
+        """Commit every append made inside as one transaction (a group commit), in the calling thread.
+
+        Nothing inside is durable until the block ends; an exception inside rolls all of it back. A writer that
+        acknowledges a row only after its group ends (:mod:`harness.executors.processes`) thus loses at most the rows
+        of the group in flight. Other threads' appends wait for the group to end. Nested groups join the outer one.
+
+        Raises:
+            LedgerError: the group cannot be committed.
+        """
+        with self._lock:
+            if self._grouped:
+                yield
+                return
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._grouped = True
+                try:
+                    yield
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise LedgerError(f"could not commit to the ledger {self.path}: {exc}.") from exc
+            finally:
+                self._grouped = False
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            if self._grouped:
+                yield self._db  # the group's transaction: it commits or rolls back
+                return
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db

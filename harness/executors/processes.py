@@ -1,0 +1,392 @@
+"""The ``processes`` executor (``harness run --executor processes``): runs execute in worker processes, the driver
+(this process) stays the only writer of the ledger.
+
+Design
+------
+The driver spawns ``--workers`` processes (default: the CPU count; the ``spawn`` context, never ``fork`` after threads
+exist), each a :func:`~harness.executors.worker.worker_main` hosting its runs in threads. It hands them runs, up to
+``--jobs`` in flight per model endpoint, to the worker with the fewest; a worker's runs reach the ledger only through
+:class:`~harness.executors.channel.LedgerProxy`, whose calls the driver applies in its one thread, in the order they
+arrive. The messages that arrive together (one :func:`~multiprocessing.connection.wait`) are committed as one
+transaction (a group commit, :meth:`Ledger.group <harness.ledger.Ledger.group>`), and only then acknowledged: a turn is
+durable before its run goes on, and a crash of the driver loses at most the group in flight, none of it acknowledged.
+The driver also takes and releases each run's claim (the identity's lock, released after its end row commits), and
+reports progress from the rows it wrote: a run's ``run_finished`` summary is built from its end row and its turns'
+labels, also after the commit.
+
+A worker that dies (``kill -9``, out of memory): its runs not yet started go back to the queue; a run it had started
+gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
+place. Ctrl-C: the first stops handing out runs and tells the workers to stop (runs end as ``interrupted`` before
+their next model call; the driver waits for them); the second ends the runs in flight as ``interrupted`` at once, kills
+the workers and raises :class:`~harness.runner.MatrixQuit`.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, cast
+
+from harness.endpoints import BackendFactory, Endpoint, PlannedRun
+from harness.errors import HarnessError
+from harness.executors.channel import RunTask
+from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, worker_main
+from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
+from harness.loop import RunOptions, RunSummary
+from harness.ownership import Claim
+from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned
+from harness.vocab import Outcome
+
+__all__ = ["ProcessMatrixRun", "Worker", "WorkerFailed"]
+
+_DEATHS_BEFORE_GIVING_UP = 3  # workers that die before sending anything, in a row
+
+
+class WorkerFailed(HarnessError):
+    """A worker process failed in a way a run cannot record: a harness bug in it, or workers that die at start."""
+
+
+@dataclass
+class Worker:
+    """A worker as the driver sees it.
+
+    Attributes:
+        process: ``kill()``, ``join(timeout)``, ``is_alive()``, ``exitcode`` and ``sentinel`` (a handle
+            :func:`~multiprocessing.connection.wait` can watch, or None: its death shows as the end of ``conn``).
+        conn: the driver's end of the channel (:mod:`harness.executors.channel`).
+        models: the model specs it serves (None: every one).
+        runs: the run ids it has now.
+        heard: it has sent something.
+    """
+
+    process: Any
+    conn: Connection
+    models: frozenset[str] | None = None
+    runs: set[str] = field(default_factory=set)
+    heard: bool = False
+
+
+@dataclass
+class Flight:
+    """A run handed to a worker, as the driver knows it from the rows it wrote."""
+
+    run_id: str
+    planned: PlannedRun
+    model: str
+    worker: Worker
+    dispatched: float
+    claim: Claim | None = None
+    start: RunStart | None = None
+    end: RunEnd | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+class ProcessMatrixRun:
+    """The worker processes of one :func:`harness.runner.run_matrix` call and the runs they have in flight.
+
+    Args:
+        ledger: the open ledger; only this object writes it.
+        options: the matrix's options (``claim`` set by the runner; ``workers``: processes, None for the CPU count).
+        result: filled in as runs finish.
+        events: progress, called from this thread only.
+        backend_factory: how the driver opened backends; workers open theirs the same way (it must be picklable).
+    """
+
+    def __init__(self, ledger: Ledger, options: RunOptions, result: MatrixResult, events: MatrixEvents,
+                 backend_factory: BackendFactory) -> None:  # fmt: skip
+        assert options.stop is not None and options.claim is not None
+        self.ledger, self.options, self.result, self.events, self.stop = ledger, options, result, events, options.stop
+        self.factory = backend_factory
+        self.task_options = replace(options, claim=None, stop=None, on_retry=None, extra_config={})
+        self.workers: list[Worker] = []
+        self.flights: dict[str, Flight] = {}
+        self.queues: dict[str, deque[PlannedRun]] = {}
+        self.in_flight: dict[str, int] = {}
+        self.quitting = self.stopped = False
+        self.deaths = 0
+        self.replies: dict[int, tuple[Worker, list[tuple[int, bool, Any]]]] = {}  # per pump: sent after its commit
+        self.after: list[Callable[[], None]] = []  # per pump: run after its commit
+
+    def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
+        """Run every todo; returns when all are done. Raises as :meth:`harness.runner.run_matrix` does."""
+        self.queues = {model: deque(plans) for model, plans in todos.items() if plans}
+        self.in_flight = dict.fromkeys(self.queues, 0)
+        self.recipes = {model: recipe_for(model, endpoints[model], self.factory) for model in self.queues}
+        self.extra = {model: {"jobs": self.options.jobs, "endpoint_parallel": endpoints[model].parallel,
+                              **endpoints[model].start_config} for model in self.queues}  # fmt: skip
+        total = sum(len(q) for q in self.queues.values())
+        try:
+            self.workers.extend(self._start_workers(total))
+            while self.flights or (not self.stopped and any(self.queues.values())):
+                with _held():
+                    if self.stop.is_set():
+                        self._stop()
+                    self._dispatch()
+                self._pump(0.2)
+        except KeyboardInterrupt as interrupt:
+            self._interrupted(interrupt)
+        except BaseException:
+            self.stop.set()
+            raise
+        finally:
+            self._shut_down()
+
+    def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
+        """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
+        self.stop.set()
+        try:
+            if isinstance(interrupt, QuitNow):
+                raise interrupt
+            self.events.stopping(len(self.flights))
+            self._stop()
+            while self.flights:
+                self._pump(0.2)
+        except KeyboardInterrupt:
+            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
+            self.quitting = True
+            for worker in self.workers:
+                worker.process.kill()  # nothing but the driver writes the ledger, and it writes the end rows now
+            _end_abandoned(self.ledger, abandoned)
+            for flight in self.flights.values():
+                if flight.claim is not None:
+                    flight.claim.release()
+            raise MatrixQuit(len(abandoned)) from None
+        raise interrupt
+
+    def _stop(self) -> None:
+        """No new run starts; the workers' runs end as interrupted before their next model call."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for worker in self.workers:
+            _send(worker, ("stop",))
+
+    def _dispatch(self) -> None:
+        if self.stopped or not self.workers:
+            return
+        for model, queue in self.queues.items():
+            serving = [w for w in self.workers if w.models is None or model in w.models]
+            while queue and serving and self.in_flight[model] < self.options.jobs:
+                planned = queue.popleft()
+                worker = min(serving, key=lambda w: len(w.runs))
+                run_id = uuid.uuid4().hex
+                self.flights[run_id] = Flight(run_id, planned, model, worker, time.perf_counter())
+                worker.runs.add(run_id)
+                self.in_flight[model] += 1
+                _send(worker, ("run", RunTask(run_id, model, planned.plan, self.task_options, self.extra[model])))
+
+    def _pump(self, timeout: float) -> None:
+        """Apply every message that arrives within ``timeout`` seconds as one group commit; bury the workers that died.
+
+        Replies, claim releases and progress events wait for the group's commit, so nothing is acknowledged (to a
+        worker, another process or the user) before it is durable.
+        """
+        conns = {worker.conn: worker for worker in self.workers}
+        sentinels = {worker.process.sentinel: worker for worker in self.workers if worker.process.sentinel is not None}
+        ready = wait([*conns, *sentinels], timeout)  # where Ctrl-C lands: never halfway through applying a message
+        with _held():
+            self.replies, self.after = {}, []
+            with self.ledger.group():
+                for item in ready:
+                    if item in conns and not self._drain(conns[item]) and conns[item].process.sentinel is None:
+                        self._bury(conns[item])  # its channel ended: it died (a worker without a sentinel)
+                for item in ready:
+                    if item in sentinels:
+                        self._bury(sentinels[item])
+            for worker, replies in self.replies.values():
+                _send(worker, ("replies", replies))
+            for action in self.after:
+                action()
+
+    def _drain(self, worker: Worker) -> bool:
+        """Apply what ``worker`` sent; False when its channel has ended (it died)."""
+        while worker.conn.poll():
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                return False
+            worker.heard = True
+            kind, request, run_id, *payload = message
+            value = getattr(self, f"_on_{kind}")(self.flights[run_id], *payload)
+            if request:
+                self.replies.setdefault(id(worker), (worker, []))[1].append((request, True, value))
+        return True
+
+    # -- what the workers' runs ask for (each applied here, in arrival order) --------------------------------
+    def _on_claim(self, flight: Flight, identity: str) -> dict[str, Any] | None:
+        assert self.options.claim is not None
+        flight.claim = self.options.claim(identity)
+        return None if flight.claim is None else dict(flight.claim.facts)
+
+    def _on_start(self, flight: Flight, record: RunStart, claimed: bool) -> bool:
+        policy = flight.claim.policy if claimed and flight.claim is not None else None
+        started = self.ledger.start_run(record, claim=policy)
+        flight.start = record if started else None
+        return started
+
+    def _on_attempt(self, flight: Flight, record: Attempt) -> None:
+        self.ledger.record_attempt(record)
+
+    def _on_turn(self, flight: Flight, record: TurnRecord) -> None:
+        self.ledger.record_turn(record)
+        flight.labels.extend(m for m in record.failure_modes if m not in flight.labels)
+
+    def _on_cached(self, flight: Flight, identity: str, request_hash: str) -> TurnRecord | None:
+        return self.ledger.cached_turn(identity, request_hash)
+
+    def _on_end(self, flight: Flight, record: RunEnd) -> None:
+        self.ledger.end_run(record)
+        flight.end = record
+
+    def _on_sandbox(self, flight: Flight, files: dict[str, bytes]) -> None:
+        assert flight.start is not None
+        unpack_sandbox(Path(flight.start.sandbox), files)
+
+    def _on_retrying(self, flight: Flight, attempt: Attempt) -> None:
+        self.events.retrying(flight.planned.plan, attempt, self.options.retry.max_attempts)
+
+    def _on_done(self, flight: Flight, outcome: tuple[Any, ...]) -> None:
+        self._land(flight.run_id)
+        if outcome[0] == "taken":
+            if outcome[1]:
+                self.result.running_elsewhere += 1
+            else:
+                self.result.already_done += 1
+        elif outcome[0] == "bug":
+            self.after.append(functools.partial(_fail, outcome[1]))  # once the other runs' rows are committed
+        elif flight.end is not None:
+            self._finished(flight)
+
+    # -- bookkeeping -----------------------------------------------------------------------------------------
+    def _land(self, run_id: str) -> Flight:
+        """The run is no longer in flight: forget it and give its identity up."""
+        flight = self.flights.pop(run_id)
+        flight.worker.runs.discard(run_id)
+        self.in_flight[flight.model] -= 1
+        if flight.claim is not None:
+            self.after.append(flight.claim.release)  # once its end row is committed
+        return flight
+
+    def _finished(self, flight: Flight) -> None:
+        assert flight.start is not None and flight.end is not None
+        end = flight.end
+        summary = RunSummary(flight.run_id, flight.planned.plan, cast(Outcome, end.outcome), end.turns,
+                             end.prompt_tokens + end.completion_tokens, flight.labels, end.checks,
+                             Path(flight.start.sandbox), end.error, time.perf_counter() - flight.dispatched)  # fmt: skip
+        self.after.append(functools.partial(self._report, summary))
+
+    def _report(self, summary: RunSummary) -> None:
+        self.result.summaries.append(summary)
+        self.events.run_finished(summary)
+
+    def _bury(self, worker: Worker) -> None:
+        """A worker died: requeue its runs not started, end its started ones as ``infra_error``, replace it."""
+        if worker not in self.workers:
+            return
+        self._drain(worker)  # what it sent before it died
+        self.workers.remove(worker)
+        worker.conn.close()
+        code = worker.process.exitcode
+        self.deaths = 0 if worker.heard else self.deaths + 1
+        if self.deaths >= _DEATHS_BEFORE_GIVING_UP:
+            raise WorkerFailed(f"{self.deaths} worker processes in a row died before running anything (exit code {code}).")
+        for run_id in sorted(worker.runs):
+            flight = self._land(run_id)
+            if flight.start is None:
+                if not self.stopped:
+                    self.queues[flight.model].appendleft(flight.planned)
+                continue
+            if flight.end is None:
+                flight.end = self._end_dead(run_id, code)
+            self._finished(flight)
+        if not self.stopped and any(self.queues.values()):
+            self.workers.append(self._replace(worker))
+
+    def _end_dead(self, run_id: str, code: int | None) -> RunEnd:
+        turns, prompt, completion = self.ledger.turn_totals(run_id) or (0, 0, 0)
+        end = RunEnd(run_id=run_id, outcome="infra_error", turns=turns, prompt_tokens=prompt, completion_tokens=completion,
+                     breach=None, error=f"the worker process running it died (exit code {code}); the run is redone on resume",
+                     checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
+        self.ledger.end_run(end)
+        return end
+
+    def _start_workers(self, runs: int) -> list[Worker]:
+        """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than can run
+        at once."""
+        most = min(runs, self.options.jobs * len(self.queues))  # no more than can run at once
+        return [self._spawn() for _ in range(min(self.options.workers or os.cpu_count() or 1, most))]
+
+    def _replace(self, dead: Worker) -> Worker:
+        """A worker to take the place of ``dead``."""
+        return self._spawn()
+
+    def _spawn(self) -> Worker:
+        return _spawn(self.recipes, self.options.jobs * len(self.recipes))
+
+    def _shut_down(self) -> None:
+        for worker in self.workers:
+            if self.quitting:
+                worker.process.kill()
+            else:
+                _send(worker, ("quit",))
+        for worker in self.workers:
+            worker.process.join(None if self.quitting else 10)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+        self.workers = []
+
+
+@contextmanager
+def _held() -> Iterator[None]:
+    """Hold Ctrl-C back (in the main thread) while the driver applies messages; its handler runs right after.
+
+    So Ctrl-C never lands between a row's commit and its acknowledgement (the worker would wait for ever). The SIGINT
+    handler in place (the CLI's counts deliveries itself) is swapped for one that notes the signal, then restored and
+    called once for it.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # no Python handler to defer (one set outside Python)
+        return
+    noted: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if noted and callable(previous):
+            previous(signal.SIGINT, noted[0])
+        elif noted and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+def _fail(text: str) -> None:
+    raise WorkerFailed(f"a run failed in a worker process; this is a harness bug, please report it:\n{text}")
+
+
+def _spawn(recipes: dict[str, BackendRecipe], max_runs: int) -> Worker:
+    context = multiprocessing.get_context("spawn")
+    driver_end, worker_end = context.Pipe(duplex=True)
+    process = context.Process(target=worker_main, args=(worker_end, recipes, max_runs), name="harness-worker", daemon=True)
+    process.start()
+    worker_end.close()
+    return Worker(process, driver_end)
+
+
+def _send(worker: Worker, message: tuple[Any, ...]) -> None:
+    try:
+        worker.conn.send(message)
+    except (OSError, ValueError):
+        pass  # it died: its sentinel says so

@@ -1,0 +1,140 @@
+"""The ``ray`` executor (``harness run --executor ray [--ray-address ADDRESS] [--ray-resources SPEC=NAME:AMOUNT]``).
+
+Runs execute in Ray actors, ``--workers`` per model endpoint (default 2), each a
+:func:`~harness.executors.worker.worker_main` as in the ``processes`` executor, scheduled with that model's resources
+(``--ray-resources``; default half a CPU, since most runs only wait on a server). The driver (this process) stays the
+only writer of the ledger: each actor connects back to it over TCP (:mod:`multiprocessing.connection`, with a random
+key of this run) and speaks the same channel (:mod:`harness.executors.channel`), so claims, the group commit, resume,
+``--cache``, Ctrl-C and progress are those of :class:`~harness.executors.processes.ProcessMatrixRun`. An actor on
+another node than the driver opens its own backends (an embedded model is loaded on its node; on the driver's node
+it uses the driver's server) and ships each run's
+sandbox back at the run's end (bounded by the scenario's write limit), so ``results/runs/<run_id>/`` is complete on the
+driver. An actor whose process dies ends the channel: its started runs end as ``infra_error``, a new actor takes its
+place. Ray is imported only by this module, which only ``--executor ray`` imports.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from typing import Any
+
+import ray
+
+from harness.endpoints import BackendFactory, Endpoint, PlannedRun
+from harness.executors.processes import ProcessMatrixRun, Worker, WorkerFailed
+from harness.executors.resources import DEFAULT_RESOURCES
+from harness.executors.worker import BackendRecipe, recipe_for, worker_main
+from harness.ledger import Ledger
+from harness.loop import RunOptions
+from harness.runner import MatrixEvents, MatrixResult
+
+__all__ = ["DEFAULT_ACTORS", "RayMatrixRun"]
+
+DEFAULT_ACTORS = 2
+"""Actors per model endpoint when ``--workers`` is not given."""
+
+_CONNECT_TIMEOUT_S = 300.0  # an actor the cluster cannot place (resources it lacks) is an error, not a hang
+
+
+@ray.remote
+class _Actor:
+    """One worker of the driver's matrix, living in a Ray worker process."""
+
+    def pid(self) -> tuple[int, str]:
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def serve(self, address: tuple[str, int], key: bytes, recipes: dict[str, BackendRecipe], max_runs: int,
+              driver_node: str) -> None:  # fmt: skip
+        conn = Client(address, authkey=key)
+        ship = ray.get_runtime_context().get_node_id() != driver_node
+        worker_main(conn, recipes, max_runs, ship_sandboxes=ship)
+
+
+class _ActorProcess:
+    """An actor, seen as the driver sees a worker process (its death shows as the end of its channel)."""
+
+    sentinel = None
+    exitcode = None
+
+    def __init__(self, actor: Any, done: Any) -> None:
+        self.actor, self.done = actor, done
+
+    def kill(self) -> None:
+        ray.kill(self.actor, no_restart=True)
+
+    def join(self, timeout: float | None = None) -> None:
+        ray.wait([self.done], timeout=timeout)
+
+    def is_alive(self) -> bool:
+        ready, _ = ray.wait([self.done], timeout=0)
+        return not ready
+
+
+class RayMatrixRun(ProcessMatrixRun):
+    """:class:`ProcessMatrixRun` with Ray actors for workers; see the module docstring.
+
+    Args:
+        ledger, options, result, events, backend_factory: as for :class:`ProcessMatrixRun` (``options.workers``:
+            actors per model endpoint; ``options.ray_address``: the cluster, None for a local one started here;
+            ``options.ray_resources``: model spec -> an actor's resources).
+    """
+
+    def __init__(self, ledger: Ledger, options: RunOptions, result: MatrixResult, events: MatrixEvents,
+                 backend_factory: BackendFactory) -> None:  # fmt: skip
+        super().__init__(ledger, options, result, events, backend_factory)
+        self.started_ray = False
+
+    def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
+        """Connect to (or start) the cluster, run every todo in actors, then let go of the cluster."""
+        if not any(todos.values()):
+            return
+        if not ray.is_initialized():
+            ray.init(address=self.options.ray_address, include_dashboard=False, log_to_driver=False)
+            self.started_ray = True
+        host = "127.0.0.1" if self.options.ray_address is None else ray.util.get_node_ip_address()
+        self.server = socket.create_server((host, 0))
+        self.server.settimeout(_CONNECT_TIMEOUT_S)
+        self.address, self.key = self.server.getsockname()[:2], secrets.token_bytes(32)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.endpoints = endpoints
+        try:
+            super().run(endpoints, todos)
+        finally:
+            self.server.close()
+            if self.started_ray:
+                ray.shutdown()
+
+    def _start_workers(self, runs: int) -> list[Worker]:
+        count = self.options.workers or DEFAULT_ACTORS
+        return [self._launch(model) for model in self.queues for _ in range(count)]
+
+    def _replace(self, dead: Worker) -> Worker:
+        assert dead.models is not None
+        return self._launch(next(iter(dead.models)))
+
+    def _launch(self, model: str) -> Worker:
+        """Start one actor for ``model`` and take its connection."""
+        wanted = dict(self.options.ray_resources.get(model) or DEFAULT_RESOURCES)
+        cpus, gpus = wanted.pop("CPU", 0.0), wanted.pop("GPU", 0.0)
+        actor = _Actor.options(num_cpus=cpus, num_gpus=gpus, resources=wanted).remote()  # type: ignore[attr-defined]
+        recipe = recipe_for(model, self.endpoints[model], self.factory)
+        per_actor = -(-self.options.jobs // (self.options.workers or DEFAULT_ACTORS))
+        done = actor.serve.remote(self.address, self.key, {model: recipe}, per_actor, self.node)
+        return Worker(_ActorProcess(actor, done), self._accept(), frozenset({model}))
+
+    def _accept(self) -> Connection:
+        try:
+            sock, _ = self.server.accept()
+        except TimeoutError:
+            raise WorkerFailed(
+                f"no Ray actor connected within {_CONNECT_TIMEOUT_S:.0f} s; check that the cluster has the resources "
+                "--ray-resources asks for and that its nodes can reach this machine."
+            ) from None
+        sock.settimeout(None)
+        conn = Connection(sock.detach())
+        deliver_challenge(conn, self.key)
+        answer_challenge(conn, self.key)
+        return conn

@@ -1,0 +1,130 @@
+"""The ``ray`` executor on a local Ray cluster started by the test, against the ``threads`` executor on the same plan.
+
+Skipped when Ray is not installed (the ``[ray]`` extra); ``.ci/run`` installs it. Servers are real HTTP servers on
+127.0.0.1, ledgers real files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.executors.worker import pack_sandbox, unpack_sandbox
+from harness.ledger import Ledger
+from harness.loop import RunOptions
+from harness.matrix import MatrixOverrides
+from harness.runner import expand_matrix, run_matrix
+from harness.scenarios import load_scenario
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, SCENARIO_FILE
+
+CASSETTES = REPO / "tests" / "cassettes" / "list_and_report"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _plans(models: list[str], *, repeats: int, tool_modes=("native",)):
+    return expand_matrix([load_scenario(SCENARIO_FILE)], MatrixOverrides(models, [0.0], repeats, None, list(tool_modes), None))
+
+
+def _ledger_facts(ledger: Ledger) -> dict[str, tuple[str | None, list[list[str]]]]:
+    turns: dict[str, list[list[str]]] = {}
+    for turn in ledger.turns():
+        turns.setdefault(turn.record.run_id, []).append(turn.record.failure_modes)
+    return {run.start.identity: (run.outcome, turns.get(run.run_id, [])) for run in ledger.runs()}
+
+
+def _both(tmp_path: Path, plans, **options):
+    seen = {}
+    for executor in ("threads", "ray"):
+        folder = tmp_path / executor
+        with Ledger(folder / "ledger.sqlite") as ledger:
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=folder / "runs", executor=executor, **options))
+            assert ledger.verify().ok
+            seen[executor] = _ledger_facts(ledger)
+        assert len(result.summaries) == len(plans) == len(seen[executor])
+        assert all((folder / "runs" / s.run_id / "report.txt").is_file() or s.outcome != "pass" for s in result.summaries)
+    return seen
+
+
+@pytest.mark.slow
+def test_a_replay_matrix_on_ray_records_what_threads_record(cluster, tmp_path):
+    plans = _plans([f"replay:{CASSETTES / 'ideal.jsonl'}", f"replay:{CASSETTES / 'broken.jsonl'}"], repeats=2,
+                   tool_modes=("native", "prompt"))  # fmt: skip
+    seen = _both(tmp_path, plans, jobs=2)
+    assert seen["threads"] == seen["ray"]
+    assert {outcome for outcome, _ in seen["ray"].values()} >= {"pass"} and any(any(t) for _, t in seen["ray"].values())
+
+
+@pytest.mark.slow
+def test_two_scripted_servers_on_ray_record_what_threads_record(cluster, tmp_path):
+    with FakeAgentServer(slots=2) as one, FakeAgentServer(slots=2) as two:
+        plans = _plans([f"openai:ideal@{one.base_url}", f"openai:ideal@{two.base_url}"], repeats=3)
+        seen = _both(tmp_path, plans, jobs=2, workers=1)
+    assert seen["threads"] == seen["ray"] and {o for o, _ in seen["ray"].values()} == {"pass"}
+
+
+@pytest.mark.slow
+def test_a_killed_actor_ends_its_run_as_infra_error_and_resume_redoes_it(cluster, tmp_path):
+    with FakeAgentServer(delay_s=0.3, slots=8) as server:
+        plans = _plans([f"openai:ideal@{server.base_url}"], repeats=4)
+        options = RunOptions(runs_dir=tmp_path / "runs", jobs=4, executor="ray", workers=1)
+        before = _actor_pids(cluster)
+        with Ledger(tmp_path / "ledger.sqlite") as ledger:
+            outcome: dict[str, object] = {}
+            runner = threading.Thread(target=lambda: outcome.update(result=run_matrix(plans, ledger, options)))
+            runner.start()
+            deadline = time.monotonic() + 120
+            while server.requests < 4:  # the actor's four runs wait on their first reply
+                assert time.monotonic() < deadline, "the matrix did not start"
+                time.sleep(0.02)
+            [victim] = _actor_pids(cluster) - before
+            os.kill(victim, signal.SIGKILL)
+            runner.join(180)
+            result = outcome["result"]
+            again = run_matrix(plans, ledger, options)
+            finished = ledger.finished_identities()
+            assert ledger.verify().ok
+    dead = [s for s in result.summaries if s.outcome == "infra_error"]  # type: ignore[attr-defined]
+    assert len(dead) == 4 and all("worker process running it died" in (s.error or "") for s in dead)
+    assert [s.outcome for s in again.summaries] == ["pass"] * 4
+    assert len(finished) == 4 and set(finished.values()) == {1}
+
+
+def _actor_pids(ray) -> set[int]:
+    """The processes serving a matrix: Ray titles an actor's process after the method it runs."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(b"ray::_Actor.serve"):
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_shipped_sandbox_lands_whole_and_nothing_outside_it(tmp_path):
+    source = tmp_path / "node" / "run"
+    (source / "sub").mkdir(parents=True)
+    (source / "report.txt").write_text("3 files\n")
+    (source / "sub" / "b.bin").write_bytes(b"\x00\xff")
+    (source / "link").symlink_to("/etc/passwd")
+    files = pack_sandbox(source, limit=100)
+    assert files == {"report.txt": b"3 files\n", "sub/b.bin": b"\x00\xff"}
+    with pytest.raises(Exception, match="more than 5 bytes"):
+        pack_sandbox(source, limit=5)
+    target = tmp_path / "driver" / "run"
+    unpack_sandbox(target, {**files, "../escape.txt": b"no", "/tmp/abs.txt": b"no"})
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == ["report.txt", "sub/b.bin"]
+    assert not (tmp_path / "driver" / "escape.txt").exists()
