@@ -192,9 +192,13 @@ def test_a_run_in_flight_when_stopped_records_its_reply_and_ends_interrupted(tmp
     import threading
 
     stop = threading.Event()
-    with FakeAgentServer(delay_s=0.6) as server:
+
+    def stop_at_first_call(number: int) -> None:  # the server is answering the first model call (not the warm-up)
+        if number == 1:
+            stop.set()
+
+    with FakeAgentServer(delay_s=0.6, faults=stop_at_first_call) as server:
         plans = plans_for(f"openai:ideal@{server.base_url}", repeats=3)
-        threading.Timer(0.3, stop.set).start()  # while the first model call is in flight
         with Ledger(tmp_path / "l.sqlite") as ledger:
             result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", stop=stop))
             [run] = ledger.runs()
