@@ -109,7 +109,10 @@ class Sandbox:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES):
-        Path(root).mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(root)  # the usual case, a fresh run folder: one system call
+        except OSError:  # its parent is missing, or it exists: as Path.mkdir(parents=True, exist_ok=True)
+            Path(root).mkdir(parents=True, exist_ok=True)
         self.root = Path(os.path.realpath(root))
         self.escape_attempts: list[str] = []
         self.written: list[str] = []
@@ -126,7 +129,13 @@ class Sandbox:
             target = self.resolve(rel)
             if target.parent != self.root:  # the root exists
                 target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
+            try:
+                data = text.encode("utf-8")
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
 
     def resolve(self, path: Any) -> Path:
         """Resolve a model-given path to an absolute path inside the sandbox.

@@ -37,8 +37,13 @@ def storable(value: Any, declared: str) -> Any:
     columns get floats and INTEGER columns integral floats as integers (SQLite's type affinity),
     zero loses its sign, and strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
     """
+    kind = type(value)
+    if kind is str:  # the usual case first: the same result as the general path below
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode("utf-8")
     if value is None:
         return None
+    if kind is int and declared != "TEXT" and declared != "REAL" and _INT64[0] <= value <= _INT64[1]:
+        return value
     if isinstance(value, bool):
         value = int(value)
     if declared == "TEXT" and not isinstance(value, str):
