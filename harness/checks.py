@@ -46,7 +46,7 @@ from typing import Any
 
 import regex
 
-from harness.tools import real_path_within
+from harness.tools import is_within, real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -149,7 +149,7 @@ def validate_check(check: Any) -> str | None:
 def _read(ctx: CheckContext, rel: str) -> str | None:
     """The text of the sandbox file ``rel`` (``ctx.sandbox`` is a real path), or None when it is no file inside it."""
     path = real_path_within(ctx.sandbox, rel)
-    if ctx.sandbox not in path.parents or not path.is_file():
+    if path == ctx.sandbox or not is_within(ctx.sandbox, path) or not path.is_file():
         return None
     with path.open("rb") as handle:
         return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark

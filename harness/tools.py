@@ -48,6 +48,7 @@ __all__ = [
     "TICKETS_DATA_SCHEMA",
     "WEATHER_DATA_SCHEMA",
     "Sandbox",
+    "is_within",
     "real_path_within",
     "Tool",
     "ToolResult",
@@ -92,6 +93,15 @@ def real_path_within(root: Path, path: str) -> Path:
         if link:
             return Path(os.path.realpath(root / path))
     return root.joinpath(*parts)
+
+
+def is_within(root: Path, path: Path) -> bool:
+    """Whether ``path`` is ``root`` or below it (both absolute and normalized, as :func:`real_path_within` gives them).
+
+    The same as ``path == root or root in path.parents``, compared as text (no ``parents`` sequence is built).
+    """
+    text, prefix = str(path), str(root)
+    return text == prefix or text.startswith(prefix if prefix.endswith("/") else prefix + "/")
 
 
 class Sandbox:
@@ -155,7 +165,7 @@ class Sandbox:
         if "\x00" in path:
             raise ToolError("path must not contain NUL bytes")
         candidate = real_path_within(self.root, path)
-        if candidate != self.root and self.root not in candidate.parents:
+        if not is_within(self.root, candidate):
             self.escape_attempts.append(path)
             raise ToolError(f"path {path!r} is outside the working directory; use paths relative to it", escape_attempt=True)
         return candidate
@@ -274,7 +284,7 @@ def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
     target = sandbox.resolve(path)
     if not target.is_dir():
         raise ToolError(f"{path!r} is not a directory")
-    return json.dumps(sorted(entry.name for entry in target.iterdir()))
+    return json.dumps(sorted(os.listdir(target)))  # the names Path.iterdir gives
 
 
 #: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)

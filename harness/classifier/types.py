@@ -283,7 +283,12 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     """Return a JSON-ready copy of ``value`` (depth-capped, so cycles and deep data are safe)."""
     if depth > MAX_DEPTH:
         return "..."
-    if value is None or isinstance(value, (bool, int, str)):
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is bool:
+        return value
+    if kind is dict and len(value) <= 1000:  # as the Mapping branch below, without its copies
+        return {k if isinstance(k, str) else short(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
@@ -323,6 +328,8 @@ def text_of(content: Any) -> str:
 
 def get(mapping: Any, key: str) -> Any:
     """``mapping.get(key)`` when ``mapping`` is a Mapping whose ``get`` works, else ``None``."""
+    if type(mapping) is dict:  # the usual case: a plain dict's get cannot fail for a str key
+        return mapping.get(key)
     if isinstance(mapping, Mapping):
         try:
             return mapping.get(key)
