@@ -21,6 +21,7 @@ from harness.classifier.types import (
     MAX_HISTORY_MESSAGES,
     MAX_HISTORY_TEXT,
     MAX_REPAIR_CHARS,
+    PLAIN_JSON,
     ToolCall,
     get,
     jsonable,
@@ -218,7 +219,7 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
             if hcalls:
                 past.earlier.update(c.canonical() for c in hcalls)
                 for c in hcalls:
-                    part = json.dumps(c.arguments, ensure_ascii=False, default=str)
+                    part = PLAIN_JSON.encode(c.arguments)
                     past.known_parts.append(part[:budget])
                     budget -= len(part)
             elif text:

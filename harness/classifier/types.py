@@ -28,6 +28,7 @@ __all__ = [
     "MAX_REPAIR_CHARS",
     "MAX_SCAN_CHARS",
     "PARSER_POLICIES",
+    "PLAIN_JSON",
     "RECOVERY_STEPS",
     "Cand",
     "RawCall",
@@ -117,6 +118,10 @@ _MAX_DETAIL_CHARS = 300
 UNPARSED_ARGUMENTS = "arguments are not valid JSON"
 """The error of a call whose argument string no repair parsed (its arguments are then ``{}``)."""
 _UNPARSED_KEYS = itertools.count()
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+"""``json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)`` without a new encoder on every call."""
+PLAIN_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``PLAIN_JSON.encode(value)`` is ``json.dumps(value, ensure_ascii=False, default=str)`` without a new encoder per call."""
 """Numbers for the repeat keys of unparsed arguments: a key only ever compared, never stored or shown."""
 
 
@@ -308,7 +313,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def _canonical(name: str, arguments: Any) -> str:
-    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False, default=str)
+    return _SORTED_JSON.encode({"name": name, "arguments": arguments})
 
 
 def text_of(content: Any) -> str:
