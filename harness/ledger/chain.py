@@ -38,12 +38,17 @@ def storable(value: Any, declared: str) -> Any:
     zero loses its sign, and strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
     """
     kind = type(value)
-    if kind is str:  # the usual case first: the same result as the general path below
+    if kind is str:  # the usual cases first, as _stored_as gives them (a test holds them equal)
         return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if value is None:
-        return None
     if kind is int and declared != "TEXT" and declared != "REAL" and _INT64[0] <= value <= _INT64[1]:
         return value
+    return _stored_as(value, declared)
+
+
+def _stored_as(value: Any, declared: str) -> Any:
+    """:func:`storable` for any value."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         value = int(value)
     if declared == "TEXT" and not isinstance(value, str):
