@@ -35,6 +35,7 @@ columns ``ticket`` and ``category``).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -197,6 +198,12 @@ def _evaluate_run(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, st
     raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
 
 
+@functools.lru_cache(maxsize=1024)
+def _name(path: str) -> str:
+    """``Path(path).name``, remembered (the same fixture names come back on every run)."""
+    return Path(path).name
+
+
 def _evaluate_file(check: Mapping[str, Any], ctx: CheckContext, text: str) -> tuple[bool, str]:
     """Checks on one file's text (already read, at most 1 MiB)."""
     kind = check["type"]
@@ -212,12 +219,13 @@ def _evaluate_file(check: Mapping[str, Any], ctx: CheckContext, text: str) -> tu
         ok = check["text"].lower() in text.lower()
         return ok, f"{'contains' if ok else 'does not contain'} {check['text']!r}"
     if kind == "file_names_all_fixtures":
-        missing = [f for f in ctx.fixtures if Path(f).name.lower() not in text.lower()]
+        lowered = text.lower()
+        missing = [f for f in ctx.fixtures if _name(f).lower() not in lowered]
         return not missing, f"does not name {missing}" if missing else "names every fixture file"
     if kind == "file_names_only_existing":
         existing = {p.name.lower() for p in ctx.sandbox.rglob("*") if p.is_file()}
         named = {m.group(1) for m in _FILE_NAME.finditer(text)}
-        invented = sorted(n for n in named if Path(n).name.lower() not in existing)
+        invented = sorted(n for n in named if _name(n).lower() not in existing)
         return not invented, f"names files that do not exist: {invented}" if invented else "names only existing files"
     if kind == "file_states_count":
         count = check["count"]
