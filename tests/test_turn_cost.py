@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.canonical import canonical_json
-from harness.classifier import content, validate
+from harness.classifier import content, validate, values
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
@@ -99,3 +100,15 @@ def test_fixtures_are_written_as_text(tmp_path):
     assert (box.root / "d" / "b.md").read_text() == "x" * 70_000
     Sandbox(box.root)  # an existing folder is fine too
     assert sorted(p.name for p in box.root.iterdir()) == ["a.txt", "d"]
+
+
+@given(st.text(max_size=12))
+@settings(max_examples=500, deadline=None)
+def test_a_result_that_no_json_value_starts_holds_no_value(text):
+    body = text.strip()
+    if body[:1] in values._JSON_STARTS:
+        return
+    assert values.result_value(text) is None
+    assert values._CONTAINER.match(body) is None
+    with pytest.raises(ValueError):
+        json.loads(body)
