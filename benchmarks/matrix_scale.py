@@ -14,7 +14,9 @@ Run: ``python benchmarks/matrix_scale.py`` (about a minute on 2 cores). Prints:
 ``--baseline DIR`` (a checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) measures only part 1,
 alternating this code and that code in fresh child processes (``--rounds`` each, ``--runs`` runs per measurement),
 and prints each one's median and their ratio: a shared, noisy machine distorts a ratio measured in one run less than
-absolute figures. ``--profile`` prints part 1's top cProfile entries (the run worker's thread).
+absolute figures. ``--profile`` prints part 1's top cProfile entries (the run worker's thread); with ``--cpu`` the
+profiler counts that thread's CPU time instead of wall time (on a shared, loaded machine the wall clock mostly
+measures waiting for a core).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ _STAMP: dict[int, float] = {}
 _OVERHEAD_MS: list[float] = []
 
 
-def overhead(tmp: Path, runs: int = 200, *, quiet: bool = False, profile: bool = False) -> dict[str, float]:
+def overhead(tmp: Path, runs: int = 200, *, quiet: bool = False, profile: bool = False, cpu: bool = False) -> dict[str, float]:
     """Part 1; returns ``{"ms_per_turn": whole-run wall time / turns, "overhead_ms": median reply-to-commit}``."""
     _OVERHEAD_MS.clear()
     cassette = tmp / "ideal.jsonl"
@@ -85,23 +87,25 @@ def overhead(tmp: Path, runs: int = 200, *, quiet: bool = False, profile: bool =
         _line(content="I wrote report.txt."),
     ]) + "\n")  # fmt: skip
     plans = expand_matrix([SCENARIO], MatrixOverrides([f"replay:{cassette}"], [0.0], runs, None, ["native"], None))
-    profiler = cProfile.Profile() if profile else None
+    profiler = (cProfile.Profile(time.thread_time) if cpu else cProfile.Profile()) if profile else None
     with _TimedLedger(tmp / f"overhead{time.monotonic_ns()}.sqlite") as ledger:
         if profiler is not None:
             _profiled(profiler)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = run_matrix(
             plans, ledger, RunOptions(runs_dir=tmp / "runs"), backend_factory=lambda spec, **kw: _TimedReplay(cassette)
         )
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     total_turns = sum(s.turns for s in result.summaries)
     assert all(s.outcome == "pass" for s in result.summaries), {s.outcome for s in result.summaries}
     ordered = sorted(_OVERHEAD_MS)
-    figures = {"ms_per_turn": elapsed / total_turns * 1000, "overhead_ms": statistics.median(ordered)}
+    figures = {"ms_per_turn": elapsed / total_turns * 1000, "overhead_ms": statistics.median(ordered),
+               "cpu_ms_per_turn": cpu / total_turns * 1000}  # fmt: skip
     if not quiet:
         print("1. Harness cost per turn (zero-latency replay backend, jobs=1)")
         print(f"   {len(result.summaries)} runs, {total_turns} turns in {elapsed:.2f} s = {total_turns / elapsed:.0f} turns/s "
-              f"(whole runs: sandbox, lock, run rows, turns, checks: {figures['ms_per_turn']:.2f} ms per turn)")  # fmt: skip
+              f"(whole runs: sandbox, lock, run rows, turns, checks: {figures['ms_per_turn']:.2f} ms per turn, "
+              f"CPU {figures['cpu_ms_per_turn']:.2f})")  # fmt: skip
         print(f"   reply to committed turn (classify + tools + ledger write): median {figures['overhead_ms']:.2f} ms, "
               f"p99 {ordered[int(len(ordered) * 0.99)]:.2f} ms")  # fmt: skip
     if profiler is not None:
@@ -140,11 +144,12 @@ def compare(baseline: Path, rounds: int, runs: int) -> None:
     print(f"1. Cost per turn, {rounds} alternating rounds of {runs} runs each (medians)")
     medians = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in got.items()}
     for name, m in medians.items():
-        print(f"   {name:9s} ({codes[name]}): {m['ms_per_turn']:.3f} ms per turn (whole runs), "
+        print(f"   {name:9s} ({codes[name]}): {m['ms_per_turn']:.3f} ms per turn (whole runs; CPU {m['cpu_ms_per_turn']:.3f}), "
               f"{m['overhead_ms']:.3f} ms reply to commit")  # fmt: skip
     mine, base = medians["this code"], medians["baseline"]
-    print(f"   ratio this code / baseline: whole runs {mine['ms_per_turn'] / base['ms_per_turn']:.2f}, "
-          f"reply to commit {mine['overhead_ms'] / base['overhead_ms']:.2f}")  # fmt: skip
+    print(f"   ratio this code / baseline: whole runs {mine['ms_per_turn'] / base['ms_per_turn']:.2f} "
+          f"(CPU {mine['cpu_ms_per_turn'] / base['cpu_ms_per_turn']:.2f}), "
+          f"reply to commit {mine['overhead_ms'] / base['overhead_ms']:.2f}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
 def scaling(tmp: Path, delay_s: float = 0.2) -> None:
@@ -186,6 +191,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds with --baseline (default 5)")
     parser.add_argument("--runs", type=int, default=200, help="runs per part-1 measurement (default 200)")
     parser.add_argument("--profile", action="store_true", help="part 1 only, under cProfile; print its top entries")
+    parser.add_argument("--cpu", action="store_true", help="with --profile: count the worker thread's CPU time, not wall time")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
@@ -194,7 +200,7 @@ def main() -> None:
         elif args.baseline is not None:
             compare(args.baseline, args.rounds, args.runs)
         elif args.profile:
-            overhead(Path(folder), args.runs, profile=True)
+            overhead(Path(folder), args.runs, profile=True, cpu=args.cpu)
         else:
             overhead(Path(folder), args.runs)
             scaling(Path(folder))

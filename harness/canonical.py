@@ -12,6 +12,9 @@ from typing import Any
 
 __all__ = ["canonical_json", "sha256_of"]
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+"""``json.dumps`` with these options builds a new encoder on every call; one is enough (it keeps no state)."""
+
 
 def canonical_json(value: Any) -> str:
     """Deterministic JSON text: sorted keys, no whitespace, non-ASCII kept.
@@ -25,7 +28,9 @@ def canonical_json(value: Any) -> str:
     Returns:
         The text.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = _ENCODER.encode(value)
+    if text.isascii():  # nothing UTF-8 cannot hold (the usual case, and a cheap test)
+        return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 

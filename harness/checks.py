@@ -35,6 +35,7 @@ columns ``ticket`` and ``category``).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -46,7 +47,7 @@ from typing import Any
 
 import regex
 
-from harness.tools import real_path_within
+from harness.tools import is_within, real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -149,7 +150,7 @@ def validate_check(check: Any) -> str | None:
 def _read(ctx: CheckContext, rel: str) -> str | None:
     """The text of the sandbox file ``rel`` (``ctx.sandbox`` is a real path), or None when it is no file inside it."""
     path = real_path_within(ctx.sandbox, rel)
-    if ctx.sandbox not in path.parents or not path.is_file():
+    if path == ctx.sandbox or not is_within(ctx.sandbox, path) or not path.is_file():
         return None
     with path.open("rb") as handle:
         return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
@@ -197,6 +198,12 @@ def _evaluate_run(check: Mapping[str, Any], ctx: CheckContext) -> tuple[bool, st
     raise AssertionError(f"unvalidated check type {kind!r}")  # validate_check runs at load time
 
 
+@functools.lru_cache(maxsize=1024)
+def _name(path: str) -> str:
+    """``Path(path).name``, remembered (the same fixture names come back on every run)."""
+    return Path(path).name
+
+
 def _evaluate_file(check: Mapping[str, Any], ctx: CheckContext, text: str) -> tuple[bool, str]:
     """Checks on one file's text (already read, at most 1 MiB)."""
     kind = check["type"]
@@ -212,12 +219,13 @@ def _evaluate_file(check: Mapping[str, Any], ctx: CheckContext, text: str) -> tu
         ok = check["text"].lower() in text.lower()
         return ok, f"{'contains' if ok else 'does not contain'} {check['text']!r}"
     if kind == "file_names_all_fixtures":
-        missing = [f for f in ctx.fixtures if Path(f).name.lower() not in text.lower()]
+        lowered = text.lower()
+        missing = [f for f in ctx.fixtures if _name(f).lower() not in lowered]
         return not missing, f"does not name {missing}" if missing else "names every fixture file"
     if kind == "file_names_only_existing":
         existing = {p.name.lower() for p in ctx.sandbox.rglob("*") if p.is_file()}
         named = {m.group(1) for m in _FILE_NAME.finditer(text)}
-        invented = sorted(n for n in named if Path(n).name.lower() not in existing)
+        invented = sorted(n for n in named if _name(n).lower() not in existing)
         return not invented, f"names files that do not exist: {invented}" if invented else "names only existing files"
     if kind == "file_states_count":
         count = check["count"]

@@ -131,6 +131,13 @@ class RunPlan:
         :attr:`BackendIdentity.identity_slots`; batched decoding changes the replies). ``--jobs``, retries and
         timeouts are not part of it.
         """
+        memo = self.__dict__.setdefault("_identities", {})  # the plan and its scenario are frozen: computed once
+        key = (model_digest, None if slots == 1 else slots)
+        if key not in memo:
+            memo[key] = self._identity(model_digest, slots)
+        return memo[key]
+
+    def _identity(self, model_digest: str | None, slots: int | None) -> str:
         payload: dict[str, Any] = {
             "v": IDENTITY_VERSION,
             "scenario": self.scenario.content_hash,

@@ -48,6 +48,7 @@ __all__ = [
     "TICKETS_DATA_SCHEMA",
     "WEATHER_DATA_SCHEMA",
     "Sandbox",
+    "is_within",
     "real_path_within",
     "Tool",
     "ToolResult",
@@ -94,6 +95,15 @@ def real_path_within(root: Path, path: str) -> Path:
     return root.joinpath(*parts)
 
 
+def is_within(root: Path, path: Path) -> bool:
+    """Whether ``path`` is ``root`` or below it (both absolute and normalized, as :func:`real_path_within` gives them).
+
+    The same as ``path == root or root in path.parents``, compared as text (no ``parents`` sequence is built).
+    """
+    text, prefix = str(path), str(root)
+    return text == prefix or text.startswith(prefix if prefix.endswith("/") else prefix + "/")
+
+
 class Sandbox:
     """A folder that one run's tools are confined to.
 
@@ -109,7 +119,10 @@ class Sandbox:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES):
-        Path(root).mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(root)  # the usual case, a fresh run folder: one system call
+        except OSError:  # its parent is missing, or it exists: as Path.mkdir(parents=True, exist_ok=True)
+            Path(root).mkdir(parents=True, exist_ok=True)
         self.root = Path(os.path.realpath(root))
         self.escape_attempts: list[str] = []
         self.written: list[str] = []
@@ -126,7 +139,13 @@ class Sandbox:
             target = self.resolve(rel)
             if target.parent != self.root:  # the root exists
                 target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
+            try:
+                data = text.encode("utf-8")
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
 
     def resolve(self, path: Any) -> Path:
         """Resolve a model-given path to an absolute path inside the sandbox.
@@ -146,7 +165,7 @@ class Sandbox:
         if "\x00" in path:
             raise ToolError("path must not contain NUL bytes")
         candidate = real_path_within(self.root, path)
-        if candidate != self.root and self.root not in candidate.parents:
+        if not is_within(self.root, candidate):
             self.escape_attempts.append(path)
             raise ToolError(f"path {path!r} is outside the working directory; use paths relative to it", escape_attempt=True)
         return candidate
@@ -265,7 +284,7 @@ def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
     target = sandbox.resolve(path)
     if not target.is_dir():
         raise ToolError(f"{path!r} is not a directory")
-    return json.dumps(sorted(entry.name for entry in target.iterdir()))
+    return json.dumps(sorted(os.listdir(target)))  # the names Path.iterdir gives
 
 
 #: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)

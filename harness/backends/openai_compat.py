@@ -120,6 +120,7 @@ class OpenAICompatBackend(Backend):
         self._clients = ThreadClients(httpx.Timeout(timeout_s or REQUEST_TIMEOUT_BASE_S))
         self._server_version: str | None = None
         self._identity: BackendIdentity | None = None
+        self._urls: dict[str, httpx.URL] = {}
 
     # -- the Backend protocol -------------------------------------------------------------
 
@@ -377,7 +378,10 @@ class OpenAICompatBackend(Backend):
             headers = {**headers, "Connection": "close"}
         try:
             client = self._client or self._clients.get()  # one per run thread (harness.backends.clients)
-            with client.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
+            parsed = self._urls.get(url)
+            if parsed is None:  # parsed once: httpx parses a str URL again on every request
+                parsed = self._urls[url] = httpx.URL(url)
+            with client.stream(method, parsed, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
                 if stream_from is not None and response.status_code < 300:
                     return read_stream(response, deadline, stream_from, sse=self._sse, limit=MAX_BODY_BYTES)
                 return self._read_whole(response, deadline)

@@ -350,6 +350,13 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
     ``tools_known`` is False when the offered tools are not known (``tools=None``): a bare
     function-like name before JSON arguments then counts as a call.
     """
+    if not text:  # no content (a reply that only calls): what _analyse finds in "" (a test holds them equal)
+        return ContentResult([], set(), 0, [], "", "", False, {})
+    return _analyse(text, offered, tools_known=tools_known)
+
+
+def _analyse(text: str, offered: Mapping[str, Any], *, tools_known: bool) -> ContentResult:
+    """:func:`analyse_content` of any text, every step run."""
     tool_names = frozenset(offered)
     modes: set[str] = set()
     details: dict[str, Any] = {}

@@ -15,7 +15,6 @@ from harness.classifier.values import (
     bare_numbers,
     norm,
     numbers,
-    result_value,
     sky,
     temperature_given,
     temperatures,
@@ -129,8 +128,8 @@ def _keyed_mismatch(texts: list[str], past: History) -> list[str]:
     """A value the reply gives for a key a tool returned ("humidity is 80" when it returned 65): numbers
     that differ (beyond rounding), one-word strings that differ. Only keys with one value in all the results."""
     pairs: dict[str, set[str]] = {}
-    for result in past.tool_results[-8:]:
-        for key, v in _scalars(result_value(result)):
+    for index in range(max(0, len(past.tool_results) - 8), len(past.tool_results)):
+        for key, v in _scalars(past.result_value(index)):
             pairs.setdefault(key.lower().replace("_", " "), set()).add(str(v).lower())
     text = "\n".join(texts)[:MAX_REPAIR_CHARS]
     for key, values in list(pairs.items())[:100]:
@@ -162,8 +161,8 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
     if not counts:
         return []
     listing = None
-    for result in reversed(past.tool_results):
-        value = result_value(result)
+    for index in reversed(range(len(past.tool_results))):
+        value = past.result_value(index)
         if isinstance(value, dict) and len(value) == 1:  # {"files": [...]}
             value = next(iter(value.values()))
         if isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -7,11 +7,10 @@ docs/failure-modes.md without re-running anything.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from harness.classifier.content import ContentResult
-from harness.classifier.types import ToolCall, short
+from harness.classifier.types import PLAIN_JSON, ToolCall, short
 
 __all__ = ["RULES", "evidence_for"]
 
@@ -74,7 +73,7 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
         elif mode == "unknown_tool" and isinstance(details.get(mode), dict):
             span = ", ".join(name or "(no name)" for name in details[mode])
         elif mode in details and mode not in ("wrappers",):
-            span = details[mode] if isinstance(details[mode], str) else json.dumps(details[mode], ensure_ascii=False, default=str)
+            span = details[mode] if isinstance(details[mode], str) else PLAIN_JSON.encode(details[mode])
         elif mode == "mixed_prose":
             span = content.prose.strip()
         elif mode in ("tool_call_tags_in_content", "wrong_wrapper_tag"):
@@ -88,4 +87,4 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
 
 
 def _call_text(call: ToolCall) -> str:
-    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False, default=str)
+    return PLAIN_JSON.encode({"name": call.name, "arguments": call.arguments})

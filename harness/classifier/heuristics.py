@@ -21,6 +21,7 @@ from harness.classifier.types import (
     MAX_HISTORY_MESSAGES,
     MAX_HISTORY_TEXT,
     MAX_REPAIR_CHARS,
+    PLAIN_JSON,
     ToolCall,
     get,
     jsonable,
@@ -28,6 +29,7 @@ from harness.classifier.types import (
     text_of,
 )
 from harness.classifier.validate import pairs_in, structured_calls
+from harness.classifier.values import result_value
 from harness.tool_protocol import is_tool_result
 
 __all__ = [
@@ -168,6 +170,16 @@ class History:
     prompt_parts: list[str] = field(default_factory=list)
     tool_results: list[str] = field(default_factory=list)
     user_code: bool = False
+    _values: dict[int, object] = field(default_factory=dict, repr=False, compare=False)
+
+    def result_value(self, index: int) -> object | None:
+        """:func:`~harness.classifier.values.result_value` of ``tool_results[index]`` (read once per classification;
+        the value is shared: read it, never change it)."""
+        if index < 0:
+            index += len(self.tool_results)
+        if index not in self._values:
+            self._values[index] = result_value(self.tool_results[index])
+        return self._values[index]
 
 
 _USER_CODE = re.compile(r"```|^[ \t]*(?:def |class |function |import |#include)", re.M)
@@ -191,7 +203,7 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
     )
     budget = MAX_HISTORY_TEXT
     for message in messages:
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             continue
         role = get(message, "role")
         text = text_of(get(message, "content"))
@@ -207,7 +219,7 @@ def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
             if hcalls:
                 past.earlier.update(c.canonical() for c in hcalls)
                 for c in hcalls:
-                    part = json.dumps(c.arguments, ensure_ascii=False, default=str)
+                    part = PLAIN_JSON.encode(c.arguments)
                     past.known_parts.append(part[:budget])
                     budget -= len(part)
             elif text:

@@ -252,18 +252,20 @@ def _rewrites_tool(code: str, names: list[str]) -> bool:
 
 def _handed_over(seq: list[Unit], fake: list[tuple[int, int]], tools: list[Any]) -> str | None:
     """The first block of code handed over to do the task's tool action, if any (see the module's doc)."""
-    domains = tool_domains(tools)
-    names = [n.lower() for n in offered_tools(tools)]
+    domains: set[str] = set()
+    names: list[str] | None = None  # read from the tools at the first block of code (most replies hold none)
     for k, unit in enumerate(seq):
         if (
             not (unit.fence or is_code(unit.text))
             or is_data(unit.text)
             or not _holds_code(unit.text)
             or all(_NO_ACTION_LINE.match(x) or _DEFINITION_ONLY.fullmatch(x) for x in unit.lines)
-            or _rewrites_tool(unit.text, names)
-            or _inside(unit, fake)
         ):
-            continue  # prose, data, comments and installs only, a rewrite of the offered tool, a fake result's body
+            continue  # prose, data, comments and installs only
+        if names is None:
+            domains, names = tool_domains(tools), [n.lower() for n in offered_tools(tools)]
+        if _rewrites_tool(unit.text, names) or _inside(unit, fake):
+            continue  # a rewrite of the offered tool, a fake result's body
         before = frame_before(seq, k)
         if (_OTHER.search(before) and not _REMEDY.search(before)) or _RESULT_FRAME.search(before):
             continue  # presented as an output, the bug, an example, a file's contents, a (fake) tool result

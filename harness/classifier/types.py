@@ -28,6 +28,7 @@ __all__ = [
     "MAX_REPAIR_CHARS",
     "MAX_SCAN_CHARS",
     "PARSER_POLICIES",
+    "PLAIN_JSON",
     "RECOVERY_STEPS",
     "Cand",
     "RawCall",
@@ -117,6 +118,10 @@ _MAX_DETAIL_CHARS = 300
 UNPARSED_ARGUMENTS = "arguments are not valid JSON"
 """The error of a call whose argument string no repair parsed (its arguments are then ``{}``)."""
 _UNPARSED_KEYS = itertools.count()
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+"""``json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)`` without a new encoder on every call."""
+PLAIN_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``PLAIN_JSON.encode(value)`` is ``json.dumps(value, ensure_ascii=False, default=str)`` without a new encoder per call."""
 """Numbers for the repeat keys of unparsed arguments: a key only ever compared, never stored or shown."""
 
 
@@ -283,7 +288,12 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     """Return a JSON-ready copy of ``value`` (depth-capped, so cycles and deep data are safe)."""
     if depth > MAX_DEPTH:
         return "..."
-    if value is None or isinstance(value, (bool, int, str)):
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is bool:
+        return value
+    if kind is dict and len(value) <= 1000:  # as the Mapping branch below, without its copies
+        return {k if isinstance(k, str) else short(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
@@ -303,7 +313,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def _canonical(name: str, arguments: Any) -> str:
-    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False, default=str)
+    return _SORTED_JSON.encode({"name": name, "arguments": arguments})
 
 
 def text_of(content: Any) -> str:
@@ -323,6 +333,8 @@ def text_of(content: Any) -> str:
 
 def get(mapping: Any, key: str) -> Any:
     """``mapping.get(key)`` when ``mapping`` is a Mapping whose ``get`` works, else ``None``."""
+    if type(mapping) is dict:  # the usual case: a plain dict's get cannot fail for a str key
+        return mapping.get(key)
     if isinstance(mapping, Mapping):
         try:
             return mapping.get(key)

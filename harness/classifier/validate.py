@@ -98,7 +98,39 @@ _EXTRAS_DECIDED_BY = ("additionalProperties", "unevaluatedProperties", "allOf", 
 """Keywords with which a schema says itself what other arguments it allows: then only the schema judges them."""
 
 
+_PLAIN_SCHEMA_KEYS = frozenset({"type", "properties", "required", "description", "title"})
+_PLAIN_PROPERTY_KEYS = frozenset({"type", "description", "title", "default"})
+_PLAIN_TYPES: dict[Any, type] = {"string": str, "boolean": bool}
+"""JSON Schema types whose check is one ``isinstance`` (jsonschema's own type checker for them)."""
+
+
+def _plainly_valid(schema: Any, arguments: dict) -> bool:
+    """Whether ``arguments`` certainly pass a plain object schema (``type``, ``properties`` of string or boolean
+    type, ``required``; annotations aside) and name no other property: then :func:`_schema_errors` finds nothing,
+    so neither jsonschema nor the unexpected-argument check need run. False decides nothing (the full check runs)."""
+    if type(schema) is not dict or schema.get("type") != "object" or not schema.keys() <= _PLAIN_SCHEMA_KEYS:
+        return False
+    props, required = schema.get("properties", {}), schema.get("required", [])
+    if type(props) is not dict or type(required) is not list or not all(key in arguments for key in required):
+        return False
+    for key, value in arguments.items():
+        spec = props.get(key)
+        if type(spec) is not dict or not spec.keys() <= _PLAIN_PROPERTY_KEYS:
+            return False
+        kind = _PLAIN_TYPES.get(spec.get("type")) if type(spec.get("type")) is str else None
+        if kind is None or not isinstance(value, kind):
+            return False
+    return all(type(spec) is dict and spec.keys() <= _PLAIN_PROPERTY_KEYS for spec in props.values())
+
+
 def _schema_errors(schema: Any, arguments: dict) -> list[str]:
+    if _plainly_valid(schema, arguments):
+        return []  # what _checked_errors finds then (a test holds them equal)
+    return _checked_errors(schema, arguments)
+
+
+def _checked_errors(schema: Any, arguments: dict) -> list[str]:
+    """The schema's errors for ``arguments``: jsonschema's, then each argument the schema does not name."""
     errors: list[str] = []
     validator = _validator(schema)
     if validator is not None:
@@ -140,7 +172,7 @@ def offered_tools(tools: Any) -> dict[str, Any]:
         return offered
     for tool in list(tools)[:1000]:
         fn = get(tool, "function")
-        spec = fn if isinstance(fn, Mapping) else tool
+        spec = fn if type(fn) is dict or isinstance(fn, Mapping) else tool
         name = get(spec, "name")
         if isinstance(name, str) and name:
             params = get(spec, "parameters")
@@ -263,10 +295,10 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
     if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)):
         return calls, modes
     for item in list(tool_calls)[:MAX_STRUCTURED_CALLS]:
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             continue
         fn = get(item, "function")
-        spec = fn if isinstance(fn, Mapping) else item
+        spec = fn if type(fn) is dict or isinstance(fn, Mapping) else item
         name = get(spec, "name")
         raw = get(spec, "arguments")
         if raw is None:

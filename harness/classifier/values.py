@@ -49,6 +49,8 @@ _KEYED = re.compile(r"(?<!\w)(?P<key>\w*temp\w*)[\"']?\s*[:=]\s*[\"']?(?P<n1>-?\
 with its unit."""
 _RESULT_TAG = re.compile(r"</?tool_response>")
 _CONTAINER = re.compile(r"\s*[\[{]")
+_JSON_STARTS = frozenset('{["-0123456789tfnNI')
+"""The first characters of JSON values (``NaN`` and ``Infinity`` too: Python's json reads them)."""
 
 
 def result_value(text: str) -> object | None:
@@ -57,6 +59,8 @@ def result_value(text: str) -> object | None:
     text, an error line). Only a container (``{`` or ``[`` first) is read as a literal; ``ast.literal_eval`` parses
     literals and runs nothing. ``<tool_response>`` tags around the body are dropped first."""
     body = _RESULT_TAG.sub("", text[:MAX_REPAIR_CHARS]).strip()
+    if body[:1] not in _JSON_STARTS:  # no JSON value starts so ("wrote 49 bytes"): json.loads would only raise
+        return None  # nor does a container: that needs "{" or "[" first
     try:
         return json.loads(body)
     except ValueError:

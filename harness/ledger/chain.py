@@ -37,6 +37,16 @@ def storable(value: Any, declared: str) -> Any:
     columns get floats and INTEGER columns integral floats as integers (SQLite's type affinity),
     zero loses its sign, and strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
     """
+    kind = type(value)
+    if kind is str:  # the usual cases first, as _stored_as gives them (a test holds them equal)
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if kind is int and declared != "TEXT" and declared != "REAL" and _INT64[0] <= value <= _INT64[1]:
+        return value
+    return _stored_as(value, declared)
+
+
+def _stored_as(value: Any, declared: str) -> Any:
+    """:func:`storable` for any value."""
     if value is None:
         return None
     if isinstance(value, bool):

@@ -364,15 +364,26 @@ _EMPTY_DICT_FIELDS = frozenset({"config", "details"})
 _R = TypeVar("_R")
 
 
+_ALWAYS_JSON = frozenset({"raw_reply", "tool_calls", "breach", "stream_chunks"})
+"""Fields never stored as they are, whatever their value (a string too): JSON text, or packed ``stream_chunks``."""
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+"""A record dataclass -> its field names in order (``dataclasses.fields`` walks the class on every call)."""
+
+
 def json_columns(record: Any) -> dict[str, Any]:
     """A write record's fields as column values: JSON text for dicts and lists (shallow), integers for booleans."""
-    values = {f.name: getattr(record, f.name) for f in fields(record)}  # shallow: no recursion into model data
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES.setdefault(type(record), tuple(f.name for f in fields(record)))
     out: dict[str, Any] = {}
-    for key, value in values.items():
-        if key == "stream_chunks":
-            out[key] = None if value is None else pack_chunks(value)
-        elif isinstance(value, (dict, list)) or key in {"raw_reply", "tool_calls", "breach"}:
-            out[key] = None if value is None else canonical_json(value)
+    for key in names:  # shallow: no recursion into model data
+        value = getattr(record, key)
+        if value is None or (type(value) is str and key not in _ALWAYS_JSON):
+            out[key] = value
+        elif key == "stream_chunks":
+            out[key] = pack_chunks(value)
+        elif isinstance(value, (dict, list)) or key in _ALWAYS_JSON:
+            out[key] = canonical_json(value)
         elif isinstance(value, bool):
             out[key] = int(value)
         else:

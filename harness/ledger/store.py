@@ -42,6 +42,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,16 @@ ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
 
 
+@dataclass(frozen=True)
+class _AppendPlan:
+    """How rows are appended to one table: the chain head query, the insert, the hashed columns in table order."""
+
+    head_sql: str
+    insert_sql: str
+    hashed: list[str]
+    blobs: bool
+
+
 class Ledger(ReportReads, ViewerReads):
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
@@ -132,6 +143,7 @@ class Ledger(ReportReads, ViewerReads):
             raise
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
         self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
+        self._plans: dict[str, _AppendPlan] = {}
 
     def _check_tables(self, readonly: bool) -> None:
         """Refuse a file that is not a (complete) harness ledger; migrate a writable one."""
@@ -242,29 +254,37 @@ class Ledger(ReportReads, ViewerReads):
 
     # -- appends --------------------------------------------------------------------------------------
     def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None) -> bool:
-        columns = [c for c in self._columns[table] if c not in ("seq", "row_hash")]
+        plan = self._plans.get(table) or self._plan(table)
+        types = self._types[table]
+        values = {k: storable(v, types.get(k, "")) for k, v in values.items()}  # no SQLite needed: before the lock
         try:
             with self._transaction() as db:
                 if guard is not None and not guard(db):
                     return False  # checked and refused inside the same write transaction: no race
-                last = db.execute(f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1").fetchone()
-                types = self._types[table]
-                values = {k: storable(v, types.get(k, "")) for k, v in values.items()}
-                if table in BLOB_COLUMNS and "blob_refs" in columns:  # since m005: each large payload stored once
+                last = db.execute(plan.head_sql).fetchone()
+                if plan.blobs:  # since m005: each large payload stored once
                     values, blobs = externalize(table, values)
-                    db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", blobs.items())
-                values["prev_hash"] = last[0] if last else GENESIS_HASH
-                row = tuple(values.get(c) for c in columns)
-                hashed_cols = [c for c in columns if c != "prev_hash"]
-                hashed_row = tuple(values.get(c) for c in hashed_cols)
-                digest = row_hash(values["prev_hash"], hashed_cols, hashed_row)
-                db.execute(
-                    f"INSERT INTO {table} ({', '.join(columns)}, row_hash) VALUES ({', '.join('?' * (len(columns) + 1))})",
-                    (*row, digest),
-                )
+                    if blobs:
+                        db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", blobs.items())
+                prev = last[0] if last else GENESIS_HASH
+                hashed_row = tuple(values.get(c) for c in plan.hashed)
+                db.execute(plan.insert_sql, (prev, *hashed_row, row_hash(prev, plan.hashed, hashed_row)))
         except sqlite3.Error as exc:
             raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
         return True
+
+    def _plan(self, table: str) -> _AppendPlan:
+        """The statements and column order of appends to ``table`` (made once per open ledger)."""
+        columns = [c for c in self._columns[table] if c not in ("seq", "row_hash")]
+        hashed = [c for c in columns if c != "prev_hash"]
+        plan = _AppendPlan(
+            head_sql=f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1",
+            insert_sql=f"INSERT INTO {table} (prev_hash, {', '.join(hashed)}, row_hash) VALUES ({', '.join('?' * (len(hashed) + 2))})",
+            hashed=hashed,
+            blobs=table in BLOB_COLUMNS and "blob_refs" in columns,
+        )
+        self._plans[table] = plan
+        return plan
 
     def start_run(self, record: RunStart, *, claim: ClaimPolicy | None = None) -> bool:
         """Append a run's start row (one transaction).

@@ -1,0 +1,114 @@
+"""The shortcuts taken for the per-turn cost (issue 14) give exactly what the general code gives.
+
+Each shortcut answers a common case without running the general code; these tests run both on the same
+inputs (hypothesis draws them) and require the same result, so a later change to the general code that the
+shortcut does not follow fails here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.canonical import canonical_json
+from harness.classifier import content, validate, values
+from harness.ledger import chain
+from harness.ledger.chain import storable
+from harness.ledger.records import TurnRecord, json_columns
+from harness.tools import Sandbox, is_within
+
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+_WILD_TEXT = st.text(max_size=20)  # lone surrogates too
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _WILD_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON)
+@settings(max_examples=300, deadline=None)
+def test_canonical_json_is_the_json_dumps_text(value):
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    assert canonical_json(value) == text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@given(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | _WILD_TEXT,
+    st.sampled_from(["TEXT", "INTEGER", "REAL", ""]),
+)
+@settings(max_examples=400, deadline=None)
+def test_storable_takes_common_values_as_the_general_path_does(value, declared):
+    expected = chain._stored_as(value, declared)
+    got = storable(value, declared)
+    assert got == expected and type(got) is type(expected)
+
+
+@given(content=st.none() | _WILD_TEXT, raw=st.none() | _WILD_TEXT | st.dictionaries(_TEXT, _TEXT, max_size=2))
+@settings(max_examples=200, deadline=None)
+def test_json_columns_store_strings_as_text_and_payload_fields_as_json(content, raw):
+    record = TurnRecord(run_id="r", turn=1, request_hash="h", raw_reply=raw, content=content, tool_calls=None,
+                        recovered_calls=[], executed_calls=[], failure_modes=[], recovered_by=None,
+                        classifier_version="v", finish_reason="stop", prompt_tokens=1, completion_tokens=None,
+                        latency_ms=None, started_at="s", ended_at="e", details={})  # fmt: skip
+    columns = json_columns(record)
+    assert columns["content"] == content  # a plain text column, as given
+    assert columns["raw_reply"] == (None if raw is None else canonical_json(raw))  # JSON text, a string too
+    assert columns["failure_modes"] == "[]" and columns["details"] == "{}"
+
+
+@given(st.sampled_from([{}, {"list_files": {"type": "object"}}]), st.booleans())
+def test_empty_content_is_read_as_the_general_analysis_reads_it(offered, tools_known):
+    assert content.analyse_content("", offered, tools_known=tools_known) == content._analyse("", offered, tools_known=tools_known)
+
+
+_PLAIN_PROPERTY = st.fixed_dictionaries(
+    {"type": st.sampled_from(["string", "boolean", "integer", "number"])},
+    optional={"description": st.text(max_size=5), "default": st.integers() | st.text(max_size=3)},
+)
+_SCHEMA = st.fixed_dictionaries(
+    {"type": st.sampled_from(["object", "array"]), "properties": st.dictionaries(st.sampled_from("abc"), _PLAIN_PROPERTY)},
+    optional={"required": st.lists(st.sampled_from("abcd"), max_size=3), "description": st.text(max_size=5),
+              "additionalProperties": st.booleans()},
+)  # fmt: skip
+_ARGUMENTS = st.dictionaries(st.sampled_from("abcd"), st.none() | st.booleans() | st.integers() | st.text(max_size=3), max_size=4)
+
+
+@given(_SCHEMA, _ARGUMENTS)
+@settings(max_examples=500, deadline=None)
+def test_plainly_valid_arguments_are_valid_to_jsonschema_too(schema, arguments):
+    if validate._plainly_valid(schema, arguments):
+        assert validate._checked_errors(schema, arguments) == []
+    assert validate._schema_errors(schema, arguments) == validate._checked_errors(schema, arguments)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "..", ".", "a.txt", ""]), max_size=4))
+def test_is_within_is_the_parents_test(tmp_path_factory, parts):
+    root = Sandbox(tmp_path_factory.mktemp("box")).root
+    path = (root / "/".join(parts)).resolve()
+    assert is_within(root, path) == (path == root or root in path.parents)
+    assert is_within(root.parent, root) and not is_within(root, root.parent)
+
+
+def test_fixtures_are_written_as_text(tmp_path):
+    box = Sandbox(tmp_path / "new" / "box")  # a missing parent: made as Path.mkdir(parents=True) makes it
+    box.seed({"a.txt": "é\n", "d/b.md": "x" * 70_000})
+    assert (box.root / "a.txt").read_bytes() == "é\n".encode()
+    assert (box.root / "d" / "b.md").read_text() == "x" * 70_000
+    Sandbox(box.root)  # an existing folder is fine too
+    assert sorted(p.name for p in box.root.iterdir()) == ["a.txt", "d"]
+
+
+@given(st.text(max_size=12))
+@settings(max_examples=500, deadline=None)
+def test_a_result_that_no_json_value_starts_holds_no_value(text):
+    body = text.strip()
+    if body[:1] in values._JSON_STARTS:
+        return
+    assert values.result_value(text) is None
+    assert values._CONTAINER.match(body) is None
+    with pytest.raises(ValueError):
+        json.loads(body)
