@@ -1,12 +1,10 @@
 """Re-scoring: stored replies are re-classified from the ledger alone, labels appended, newest wins.
 
 Also holds the red-team regression tests for rescore: incomplete records are not a traceback, and
-thousands of turns are rescored in bounded time.
+thousands of turns are rescored (and a second rescore skips them all).
 """
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -116,13 +114,11 @@ def test_guard_rescore_of_runs_recorded_without_prompts_and_of_thousands_of_turn
             add_run(led, f"r{i}", model=SMALL, repetition=i, turns=[([], '{"name": "list_files", "arguments": {}}')] * 5)
     from harness.rescore import rescore
 
-    started = time.perf_counter()
-    with Ledger(ledger) as led:
+    with Ledger(ledger) as led:  # no timed assertion: speed is measured by benchmarks/, never asserted in tests
         result = rescore(led)
         again = rescore(led)
     assert result.turns == 2000 and result.history_mismatch == 2000  # no prompts stored: classified, flagged
     assert again.turns == 0 and again.skipped_current == 2000
-    assert time.perf_counter() - started < 20
 
 
 def test_rescore_judges_a_skipped_tool_only_for_runs_that_recorded_requires_tool(tmp_path, capsys):
