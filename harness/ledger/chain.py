@@ -13,6 +13,7 @@ shorter chain; export the last hashes elsewhere if that matters to you.)
 from __future__ import annotations
 
 import hashlib
+import math
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +34,8 @@ def storable(value: Any, declared: str) -> Any:
     """The value exactly as SQLite will store and return it in a column of the declared type.
 
     Hashing this (not the Python value) keeps the chain verifiable whatever a model or server sent:
-    TEXT columns get text, booleans become integers, integers beyond 64 bits become text, REAL
+    TEXT columns get text, booleans become integers, integers beyond 64 bits become text (REAL in INTEGER and REAL
+    columns, as SQLite converts them: a server may send ``prompt_tokens`` of 2**63), REAL
     columns get floats and INTEGER columns integral floats as integers (SQLite's type affinity),
     zero loses its sign, and strings that UTF-8 cannot hold (lone surrogates) get backslash escapes.
     """
@@ -54,6 +56,11 @@ def _stored_as(value: Any, declared: str) -> Any:
     if declared == "TEXT" and not isinstance(value, str):
         value = str(value)
     if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        if declared in ("INTEGER", "REAL"):  # SQLite reads the integer's text as a number: REAL (inf past a double)
+            try:
+                return float(value)
+            except OverflowError:
+                return math.inf if value > 0 else -math.inf
         value = str(value)
     if isinstance(value, float) and value != value:
         return None  # SQLite stores NaN as NULL
