@@ -275,6 +275,7 @@ def run_matrix(
 
     Raises:
         LedgerError: the ledger cannot be written.
+        UsageError: a model spec lists replicas and ``options.executor`` is not ``threads``.
         KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
         MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`); the caller should exit at once.
     """
@@ -286,6 +287,10 @@ def run_matrix(
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:
+        listed = next((model for model, e in endpoints.items() if e.replicas > 1), None)
+        if listed is not None and options.executor != "threads":  # the rotation lives in the driver's threads
+            raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
+                             "drop --executor, or give each replica its own --shard job.")  # fmt: skip
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)

@@ -317,3 +317,12 @@ def test_dry_run_says_which_replicas_are_left_out_and_unverified(tmp_path, capsy
         f"harness: warning: {spec}: replica {a.base_url} reports no model digest, so the replicas are checked by model name "
         "only (unverified); make sure they serve the same weights.",
     ]
+
+
+def test_run_matrix_refuses_replicas_with_another_executor_before_any_run(tmp_path):
+    with FakeAgentServer() as a, FakeAgentServer() as b:
+        plans = plans_for(f"openai:ideal@{a.base_url},{b.base_url}", 1)
+        with pytest.raises(UsageError, match="lists replicas, which run with --executor threads only"):
+            run_matrix(plans, lambda: Ledger(tmp_path / "l.sqlite"), RunOptions(runs_dir=tmp_path / "runs", executor="processes"))
+        assert a.requests == b.requests == 0
+    assert not (tmp_path / "l.sqlite").exists()
