@@ -248,8 +248,7 @@ def run_matrix(
     events: MatrixEvents | None = None,
     backend_factory: BackendFactory = open_backend,
 ) -> MatrixResult:
-    """Run every plan not already in the ledger, up to ``options.jobs`` at once per model endpoint (per replica of a spec
-    listing several: :mod:`harness.replicas`).
+    """Run every plan not already in the ledger, ``options.jobs`` at once per model endpoint (or replica: :mod:`harness.replicas`).
 
     Each model gets one backend (an embedded server with ``options.embedded_slots`` slots); runs of
     different models proceed side by side, each endpoint with its own limit. With ``resume``,
@@ -287,10 +286,7 @@ def run_matrix(
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:
-        listed = next((model for model, e in endpoints.items() if e.replicas > 1), None)
-        if listed is not None and options.executor != "threads":  # the rotation lives in the driver's threads
-            raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
-                             "drop --executor, or give each replica its own --shard job.")  # fmt: skip
+        _check_executor(endpoints, options.executor)
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
@@ -303,6 +299,15 @@ def run_matrix(
             for endpoint in endpoints.values():
                 endpoint.backend.close()
     return result
+
+
+def _check_executor(endpoints: dict[str, Endpoint], executor: str) -> None:
+    """Refuse (:class:`UsageError`) a spec listing replicas with an executor other than ``threads``: the replicas'
+    rotation lives in the driver's threads (:mod:`harness.replicas`)."""
+    listed = next((model for model, e in endpoints.items() if e.replicas > 1), None)
+    if listed is not None and executor != "threads":
+        raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
+                         "drop --executor, or give each replica its own --shard job.")  # fmt: skip
 
 
 def _start_models(endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]], db: Ledger, events: MatrixEvents) -> None:

@@ -1,0 +1,59 @@
+"""How runs are executed, as opposed to what they are: :class:`RunOptions`, shared by every run of a matrix
+(re-exported by :mod:`harness.loop`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.ledger import Attempt
+from harness.ownership import ClaimTaker
+from harness.retry import DEFAULT_RETRY, RetryPolicy
+
+__all__ = ["RunOptions"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How runs are executed, as opposed to what they are (:class:`harness.loop.RunPlan`); shared by every run of a matrix.
+
+    Attributes:
+        runs_dir: parent folder of run sandboxes (``<runs_dir>/<run_id>/`` is created and kept).
+        jobs: concurrent runs per model endpoint (per replica: :mod:`harness.replicas`) in a matrix, >= 1 (in ``config``).
+        embedded_slots: parallel slots of each embedded model's server, >= 1 (``--embedded-slots``); with fewer slots
+            than ``jobs`` requests queue at the server. More than 1 enters the run identity.
+        retry: how infrastructure errors are retried; every failed attempt is recorded.
+        use_cache: reuse the reply recorded for the same run identity and request messages (repeats stay apart).
+        claim: when set, called with the run's identity before its start row: None (a live run owns it) or a
+            :class:`~harness.ownership.Claim` whose policy must accept the runs already recorded under it in the start
+            row's transaction, released when the run ends (:func:`harness.runner.claim_identity`); None: no claim.
+        stop: when set, the run ends as ``interrupted`` before its next model call.
+        record_dir: when set, every reply is also written to ``<record_dir>/<run_id>.jsonl``,
+            a replay cassette.
+        extra_config: extra facts stored in the run's ``config`` column.
+        on_retry: called with each failed attempt that will be retried, once it is recorded (the runner's progress).
+        executor: where a matrix's runs execute (:func:`harness.runner.run_matrix`): ``threads`` in this process,
+            ``processes``, worker processes (:mod:`harness.executors.processes`), or ``ray``, Ray actors
+            (:mod:`harness.executors.ray_cluster`); a single run ignores it.
+        workers: worker processes for ``processes`` (None: the CPU count); actors per model endpoint for ``ray``.
+        ray_address: the Ray cluster for ``ray`` (None: a local one, started for the matrix).
+        ray_resources: model spec -> one actor's Ray resources (``{"GPU": 1}``) for ``ray``.
+    """
+
+    runs_dir: Path = Path("results") / "runs"
+    jobs: int = 1
+    embedded_slots: int = 1
+    retry: RetryPolicy = DEFAULT_RETRY
+    use_cache: bool = False
+    claim: ClaimTaker | None = None
+    stop: threading.Event | None = None
+    record_dir: Path | None = None
+    extra_config: Mapping[str, Any] = field(default_factory=dict)
+    on_retry: Callable[[Attempt], None] | None = None
+    executor: str = "threads"
+    workers: int | None = None
+    ray_address: str | None = None
+    ray_resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
