@@ -158,7 +158,7 @@ class Progress(MatrixEvents):
             self.bar.close()
 
 
-def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path) -> None:
+def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False) -> None:
     """After a matrix: warnings, a table per cell, the totals, what was skipped and what to retry."""
     for warning in result.warnings:
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
@@ -191,17 +191,22 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path)
         print(f"harness: {plural(overflow, 'run')} outgrew the context (context_overflow: excluded from pass rates); "
               "raise the scenario's num_ctx to score them.", file=sys.stderr)  # fmt: skip
     if result.summaries or result.already_done:
-        print(next_steps(ledger_path))
+        print(next_steps(ledger_path, sharded=sharded))
 
 
-def next_steps(ledger_path: Path) -> str:
-    """The line that ends a run: the commands to try next (``harness view`` only when the viewer is installed)."""
+def next_steps(ledger_path: Path, *, sharded: bool = False) -> str:
+    """The line that ends a run: the commands to try next (``harness view`` only when the viewer is installed; for a
+    ``--shard`` run, the merge that comes first)."""
     from importlib.util import find_spec
 
     from harness.ledger import DEFAULT_LEDGER_PATH
 
     ledger = "" if Path(ledger_path) == DEFAULT_LEDGER_PATH else f" --ledger {shlex.quote(printable(str(ledger_path)))}"
+    review = f"`harness review RUN_ID{ledger}` shows one run."
+    if sharded:
+        return (
+            "Next: once every shard has run, `harness ledger merge merged.sqlite SHARD_LEDGER...` joins their ledgers "
+            f"for `harness report --ledger merged.sqlite`; {review}"
+        )
     view = f", or browse the runs with `harness view{ledger}`" if find_spec("harness.viewer") is not None else ""
-    return (
-        f"Next: `harness report{ledger}` writes the comparison report into reports/{view}; `harness review RUN_ID` shows one run."
-    )
+    return f"Next: `harness report{ledger}` writes the comparison report into reports/{view}; {review}"

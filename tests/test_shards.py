@@ -252,3 +252,15 @@ def test_an_old_ledger_merges_once_migrated_and_its_anchor_checks_against_the_me
     capsys.readouterr()
     rc, out, _ = cli(capsys, "ledger", "verify", "--ledger", tmp_path / "out.sqlite", "--anchor", anchor)
     assert rc == 0 and "its merged input old.sqlite extends the anchor" in out
+
+
+def test_a_shard_run_says_to_merge_next_and_names_its_ledger_for_review(tmp_path, capsys):
+    ledger = tmp_path / "shard-0.sqlite"
+    rc, out, err = cli(capsys, "run", SCENARIO_FILE, *MATRIX, "--ledger", ledger, "--shard", "0/2")
+    assert rc == 0, err
+    [next_line] = [line for line in out.splitlines() if line.startswith("Next:")]
+    assert "`harness ledger merge merged.sqlite SHARD_LEDGER...`" in next_line
+    assert f"`harness review RUN_ID --ledger {ledger}`" in next_line and "harness view" not in next_line
+    rc, out, err = cli(capsys, "run", SCENARIO_FILE, *MATRIX, "--ledger", tmp_path / "whole.sqlite")
+    [next_line] = [line for line in out.splitlines() if line.startswith("Next:")]
+    assert "ledger merge" not in next_line and f"`harness review RUN_ID --ledger {tmp_path / 'whole.sqlite'}`" in next_line

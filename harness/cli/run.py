@@ -116,7 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
                          executor=args.executor, workers=args.workers, ray_address=args.ray_address,
                          ray_resources=resources)  # fmt: skip
-    result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout)
+    result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout, sharded=shard is not None)
     if args.record is not None and not result.summaries:
         print(
             "harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.",
@@ -184,7 +184,8 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:
     return 1 if unplanned else 0
 
 
-def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None) -> MatrixResult:
+def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None,
+         sharded: bool = False) -> MatrixResult:  # fmt: skip
     """Run the matrix and print its summary; a refused start leaves no new ledger behind."""
     from harness.console import print_run_summary
 
@@ -194,7 +195,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
         result = _run_in(plans, ledger, options, resume=resume, timeout_s=timeout_s)
     finally:
         ledger.close()
-    print_run_summary(result, time.perf_counter() - started, path)
+    print_run_summary(result, time.perf_counter() - started, path, sharded=sharded)
     if ledger.head is not None:  # always, once the matrix got as far as running
         print(head_line(ledger.head.anchor))
     return result

@@ -15,6 +15,7 @@ place. Ray is imported only by this module, which only ``--executor ray`` import
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -92,7 +93,8 @@ class RayMatrixRun(ProcessMatrixRun):
         if not any(todos.values()):
             return
         if not ray.is_initialized():
-            ray.init(address=self.options.ray_address, include_dashboard=False, log_to_driver=False)
+            # Ray's own start-up lines (INFO, a token-authentication WARNING) would mix with the progress; errors still show
+            ray.init(address=self.options.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
             self.started_ray = True
         host = "127.0.0.1" if self.options.ray_address is None else ray.util.get_node_ip_address()
         self.server = socket.create_server((host, 0))
