@@ -12,7 +12,8 @@ before anything is timed; its start-up time is printed), nothing listens beyond 
    ``--runs-per-slot`` (4) runs per slot, so ``servers x jobs`` = 64 requests can be in flight and the ideal is
    ``64 / latency`` turns/s. Each executor of ``--executor`` (default ``threads,ray``) runs the same matrix into a
    fresh ledger; printed: wall time, turns/s and the fraction of ideal, the driver's CPU per turn. ``--ray-cpu`` sets
-   each actor's CPU share (``--ray-resources SPEC=CPU:X`` for every model; default: the executor's own default).
+   each actor's CPU share (``--ray-resources SPEC=CPU:X`` for every model; default: the executor's own default),
+   ``--workers`` the actors per model (default: the executor's, 2).
 2. Per-turn overhead. ``list_and_report`` replayed from its ideal cassette (zero latency, 3 turns a run), ``--runs``
    (200) runs at ``--jobs``, by each executor of ``--overhead-executor`` (default ``threads,processes,ray``) in turn,
    ``--rounds`` (3) rounds alternating them in this one process; printed per executor: the median over rounds of
@@ -92,10 +93,12 @@ def _matrix(models: list[str], repeats: int, folder: Path, options: dict[str, ob
     return {"runs": runs, "turns": turns, "wall_s": wall, "cpu_s": cpu}
 
 
-def _options(executor: str, jobs: int, models: list[str], ray_cpu: float | None) -> dict[str, object]:
-    options: dict[str, object] = {"executor": executor, "jobs": jobs}
-    if executor == "ray" and ray_cpu is not None:
-        options["ray_resources"] = {model: {"CPU": ray_cpu} for model in models}
+def _options(executor: str, models: list[str], args: argparse.Namespace) -> dict[str, object]:
+    options: dict[str, object] = {"executor": executor, "jobs": args.jobs}
+    if executor == "ray" and args.ray_cpu is not None:
+        options["ray_resources"] = {model: {"CPU": args.ray_cpu} for model in models}
+    if executor == "ray" and args.workers is not None:
+        options["workers"] = args.workers
     return options
 
 
@@ -110,7 +113,7 @@ def throughput(tmp: Path, args: argparse.Namespace) -> list[dict[str, float]]:
         models = [f"openai:ideal@{url}" for url in servers.urls]
         for executor in args.executor.split(","):
             folder = tmp / f"throughput-{executor}-{time.monotonic_ns()}"
-            f = _matrix(models, args.jobs * args.runs_per_slot, folder, _options(executor, args.jobs, models, args.ray_cpu))
+            f = _matrix(models, args.jobs * args.runs_per_slot, folder, _options(executor, models, args))
             f["turns_per_s"] = f["turns"] / f["wall_s"]
             f["ideal"] = f["turns_per_s"] / ideal
             print(f"   {executor:9} {f['runs']:.0f} runs, {f['turns']:.0f} turns in {f['wall_s']:6.2f} s: "
@@ -131,7 +134,7 @@ def overhead(tmp: Path, args: argparse.Namespace) -> dict[str, list[float]]:
         order = executors if round_ % 2 == 0 else executors[::-1]
         for executor in order:
             folder = tmp / f"overhead-{executor}-{round_}"
-            f = _matrix(models, args.runs, folder, _options(executor, args.jobs, models, args.ray_cpu))
+            f = _matrix(models, args.runs, folder, _options(executor, models, args))
             per_turn[executor].append(f["wall_s"] / f["turns"] * 1000)
             print(f"   round {round_ + 1} {executor:9} {f['turns']:.0f} turns in {f['wall_s']:6.2f} s: "
                   f"{per_turn[executor][-1]:.2f} ms/turn (driver CPU {f['cpu_s'] / f['turns'] * 1000:.2f} ms/turn); "
@@ -158,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3, help="overhead: rounds (default 3)")
     parser.add_argument("--ray-cpus", type=float, default=2, help="CPUs of the local Ray cluster (default 2)")
     parser.add_argument("--ray-cpu", type=float, help="each actor's CPU share (default: the executor's default)")
+    parser.add_argument("--workers", type=int, help="ray: actors per model (default: the executor's default, 2)")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     return parser
 

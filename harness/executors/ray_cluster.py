@@ -2,7 +2,8 @@
 
 Runs execute in Ray actors, ``--workers`` per model endpoint (default 2), each a
 :func:`~harness.executors.worker.worker_main` as in the ``processes`` executor, scheduled with that model's resources
-(``--ray-resources``; default half a CPU, since most runs only wait on a server). The driver (this process) stays the
+(``--ray-resources``; default half a CPU, since most runs only wait on a server, lowered so that every actor
+fits the cluster's CPUs at once). The driver (this process) stays the
 only writer of the ledger: each actor connects back to it over TCP (:mod:`multiprocessing.connection`, with a random
 key of this run) and speaks the same channel (:mod:`harness.executors.channel`), so claims, the group commit, resume,
 ``--cache``, Ctrl-C and progress are those of :class:`~harness.executors.processes.ProcessMatrixRun`. An actor on
