@@ -21,7 +21,6 @@ import math
 import os
 import secrets
 import socket
-import time
 from collections.abc import Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
@@ -158,16 +157,8 @@ def _default_resources(asked: Mapping[str, Mapping[str, float]], models: list[st
     """
     defaults = [model for model in models if model not in asked]
     cpus_asked = sum(asked[model].get("CPU", 0.0) for model in models if model in asked) * count
-    free = _cluster_cpus() - cpus_asked
+    free = ray.cluster_resources().get("CPU", 0.0) - cpus_asked
     share = DEFAULT_RESOURCES["CPU"]
     if defaults and free > 0:
         share = min(share, math.floor(free / (count * len(defaults)) * 10_000) / 10_000)
     return {**DEFAULT_RESOURCES, "CPU": share}
-
-
-def _cluster_cpus(wait_s: float = 10.0) -> float:
-    """The cluster's CPUs; a cluster just started may not report its node's yet, so wait up to ``wait_s`` for them."""
-    deadline = time.monotonic() + wait_s
-    while (cpus := ray.cluster_resources().get("CPU", 0.0)) == 0.0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return cpus
