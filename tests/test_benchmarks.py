@@ -168,3 +168,17 @@ def test_shard_merge_agrees_on_a_tiny_matrix(tmp_path):
                            "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "merged report equals the unsharded one (timing columns and run ids left out): yes" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ray_executor_benchmark_measures_both_parts():
+    """2 fast servers, 1 run per slot; 4 replay runs per executor, 1 round (threads, processes, ray)."""
+    pytest.importorskip("ray")
+    proc = subprocess.run([sys.executable, "benchmarks/ray_executor.py", "--servers", "2", "--latency-ms", "20",
+                           "--runs-per-slot", "1", "--runs", "4", "--rounds", "1"], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "ideal 8 in flight = 400 turns/s" in out
+    assert all(f"   {executor:9} 8 runs, 24 turns in" in out for executor in ("threads", "ray")), out
+    assert all(f"   median {executor:9}" in out for executor in ("threads", "processes", "ray")), out

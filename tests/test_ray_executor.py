@@ -76,6 +76,19 @@ def test_two_scripted_servers_on_ray_record_what_threads_record(cluster, tmp_pat
 
 
 @pytest.mark.slow
+def test_more_actors_than_the_cluster_holds_at_half_a_cpu_still_run(cluster, tmp_path):
+    """3 models x 2 actors at the default half CPU would ask 3 of the cluster's 2 CPUs: the share is lowered instead
+    (before, the driver waited 300 s for the fifth actor, which Ray could not place, and failed the matrix)."""
+    with FakeAgentServer(slots=2) as one, FakeAgentServer(slots=2) as two, FakeAgentServer(slots=2) as three:
+        plans = _plans([f"openai:ideal@{s.base_url}" for s in (one, two, three)], repeats=2)
+        with Ledger(tmp_path / "ledger.sqlite") as ledger:
+            result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2, executor="ray", workers=2))
+            assert ledger.verify().ok and len(ledger.finished_identities()) == 6
+    assert [s.outcome for s in result.summaries] == ["pass"] * 6
+    assert one.requests and two.requests and three.requests
+
+
+@pytest.mark.slow
 def test_a_killed_actor_ends_its_run_as_infra_error_and_resume_redoes_it(cluster, tmp_path):
     with FakeAgentServer(delay_s=0.3, slots=8) as server:
         plans = _plans([f"openai:ideal@{server.base_url}"], repeats=4)

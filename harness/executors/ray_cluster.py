@@ -2,7 +2,8 @@
 
 Runs execute in Ray actors, ``--workers`` per model endpoint (default 2), each a
 :func:`~harness.executors.worker.worker_main` as in the ``processes`` executor, scheduled with that model's resources
-(``--ray-resources``; default half a CPU, since most runs only wait on a server). The driver (this process) stays the
+(``--ray-resources``; default half a CPU, since most runs only wait on a server, lowered so that every actor
+fits the cluster's CPUs at once). The driver (this process) stays the
 only writer of the ledger: each actor connects back to it over TCP (:mod:`multiprocessing.connection`, with a random
 key of this run) and speaks the same channel (:mod:`harness.executors.channel`), so claims, the group commit, resume,
 ``--cache``, Ctrl-C and progress are those of :class:`~harness.executors.processes.ProcessMatrixRun`. An actor on
@@ -16,9 +17,11 @@ place. Ray is imported only by this module, which only ``--executor ray`` import
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
+from collections.abc import Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
@@ -87,6 +90,7 @@ class RayMatrixRun(ProcessMatrixRun):
                  backend_factory: BackendFactory) -> None:  # fmt: skip
         super().__init__(ledger, options, result, events, backend_factory)
         self.started_ray = False
+        self.default_resources: dict[str, float] = dict(DEFAULT_RESOURCES)
 
     def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
         """Connect to (or start) the cluster, run every todo in actors, then let go of the cluster."""
@@ -111,6 +115,7 @@ class RayMatrixRun(ProcessMatrixRun):
 
     def _start_workers(self, runs: int) -> list[Worker]:
         count = self.options.workers or DEFAULT_ACTORS
+        self.default_resources = _default_resources(self.options.ray_resources, list(self.queues), count)
         return [self._launch(model) for model in self.queues for _ in range(count)]
 
     def _replace(self, dead: Worker) -> Worker:
@@ -119,7 +124,7 @@ class RayMatrixRun(ProcessMatrixRun):
 
     def _launch(self, model: str) -> Worker:
         """Start one actor for ``model`` and take its connection."""
-        wanted = dict(self.options.ray_resources.get(model) or DEFAULT_RESOURCES)
+        wanted = dict(self.options.ray_resources.get(model) or self.default_resources)
         cpus, gpus = wanted.pop("CPU", 0.0), wanted.pop("GPU", 0.0)
         actor = _Actor.options(num_cpus=cpus, num_gpus=gpus, resources=wanted).remote()  # type: ignore[attr-defined]
         recipe = recipe_for(model, self.endpoints[model], self.factory)
@@ -140,3 +145,20 @@ class RayMatrixRun(ProcessMatrixRun):
         deliver_challenge(conn, self.key)
         answer_challenge(conn, self.key)
         return conn
+
+
+def _default_resources(asked: Mapping[str, Mapping[str, float]], models: list[str], count: int) -> dict[str, float]:
+    """An actor's resources for the models ``asked`` (``--ray-resources``) names none for: :data:`DEFAULT_RESOURCES`,
+    its CPU share lowered (to 4 decimals) so that ``count`` actors of every such model fit the cluster's CPUs at once
+    beside the actors of the models that ask for CPUs themselves.
+
+    The driver launches the actors one by one and waits for each to connect, so an actor the cluster cannot place
+    would hold the whole matrix until the connect timeout (seen: 16 models x 2 actors x 0.5 CPU on a 2-CPU cluster).
+    """
+    defaults = [model for model in models if model not in asked]
+    cpus_asked = sum(asked[model].get("CPU", 0.0) for model in models if model in asked) * count
+    free = ray.cluster_resources().get("CPU", 0.0) - cpus_asked
+    share = DEFAULT_RESOURCES["CPU"]
+    if defaults and free > 0:
+        share = min(share, math.floor(free / (count * len(defaults)) * 10_000) / 10_000)
+    return {**DEFAULT_RESOURCES, "CPU": share}
