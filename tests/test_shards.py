@@ -7,6 +7,7 @@ Real parts only: replay matrices through `harness run`, real SQLite files, tampe
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -179,6 +180,20 @@ def test_merge_refuses_an_existing_out(built, capsys, tmp_path):
     assert "named twice" in _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], built["shard0"])
     assert "is a file" in _merge_refused(capsys, out / "o.sqlite", built["shard0"])  # OUT's folder is a file
     assert "no ledger at" in _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], tmp_path / "missing.sqlite")
+
+
+def test_merge_refuses_one_file_under_two_hard_links_and_a_dangling_symlink_out(built, capsys, tmp_path):
+    """Found by red22: a hard link passed as a second input was merged as another shard; a dangling symlink at OUT was
+    said to have "appeared while merging"."""
+    link = tmp_path / "same-shard.sqlite"
+    os.link(built["shard0"], link)
+    err = _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], link)
+    assert f"{link} is named twice (also as {built['shard0']})" in err
+    dangling = tmp_path / "dangling.sqlite"
+    dangling.symlink_to(tmp_path / "nowhere.sqlite")
+    rc, _, err = cli(capsys, "ledger", "merge", dangling, built["shard0"])
+    assert_one_sentence_error(rc, err)
+    assert "is a symbolic link" in err and dangling.is_symlink() and not (tmp_path / "nowhere.sqlite").exists()
 
 
 def test_merge_refuses_a_tampered_input(built, capsys, tmp_path):

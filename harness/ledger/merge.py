@@ -118,6 +118,10 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
         raise LedgerError("name at least one ledger to merge.")
     for suffix in ("", "-wal", "-journal"):  # a journal left by an earlier ledger of that name would be read into the new one
         found = Path(f"{out}{suffix}")
+        if not suffix and found.is_symlink():  # a dangling link too: not a new file, and the link would fail late
+            raise LedgerError(
+                f"{out} is a symbolic link; `harness ledger merge` writes a new ledger, so pass a path that does not exist."
+            )
         if found.exists() and (not suffix or found.stat().st_size > 0):
             raise LedgerError(
                 f"{out}{suffix} already exists; `harness ledger merge` writes a new ledger, so pass a path that does not exist."
@@ -125,14 +129,16 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
     problem = cannot_create(out)
     if problem:
         raise LedgerError(problem)
-    seen: dict[str, Path] = {os.path.realpath(out): out}
+    seen: dict[str | tuple[int, int], Path] = {os.path.realpath(out): out}
     for path in inputs:
         if not path.is_file():
             raise LedgerError(f"no ledger at {path}; pass the ledger files of the shards to merge.")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise LedgerError(f"{path} is named twice (also as {seen[real]}); name each input ledger once.")
-        seen[real] = path
+        found = path.stat()
+        keys = (os.path.realpath(path), (found.st_dev, found.st_ino))  # the inode: one file under two hard links
+        for key in keys:
+            if key in seen:
+                raise LedgerError(f"{path} is named twice (also as {seen[key]}); name each input ledger once.")
+        seen.update(dict.fromkeys(keys, path))
 
 
 def _open_source(index: int, path: Path) -> MergeSource:
