@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -100,6 +101,35 @@ def test_a_killed_actor_ends_its_run_as_infra_error_and_resume_redoes_it(cluster
     assert len(dead) == 4 and all("worker process running it died" in (s.error or "") for s in dead)
     assert [s.outcome for s in again.summaries] == ["pass"] * 4
     assert len(finished) == 4 and set(finished.values()) == {1}
+
+
+@pytest.mark.slow
+def test_strangers_on_the_drivers_port_are_dropped_and_the_actors_still_connect(cluster, tmp_path, monkeypatch):
+    """Found by red22: the first connection to the driver's port was taken as an actor's, so a peer without the key
+    (one that closes, sends junk, or stays silent) crashed the driver with a traceback or hung it."""
+    strangers: list[socket.socket] = []
+    create_server = socket.create_server
+
+    def with_strangers(address, *args, **kwargs):  # the driver's real server; strangers queue before the actor
+        server = create_server(address, *args, **kwargs)
+        port = server.getsockname()[1]
+        for junk in (None, b"\x00\x00\x00\x05GET / HTTP/1.1\r\n\r\n", b""):  # closes, junk, silent
+            peer = socket.create_connection(("127.0.0.1", port))
+            if junk is None:
+                peer.close()
+            else:
+                peer.sendall(junk)
+                strangers.append(peer)
+        return server
+
+    monkeypatch.setattr(socket, "create_server", with_strangers)
+    plans = _plans([f"replay:{CASSETTES / 'ideal.jsonl'}"], repeats=2)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", executor="ray", workers=1))
+        assert [s.outcome for s in result.summaries] == ["pass", "pass"] and ledger.verify().ok
+        assert ledger.row_counts()["runs"] == 2
+    for peer in strangers:
+        peer.close()
 
 
 def _actor_pids(ray) -> set[int]:
