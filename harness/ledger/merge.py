@@ -133,8 +133,8 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
     for path in inputs:
         if not path.is_file():
             raise LedgerError(f"no ledger at {path}; pass the ledger files of the shards to merge.")
-        found = path.stat()
-        keys = (os.path.realpath(path), (found.st_dev, found.st_ino))  # the inode: one file under two hard links
+        info = path.stat()
+        keys = (os.path.realpath(path), (info.st_dev, info.st_ino))  # the inode: one file under two hard links
         for key in keys:
             if key in seen:
                 raise LedgerError(f"{path} is named twice (also as {seen[key]}); name each input ledger once.")
