@@ -158,3 +158,14 @@ def test_a_shipped_sandbox_lands_whole_and_nothing_outside_it(tmp_path):
     unpack_sandbox(target, {**files, "../escape.txt": b"no", "/tmp/abs.txt": b"no"})
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == ["report.txt", "sub/b.bin"]
     assert not (tmp_path / "driver" / "escape.txt").exists()
+
+
+def test_a_crafted_shipped_sandbox_is_written_where_it_can_be_and_never_raises(tmp_path):
+    """Found by red22: one name the driver's file system refuses (a file where a folder is named, a NUL byte, a name
+    too long under the driver's folder) raised out of the driver's message loop and ended the matrix."""
+    target = tmp_path / "driver" / "run"
+    files = {"a": b"1", "a/b": b"2", "x\x00y": b"3", "n" * 300: b"4", "ok.txt": b"5", "../up.txt": b"6", "s": "text"}
+    skipped = unpack_sandbox(target, files)  # type: ignore[dict-item]
+    assert sorted(skipped) == sorted(["a/b", "x\x00y", "n" * 300, "../up.txt", "s"])
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == ["a", "ok.txt"]
+    assert not (tmp_path / "driver" / "up.txt").exists()
