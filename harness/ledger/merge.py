@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import LedgerError
-from harness.ledger.anchor import SIDE_TABLES, LedgerHead
+from harness.ledger.anchor import SIDE_TABLES, LedgerHead, read_head
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.merge_write import MergeSource, write_merged
 from harness.ledger.migrations import CHAINED_TABLES
@@ -142,7 +142,11 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
 
 
 def _open_source(index: int, path: Path) -> MergeSource:
-    """Open one input read-only after its checks: fully migrated, verified; read its head and side rows."""
+    """Open one input read-only after its checks: fully migrated, verified; read its head and side rows.
+
+    Its checks, its head and every row the merge copies are read in one read transaction: one snapshot of the file,
+    so an input a ``harness run`` is still appending to merges as it was at that moment.
+    """
     with Ledger(path, readonly=True) as ledger:
         pending = ledger.pending_migrations()
         if pending:
@@ -150,18 +154,22 @@ def _open_source(index: int, path: Path) -> MergeSource:
                 f"{path} has an older schema ({', '.join(pending)} not applied); run `harness ledger migrate --ledger {path}` "
                 "first, then merge."
             )
-        result = ledger.verify()
-        if not result.ok:
-            raise LedgerError(f"{path} fails verification ({result.problem}); restore it or re-run its shard, then merge.")
-        head = ledger.head()
     db = connect_readonly(path)
     try:
-        side_rows = {t: [list(r) for r in db.execute(f"SELECT * FROM {t} ORDER BY rowid")] for t in SIDE_TABLES}
+        db.execute("BEGIN")  # held until the connection is closed: every read below and in the copy sees one snapshot
         columns = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
+        result = verify_ledger(db, columns)
+        if not result.ok:
+            raise LedgerError(f"{path} fails verification ({result.problem}); restore it or re-run its shard, then merge.")
+        head = read_head(db)
+        side_rows = {t: [list(r) for r in db.execute(f"SELECT * FROM {t} ORDER BY rowid")] for t in SIDE_TABLES}
         runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     except sqlite3.Error as exc:
         db.close()
         raise LedgerError(f"{path} cannot be read ({exc}); run `harness ledger verify --ledger {path}`.") from exc
+    except BaseException:
+        db.close()
+        raise
     return MergeSource(index, path, db, head, side_rows, columns, int(runs))
 
 
