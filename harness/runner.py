@@ -372,9 +372,9 @@ class _MatrixRun:
             except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now and let the caller quit at once
                 with self.lock:
                     abandoned = sorted(self.running_ids)
-                _end_abandoned(self.ledger, abandoned)
+                recorded = _end_abandoned(self.ledger, abandoned)
                 self.quitting = True
-                raise MatrixQuit(len(abandoned)) from None
+                raise MatrixQuit(recorded) from None
             raise
         except BaseException:
             self.stop.set()
@@ -413,8 +413,10 @@ class _MatrixRun:
             self.events.retrying(plan, attempt, self.options.retry.max_attempts)
 
 
-def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> None:
-    """Append an ``interrupted`` end row for runs whose worker is still waiting on a model call."""
+def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> int:
+    """Append an ``interrupted`` end row for runs whose worker is still waiting on a model call; how many were
+    appended (a run not started yet, or already ended, gets none)."""
+    recorded = 0
     for run_id in run_ids:
         totals = ledger.turn_totals(run_id)
         if totals is None:
@@ -425,4 +427,6 @@ def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> None:
                                   completion_tokens=completion, breach=None, error="interrupted by the user (second Ctrl-C)",
                                   checks=[], final_answer=None, escape_attempts=[], files_written=[]))  # fmt: skip
         except LedgerError:
-            pass  # its worker wrote the end row meanwhile, or the run never started
+            continue  # its worker wrote the end row meanwhile, or the run never started
+        recorded += 1
+    return recorded

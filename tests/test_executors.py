@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,6 +199,55 @@ def test_a_second_ctrl_c_quits_at_once_and_ends_the_runs_in_flight(tmp_path):
         runs = ledger.runs()
         assert ledger.verify().ok
     assert [(r.outcome, r.end.turns) for r in runs] == [("interrupted", 0), ("interrupted", 0)]
+
+
+def _children(pid: int) -> list[str]:
+    return [c for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
+def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_path):
+    """Found by red22: a quit while the workers were still starting said "2 runs in flight recorded as interrupted"
+    over a ledger without a run: the count was of runs handed to workers, not of end rows written."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=20, slots=2) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:slow@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
+                        "--executor", "processes", "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while len(_children(proc.pid)) < 2:  # Ctrl-C twice once the runs are handed out, before the workers start them
+            assert time.monotonic() < deadline and not server.requests
+            time.sleep(0.01)
+        time.sleep(0.2)  # the workers are still importing
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    with Ledger(ledger_path, readonly=True) as ledger:
+        interrupted = [r for r in ledger.runs() if r.outcome == "interrupted"]
+        assert ledger.verify().ok
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    said = re.search(r"quit; (\d+) runs? in flight recorded as interrupted", err)
+    assert said is not None and int(said.group(1)) == len(interrupted), err
+
+
+def test_ctrl_c_while_the_workers_are_spawned_prints_no_traceback(tmp_path):
+    """Found by red22: a Ctrl-C in the middle of starting a worker process cut its start-up data short, and the child
+    printed a traceback (EOFError in multiprocessing's spawn) on the user's terminal."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=20, slots=2) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:slow@{server.base_url}", "--repeats", "2",
+                        "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path), "--executor", "processes",
+                        "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while len(_children(proc.pid)) < 2:  # the second worker is being started
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    if ledger_path.exists():  # the ledger is made when the first row is written
+        with Ledger(ledger_path, readonly=True) as ledger:
+            assert ledger.verify().ok and all(r.outcome is not None for r in ledger.runs())
 
 
 def test_workers_need_the_processes_executor(tmp_path, capsys):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -115,6 +116,35 @@ def test_a_killed_actor_ends_its_run_as_infra_error_and_resume_redoes_it(cluster
     assert len(finished) == 4 and set(finished.values()) == {1}
 
 
+@pytest.mark.slow
+def test_strangers_on_the_drivers_port_are_dropped_and_the_actors_still_connect(cluster, tmp_path, monkeypatch):
+    """Found by red22: the first connection to the driver's port was taken as an actor's, so a peer without the key
+    (one that closes, sends junk, or stays silent) crashed the driver with a traceback or hung it."""
+    strangers: list[socket.socket] = []
+    create_server = socket.create_server
+
+    def with_strangers(address, *args, **kwargs):  # the driver's real server; strangers queue before the actor
+        server = create_server(address, *args, **kwargs)
+        port = server.getsockname()[1]
+        for junk in (None, b"\x00\x00\x00\x05GET / HTTP/1.1\r\n\r\n", b""):  # closes, junk, silent
+            peer = socket.create_connection(("127.0.0.1", port))
+            if junk is None:
+                peer.close()
+            else:
+                peer.sendall(junk)
+                strangers.append(peer)
+        return server
+
+    monkeypatch.setattr(socket, "create_server", with_strangers)
+    plans = _plans([f"replay:{CASSETTES / 'ideal.jsonl'}"], repeats=2)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        result = run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", executor="ray", workers=1))
+        assert [s.outcome for s in result.summaries] == ["pass", "pass"] and ledger.verify().ok
+        assert ledger.row_counts()["runs"] == 2
+    for peer in strangers:
+        peer.close()
+
+
 def _actor_pids(ray) -> set[int]:
     """The processes serving a matrix: Ray titles an actor's process after the method it runs."""
     pids = set()
@@ -141,3 +171,14 @@ def test_a_shipped_sandbox_lands_whole_and_nothing_outside_it(tmp_path):
     unpack_sandbox(target, {**files, "../escape.txt": b"no", "/tmp/abs.txt": b"no"})
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == ["report.txt", "sub/b.bin"]
     assert not (tmp_path / "driver" / "escape.txt").exists()
+
+
+def test_a_crafted_shipped_sandbox_is_written_where_it_can_be_and_never_raises(tmp_path):
+    """Found by red22: one name the driver's file system refuses (a file where a folder is named, a NUL byte, a name
+    too long under the driver's folder) raised out of the driver's message loop and ended the matrix."""
+    target = tmp_path / "driver" / "run"
+    files = {"a": b"1", "a/b": b"2", "x\x00y": b"3", "n" * 300: b"4", "ok.txt": b"5", "../up.txt": b"6", "s": "text"}
+    skipped = unpack_sandbox(target, files)  # type: ignore[dict-item]
+    assert sorted(skipped) == sorted(["a/b", "x\x00y", "n" * 300, "../up.txt", "s"])
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == ["a", "ok.txt"]
+    assert not (tmp_path / "driver" / "up.txt").exists()

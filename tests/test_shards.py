@@ -7,8 +7,11 @@ Real parts only: replay matrices through `harness run`, real SQLite files, tampe
 
 from __future__ import annotations
 
+import itertools
+import os
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -179,6 +182,51 @@ def test_merge_refuses_an_existing_out(built, capsys, tmp_path):
     assert "named twice" in _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], built["shard0"])
     assert "is a file" in _merge_refused(capsys, out / "o.sqlite", built["shard0"])  # OUT's folder is a file
     assert "no ledger at" in _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], tmp_path / "missing.sqlite")
+
+
+def test_merge_refuses_one_file_under_two_hard_links_and_a_dangling_symlink_out(built, capsys, tmp_path):
+    """Found by red22: a hard link passed as a second input was merged as another shard; a dangling symlink at OUT was
+    said to have "appeared while merging"."""
+    link = tmp_path / "same-shard.sqlite"
+    os.link(built["shard0"], link)
+    err = _merge_refused(capsys, tmp_path / "o.sqlite", built["shard0"], link)
+    assert f"{link} is named twice (also as {built['shard0']})" in err
+    dangling = tmp_path / "dangling.sqlite"
+    dangling.symlink_to(tmp_path / "nowhere.sqlite")
+    rc, _, err = cli(capsys, "ledger", "merge", dangling, built["shard0"])
+    assert_one_sentence_error(rc, err)
+    assert "is a symbolic link" in err and dangling.is_symlink() and not (tmp_path / "nowhere.sqlite").exists()
+
+
+def test_an_input_still_being_written_merges_as_one_snapshot(tmp_path, capsys):
+    """Found by red22: an input that a run appended to during the merge was verified and its head read in one
+    snapshot and its rows copied in another, so the merge failed its own check and blamed an edited merge_rows."""
+    live, other = tmp_path / "live.sqlite", tmp_path / "other.sqlite"
+    with Ledger(other) as ledger:
+        add_run(ledger, "o-0", model=SMALL, identity="o0")
+    with Ledger(live) as ledger:
+        for i in range(300):
+            add_run(ledger, f"r-{i}", model=SMALL, identity=f"i{i}", turns=[([], "x" * 50)] * 3)
+    stop = threading.Event()
+
+    def append() -> None:
+        with Ledger(live) as ledger:
+            for i in itertools.count(300):
+                if stop.is_set():
+                    return
+                add_run(ledger, f"r-{i}", model=SMALL, identity=f"i{i}")
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    try:
+        results = [cli(capsys, "ledger", "merge", tmp_path / f"out-{n}.sqlite", live, other) for n in range(4)]
+    finally:
+        stop.set()
+        writer.join()
+    assert [(rc, err) for rc, _, err in results] == [(0, "")] * 4
+    for n in range(4):
+        with Ledger(tmp_path / f"out-{n}.sqlite", readonly=True) as merged:
+            assert merged.verify().ok and merged.row_counts()["runs"] > 300
 
 
 def test_merge_refuses_a_tampered_input(built, capsys, tmp_path):

@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -368,6 +369,29 @@ def test_a_silent_connection_is_closed_and_the_server_still_answers(real):
         with socket.create_connection(server.server_address[:2], timeout=20) as slow:
             slow.sendall(b"GET / HT")  # half a request line, then nothing
             assert slow.recv(1024) == b""  # closed by the server, long before the client's 20 s
+        assert httpx.get(server.url, timeout=20).status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_trickling_connection_is_closed_within_the_idle_timeout(real):
+    """Found by red22: the idle timeout was a socket timeout per read, so a client sending a byte every 0.3 s kept
+    its connection (and a server thread) past a 0.5 s timeout for as long as it liked."""
+    server = open_server(real, idle_timeout=0.5)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=20) as slow:
+            started, closed = time.monotonic(), False
+            for byte in b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 40:
+                try:
+                    slow.sendall(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.3)
+            assert closed and time.monotonic() - started < 5
         assert httpx.get(server.url, timeout=20).status_code == 200
     finally:
         server.shutdown()

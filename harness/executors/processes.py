@@ -157,11 +157,11 @@ class ProcessMatrixRun:
             self.quitting = True
             for worker in self.workers:
                 worker.process.kill()  # nothing but the driver writes the ledger, and it writes the end rows now
-            _end_abandoned(self.ledger, abandoned)
+            recorded = _end_abandoned(self.ledger, abandoned)
             for flight in self.flights.values():
                 if flight.claim is not None:
                     flight.claim.release()
-            raise MatrixQuit(len(abandoned)) from None
+            raise MatrixQuit(recorded) from None
         raise interrupt
 
     def _stop(self) -> None:
@@ -332,7 +332,8 @@ class ProcessMatrixRun:
         return self._spawn()
 
     def _spawn(self) -> Worker:
-        return _spawn(self.recipes, self.options.jobs * len(self.recipes))
+        with _held():  # Ctrl-C in the middle of a spawn left a child reading half its start-up data (a traceback)
+            return _spawn(self.recipes, self.options.jobs * len(self.recipes))
 
     def _shut_down(self) -> None:
         for worker in self.workers:

@@ -21,7 +21,10 @@ import math
 import os
 import secrets
 import socket
+import struct
+import time
 from collections.abc import Mapping
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
@@ -41,6 +44,7 @@ DEFAULT_ACTORS = 2
 """Actors per model endpoint when ``--workers`` is not given."""
 
 _CONNECT_TIMEOUT_S = 300.0  # an actor the cluster cannot place (resources it lacks) is an error, not a hang
+_HANDSHAKE_TIMEOUT_S = 10  # a connection silent this long at a read of the key exchange is a stranger's, dropped
 
 
 @ray.remote
@@ -133,18 +137,21 @@ class RayMatrixRun(ProcessMatrixRun):
         return Worker(_ActorProcess(actor, done), self._accept(), frozenset({model}))
 
     def _accept(self) -> Connection:
-        try:
-            sock, _ = self.server.accept()
-        except TimeoutError:
-            raise WorkerFailed(
-                f"no Ray actor connected within {_CONNECT_TIMEOUT_S:.0f} s; check that the cluster has the resources "
-                "--ray-resources asks for and that its nodes can reach this machine."
-            ) from None
-        sock.settimeout(None)
-        conn = Connection(sock.detach())
-        deliver_challenge(conn, self.key)
-        answer_challenge(conn, self.key)
-        return conn
+        """The next connection that proves it holds this run's key; a stranger's is closed and the wait goes on."""
+        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            self.server.settimeout(left)
+            try:
+                sock, _ = self.server.accept()
+            except TimeoutError:
+                break
+            conn = _handshake(sock, self.key)
+            if conn is not None:
+                return conn
+        raise WorkerFailed(
+            f"no Ray actor connected within {_CONNECT_TIMEOUT_S:.0f} s; check that the cluster has the resources "
+            "--ray-resources asks for and that its nodes can reach this machine."
+        )
 
 
 def _default_resources(asked: Mapping[str, Mapping[str, float]], models: list[str], count: int) -> dict[str, float]:
@@ -162,3 +169,24 @@ def _default_resources(asked: Mapping[str, Mapping[str, float]], models: list[st
     if defaults and free > 0:
         share = min(share, math.floor(free / (count * len(defaults)) * 10_000) / 10_000)
     return {**DEFAULT_RESOURCES, "CPU": share}
+
+
+def _handshake(sock: socket.socket, key: bytes) -> Connection | None:
+    """Authenticate both ways on an accepted socket; None (the socket closed) for a peer without the key, one that
+    sends junk or one silent for longer than :data:`_HANDSHAKE_TIMEOUT_S` at a read."""
+    sock.settimeout(None)
+    wait = struct.pack("ll", int(_HANDSHAKE_TIMEOUT_S), 0)  # a struct timeval; a read past it fails with EAGAIN
+    for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+        sock.setsockopt(socket.SOL_SOCKET, option, wait)
+    conn = Connection(os.dup(sock.fileno()))
+    try:
+        deliver_challenge(conn, key)
+        answer_challenge(conn, key)
+    except (AuthenticationError, OSError, EOFError):
+        conn.close()
+        return None
+    finally:
+        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+            sock.setsockopt(socket.SOL_SOCKET, option, struct.pack("ll", 0, 0))
+        sock.close()  # the connection holds its own descriptor of the socket
+    return conn

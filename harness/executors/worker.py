@@ -208,13 +208,24 @@ def pack_sandbox(root: Path, limit: int) -> dict[str, bytes]:
     return files
 
 
-def unpack_sandbox(root: Path, files: dict[str, bytes]) -> None:
-    """Write shipped sandbox files under ``root`` (made if missing); a path leaving it is skipped, never written."""
+def unpack_sandbox(root: Path, files: dict[str, bytes]) -> list[str]:
+    """Write shipped sandbox files under ``root`` (made if missing); a path leaving it is skipped, never written.
+
+    Returns:
+        The names not written: leaving ``root``, not a str to bytes, or refused by this file system (a name too long
+        under this machine's ``root``, a file where a folder is named); one bad name never stops the driver.
+    """
     root.mkdir(parents=True, exist_ok=True)
-    base = root.resolve()
+    base, skipped = root.resolve(), []
     for name, data in files.items():
-        target = (base / name).resolve()
-        if base not in target.parents or Path(name).is_absolute():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        try:
+            if not isinstance(name, str) or not isinstance(data, bytes) or Path(name).is_absolute():
+                raise ValueError(name)
+            target = (base / name).resolve()
+            if base not in target.parents:
+                raise ValueError(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except (OSError, ValueError):
+            skipped.append(str(name))
+    return skipped

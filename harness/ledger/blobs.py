@@ -255,11 +255,14 @@ def blobs_problem(db: sqlite3.Connection, tables: Iterable[str]) -> str | None:
     """
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='blobs'").fetchone():
         return None
-    db.execute("BEGIN")  # one snapshot: a run appending meanwhile adds its row and its blobs together
+    own = not db.in_transaction  # a caller's read transaction (a merge's input) is one snapshot already
+    if own:
+        db.execute("BEGIN")  # one snapshot: a run appending meanwhile adds its row and its blobs together
     try:
         return _blobs_problem(db, tables)
     finally:
-        db.execute("COMMIT")
+        if own:
+            db.execute("COMMIT")
 
 
 def _blobs_problem(db: sqlite3.Connection, tables: Iterable[str]) -> str | None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import LedgerError
-from harness.ledger.anchor import SIDE_TABLES, LedgerHead
+from harness.ledger.anchor import SIDE_TABLES, LedgerHead, read_head
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.merge_write import MergeSource, write_merged
 from harness.ledger.migrations import CHAINED_TABLES
@@ -118,6 +118,10 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
         raise LedgerError("name at least one ledger to merge.")
     for suffix in ("", "-wal", "-journal"):  # a journal left by an earlier ledger of that name would be read into the new one
         found = Path(f"{out}{suffix}")
+        if not suffix and found.is_symlink():  # a dangling link too: not a new file, and the link would fail late
+            raise LedgerError(
+                f"{out} is a symbolic link; `harness ledger merge` writes a new ledger, so pass a path that does not exist."
+            )
         if found.exists() and (not suffix or found.stat().st_size > 0):
             raise LedgerError(
                 f"{out}{suffix} already exists; `harness ledger merge` writes a new ledger, so pass a path that does not exist."
@@ -125,18 +129,24 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
     problem = cannot_create(out)
     if problem:
         raise LedgerError(problem)
-    seen: dict[str, Path] = {os.path.realpath(out): out}
+    seen: dict[str | tuple[int, int], Path] = {os.path.realpath(out): out}
     for path in inputs:
         if not path.is_file():
             raise LedgerError(f"no ledger at {path}; pass the ledger files of the shards to merge.")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise LedgerError(f"{path} is named twice (also as {seen[real]}); name each input ledger once.")
-        seen[real] = path
+        info = path.stat()
+        keys = (os.path.realpath(path), (info.st_dev, info.st_ino))  # the inode: one file under two hard links
+        for key in keys:
+            if key in seen:
+                raise LedgerError(f"{path} is named twice (also as {seen[key]}); name each input ledger once.")
+        seen.update(dict.fromkeys(keys, path))
 
 
 def _open_source(index: int, path: Path) -> MergeSource:
-    """Open one input read-only after its checks: fully migrated, verified; read its head and side rows."""
+    """Open one input read-only after its checks: fully migrated, verified; read its head and side rows.
+
+    Its checks, its head and every row the merge copies are read in one read transaction: one snapshot of the file,
+    so an input a ``harness run`` is still appending to merges as it was at that moment.
+    """
     with Ledger(path, readonly=True) as ledger:
         pending = ledger.pending_migrations()
         if pending:
@@ -144,18 +154,22 @@ def _open_source(index: int, path: Path) -> MergeSource:
                 f"{path} has an older schema ({', '.join(pending)} not applied); run `harness ledger migrate --ledger {path}` "
                 "first, then merge."
             )
-        result = ledger.verify()
-        if not result.ok:
-            raise LedgerError(f"{path} fails verification ({result.problem}); restore it or re-run its shard, then merge.")
-        head = ledger.head()
     db = connect_readonly(path)
     try:
-        side_rows = {t: [list(r) for r in db.execute(f"SELECT * FROM {t} ORDER BY rowid")] for t in SIDE_TABLES}
+        db.execute("BEGIN")  # held until the connection is closed: every read below and in the copy sees one snapshot
         columns = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
+        result = verify_ledger(db, columns)
+        if not result.ok:
+            raise LedgerError(f"{path} fails verification ({result.problem}); restore it or re-run its shard, then merge.")
+        head = read_head(db)
+        side_rows = {t: [list(r) for r in db.execute(f"SELECT * FROM {t} ORDER BY rowid")] for t in SIDE_TABLES}
         runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     except sqlite3.Error as exc:
         db.close()
         raise LedgerError(f"{path} cannot be read ({exc}); run `harness ledger verify --ledger {path}`.") from exc
+    except BaseException:
+        db.close()
+        raise
     return MergeSource(index, path, db, head, side_rows, columns, int(runs))
 
 

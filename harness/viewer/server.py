@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import socket
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -93,6 +95,37 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         _LOG.debug(format, *args)
+
+    def handle_one_request(self) -> None:
+        """Read one request within ``timeout`` seconds in all (a socket timeout alone is per read, so a client
+        trickling a byte now and then would hold the thread for ever); the answer is not timed."""
+        self._was_cut = False
+        self._cutter = threading.Timer(self.timeout or IDLE_TIMEOUT, self._cut)
+        self._cutter.daemon = True
+        self._cutter.start()
+        try:
+            super().handle_one_request()
+        except OSError:
+            if not self._was_cut:
+                raise
+            self.close_connection = True
+        finally:
+            self._cutter.cancel()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # reads the headers
+        self._cutter.cancel()
+        if self._was_cut:
+            self.close_connection = True
+            return False
+        return parsed
+
+    def _cut(self) -> None:
+        self._was_cut = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
 
     def do_HEAD(self) -> None:
         self._answer(head=True)
