@@ -178,27 +178,7 @@ def test_ctrl_c_once_ends_the_runs_in_flight_as_interrupted_and_resume_completes
     assert len(finished) == 8 and set(finished.values()) == {1}
 
 
-def test_a_second_ctrl_c_quits_at_once_and_ends_the_runs_in_flight(tmp_path):
-    ledger_path = tmp_path / "ledger.sqlite"
-    with FakeAgentServer(delay_s=20, slots=2) as server:  # every model call would take 20 s
-        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:slow@{server.base_url}", "--tool-mode", "native",
-                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
-                        "--executor", "processes", "--workers", "2")  # fmt: skip
-        deadline = time.monotonic() + 60
-        while server.requests < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        started = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
-        assert time.monotonic() - started < 10  # did not wait for the 20 s replies
-    assert proc.returncode == 130 and "2 runs in flight recorded as interrupted" in err, err
-    with Ledger(ledger_path, readonly=True) as ledger:
-        runs = ledger.runs()
-        assert ledger.verify().ok
-    assert [(r.outcome, r.end.turns) for r in runs] == [("interrupted", 0), ("interrupted", 0)]
+# a second Ctrl-C with --executor processes: tests/test_matrix.py, parametrized over both executors
 
 
 def _children(pid: int) -> list[str]:

@@ -233,12 +233,13 @@ def test_ollama_parallelism_is_warned_about_and_recorded(tmp_path, monkeypatch, 
     assert all(run.plan.model.startswith("ollama:") for run in result.summaries)
 
 
-def test_a_second_ctrl_c_quits_at_once_and_still_ends_the_runs_in_flight(tmp_path):
+@pytest.mark.parametrize("executor", [[], ["--executor", "processes", "--workers", "2"]], ids=["threads", "processes"])
+def test_a_second_ctrl_c_quits_at_once_and_still_ends_the_runs_in_flight(tmp_path, executor):
     ledger_path = tmp_path / "ledger.sqlite"
     with FakeAgentServer(delay_s=20, slots=2) as server:  # every model call would take 20 s
         proc = _harness("run", str(SCENARIO), "--model", f"openai:slow@{server.base_url}", "--tool-mode", "native",
-                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path))  # fmt: skip
-        deadline = time.monotonic() + 30
+                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path), *executor)  # fmt: skip
+        deadline = time.monotonic() + 60
         while server.requests < 2:  # both runs are waiting on their first reply
             assert time.monotonic() < deadline
             time.sleep(0.05)
