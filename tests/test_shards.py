@@ -86,7 +86,7 @@ def test_dry_run_shows_each_shards_share_and_the_shares_add_up(tmp_path, capsys)
     assert total == PLANNED and not (tmp_path / "l.sqlite").exists()
 
 
-@pytest.mark.parametrize("value", ["3/3", "-1/3", "1/0", "0/0", "a/b", "1", "1/3/4", "0/100001", ""])
+@pytest.mark.parametrize("value", ["3/3", "-1/3", "1/0", "0/0", "a/b", "1", "1/3/4", "0/100001", "", "\u0661/\u0662"])
 def test_a_bad_shard_is_one_sentence_and_exit_2(tmp_path, capsys, value):
     rc, out, err = cli(capsys, "run", SCENARIO_FILE, *MATRIX, "--ledger", tmp_path / "l.sqlite", f"--shard={value}")
     assert rc == 2
