@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.backends import open_backend, parse_model_spec
+from harness.backends import open_backend, parse_model_spec, replica_specs
 from harness.endpoints import BackendFactory, Concurrency, Endpoint, PlannedRun, check_memory_together, open_endpoints
 from harness.errors import LedgerError, UsageError
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
     "expand_matrix",
-    "claim_identity", "identity_free", "plan_matrix", "run_matrix",
+    "check_executor", "claim_identity", "identity_free", "plan_matrix", "run_matrix",
 ]  # fmt: skip
 
 MAX_PLANNED_RUNS = 1_000_000
@@ -280,13 +280,13 @@ def run_matrix(
     """
     result, events, stop = MatrixResult(), events or MatrixEvents(), options.stop or threading.Event()
     opened = ledger if isinstance(ledger, Ledger) else None  # none yet: nothing in it is done
+    check_executor(plans, options.executor)
     concurrency = Concurrency(options.jobs, options.embedded_slots)
     endpoints = open_endpoints(plans, opened, concurrency, backend_factory=backend_factory, result=result)
     todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:
-        _check_executor(endpoints, options.executor)
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
@@ -301,11 +301,17 @@ def run_matrix(
     return result
 
 
-def _check_executor(endpoints: dict[str, Endpoint], executor: str) -> None:
-    """Refuse (:class:`UsageError`) a spec listing replicas with an executor other than ``threads``: the replicas'
-    rotation lives in the driver's threads (:mod:`harness.replicas`)."""
-    listed = next((model for model, e in endpoints.items() if e.replicas > 1), None)
-    if listed is not None and executor != "threads":
+def check_executor(plans: Sequence[RunPlan], executor: str) -> None:
+    """Refuse a spec listing replicas with an executor other than ``threads``: the replicas' rotation lives in the
+    driver's threads (:mod:`harness.replicas`). Read from the specs, before any server is asked.
+
+    Raises:
+        UsageError: a model spec lists replicas and ``executor`` is not ``threads``.
+    """
+    if executor == "threads":
+        return
+    listed = next((model for model in sorted({p.model for p in plans}) if len(replica_specs(model)) > 1), None)
+    if listed is not None:
         raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
                          "drop --executor, or give each replica its own --shard job.")  # fmt: skip
 

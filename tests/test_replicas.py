@@ -326,3 +326,14 @@ def test_run_matrix_refuses_replicas_with_another_executor_before_any_run(tmp_pa
             run_matrix(plans, lambda: Ledger(tmp_path / "l.sqlite"), RunOptions(runs_dir=tmp_path / "runs", executor="processes"))
         assert a.requests == b.requests == 0
     assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_replicas_with_one_down_are_still_refused_with_another_executor(tmp_path):
+    """The check reads the spec, not the replicas that answered: with one down, a worker would otherwise get the
+    two-URL spec and fail (review finding)."""
+    with FakeAgentServer() as a:
+        plans = plans_for(f"openai:ideal@{a.base_url},http://127.0.0.1:{closed_port()}/v1", 1)
+        with pytest.raises(UsageError, match="lists replicas, which run with --executor threads only"):
+            run_matrix(plans, lambda: Ledger(tmp_path / "l.sqlite"), RunOptions(runs_dir=tmp_path / "runs", executor="processes"))
+        assert a.requests == 0
+    assert not (tmp_path / "l.sqlite").exists()

@@ -117,11 +117,11 @@ _MAX_DETAIL_CHARS = 300
 
 UNPARSED_ARGUMENTS = "arguments are not valid JSON"
 """The error of a call whose argument string no repair parsed (its arguments are then ``{}``)."""
-_UNPARSED_KEYS = itertools.count()
 _SORTED_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
 """``json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)`` without a new encoder on every call."""
 PLAIN_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
 """``PLAIN_JSON.encode(value)`` is ``json.dumps(value, ensure_ascii=False, default=str)`` without a new encoder per call."""
+_UNPARSED_KEYS = itertools.count()
 """Numbers for the repeat keys of unparsed arguments: a key only ever compared, never stored or shown."""
 
 

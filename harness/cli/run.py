@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from harness.cli._common import Subparsers, default_scenario, head_line, ledger_option, ledger_path
 from harness.errors import UsageError
+from harness.executors import EXECUTORS
 from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def add_run(sub: Subparsers) -> None:
     ledger_option(p)
     p.add_argument("--record", type=Path, metavar="DIR", help="write one replay cassette per run into DIR")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="concurrent runs per model server (default 1)")
-    p.add_argument("--executor", choices=("threads", "processes", "ray"), default="threads",
+    p.add_argument("--executor", choices=EXECUTORS, default="threads",
                    help="where runs execute: threads of this process (default), worker processes, or Ray actors "
                         "(needs the [ray] extra); this process stays the only writer of the ledger")  # fmt: skip
     p.add_argument("--workers", type=int, metavar="N",
@@ -81,7 +82,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.loop import RetryPolicy, RunOptions
     from harness.matrix import MatrixOverrides
     from harness.outputs import check_output_folder
-    from harness.runner import expand_matrix
+    from harness.runner import check_executor, expand_matrix
     from harness.scenarios import load_scenario
     from harness.shards import parse_shard
 
@@ -103,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)
-    _check_replicas_executor(args.executor, plans)
+    check_executor(plans, args.executor)
     resources = _ray_resources(args.ray_resources, plans)  # against the whole matrix: a shard may hold no run of a model
     if shard is not None:
         mine = shard.select(plans)
@@ -123,20 +124,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
-
-
-def _check_replicas_executor(executor: str, plans: list[RunPlan]) -> None:
-    """Replicas are spread by the driver's threads only (:mod:`harness.replicas`); refuse them with another executor.
-
-    Raises:
-        UsageError: a model spec lists replicas and ``executor`` is not ``threads``.
-    """
-    from harness.backends import replica_specs
-
-    listed = next((plan.model for plan in plans if len(replica_specs(plan.model)) > 1), None)
-    if listed is not None and executor != "threads":
-        raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
-                         "drop --executor, or give each replica its own --shard job.")  # fmt: skip
 
 
 def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[str, float]]:

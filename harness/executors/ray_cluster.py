@@ -33,7 +33,7 @@ import ray
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
 from harness.executors.processes import ProcessMatrixRun, Worker, WorkerFailed
 from harness.executors.resources import DEFAULT_RESOURCES
-from harness.executors.worker import BackendRecipe, recipe_for, worker_main
+from harness.executors.worker import BackendRecipe, worker_main
 from harness.ledger import Ledger
 from harness.loop import RunOptions
 from harness.runner import MatrixEvents, MatrixResult
@@ -109,7 +109,6 @@ class RayMatrixRun(ProcessMatrixRun):
         self.server.settimeout(_CONNECT_TIMEOUT_S)
         self.address, self.key = self.server.getsockname()[:2], secrets.token_bytes(32)
         self.node = ray.get_runtime_context().get_node_id()
-        self.endpoints = endpoints
         try:
             super().run(endpoints, todos)
         finally:
@@ -131,7 +130,7 @@ class RayMatrixRun(ProcessMatrixRun):
         wanted = dict(self.options.ray_resources.get(model) or self.default_resources)
         cpus, gpus = wanted.pop("CPU", 0.0), wanted.pop("GPU", 0.0)
         actor = _Actor.options(num_cpus=cpus, num_gpus=gpus, resources=wanted).remote()  # type: ignore[attr-defined]
-        recipe = recipe_for(model, self.endpoints[model], self.factory)
+        recipe = self.recipes[model]  # made once per model by ProcessMatrixRun.run
         per_actor = -(-self.options.jobs // (self.options.workers or DEFAULT_ACTORS))
         done = actor.serve.remote(self.address, self.key, {model: recipe}, per_actor, self.node)
         return Worker(_ActorProcess(actor, done), self._accept(), frozenset({model}))

@@ -250,16 +250,10 @@ def _write(out: Path, sources: list[MergeSource], kept: dict[int, set[str]]) -> 
             write_merged(tmp, sources, kept)
         except sqlite3.Error as exc:
             raise LedgerError(f"could not write the merged ledger beside {out} ({exc}); nothing was written to {out}.") from exc
-        db = connect_readonly(tmp)
-        try:
-            columns = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in CHAINED_TABLES}
-            result = verify_ledger(db, columns)
-        finally:
-            db.close()
+        with Ledger(tmp, readonly=True) as merged:
+            result, head = merged.verify(), merged.head()
         if not result.ok:  # a bug, not the inputs: they verified
             raise LedgerError(f"the merged ledger fails verification ({result.problem}); nothing was written to {out}.")
-        with Ledger(tmp, readonly=True) as merged:
-            head = merged.head()
         _link(tmp, out)
         return head
     finally:

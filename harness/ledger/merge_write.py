@@ -19,7 +19,7 @@ from harness.canonical import canonical_json
 from harness.ledger.anchor import LedgerHead
 from harness.ledger.blobs import BLOB_COLUMNS
 from harness.ledger.chain import GENESIS_HASH, row_hash
-from harness.ledger.merge_origin import MERGE_TABLES
+from harness.ledger.merge_origin import MERGE_TABLES, hashed_columns
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_writable
 from harness.ledger.records import utc_now
@@ -58,7 +58,7 @@ class _Chain:
     def __init__(self, db: sqlite3.Connection, table: str) -> None:
         self.db, self.table = db, table
         self.columns = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
-        self.hashed = [c for c in self.columns if c not in ("seq", "prev_hash", "row_hash")]
+        self.hashed = hashed_columns(self.columns, 0, {})  # a new file: no column was added after a row
         self.prev, self.seq = GENESIS_HASH, 0
         self.pending: list[tuple[Any, ...]] = []
         marks = ", ".join("?" * len(self.columns))

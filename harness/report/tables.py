@@ -124,8 +124,9 @@ def _pass_k_cells(frames: LedgerFrames) -> pd.DataFrame:
     cells["n"] = np.bincount(ids[has], minlength=n)[:n].astype("int64")
     cells["c"] = np.bincount(ids[has & runs["passed"].to_numpy(dtype=bool)], minlength=n)[:n].astype("int64")
     repetition = pd.factorize(runs["repetition"])[0].astype(np.int64)
-    pairs = np.unique(ids[has] * (int(repetition.max(initial=0)) + 1) + repetition[has])
-    cells["repeats"] = np.bincount(pairs // (int(repetition.max(initial=0)) + 1), minlength=n)[:n].astype("int64")
+    stride = int(repetition.max(initial=0)) + 1
+    pairs = np.unique(ids[has] * stride + repetition[has])
+    cells["repeats"] = np.bincount(pairs // stride, minlength=n)[:n].astype("int64")
     frames.groups.memo["pass_k_cells"] = cells
     return cells
 

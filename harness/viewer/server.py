@@ -55,7 +55,6 @@ class ViewerServer(ThreadingHTTPServer):
 
     def __init__(self, ledger: Ledger, port: int = 0, *, idle_timeout: float = IDLE_TIMEOUT):
         self.ledger = ledger
-        self.idle_timeout = idle_timeout
         # StreamRequestHandler.setup sets each connection's socket timeout from the handler class's ``timeout``
         super().__init__((HOST, port), type("_TimedHandler", (_Handler,), {"timeout": idle_timeout}))
 
