@@ -262,3 +262,27 @@ def test_the_ladder_is_pinned_and_known():
     assert len(models.KNOWN_MODELS["qwen2.5-7b-instruct"].hub.files) == 2
     assert models.KNOWN_MODELS["qwen2.5-coder-7b-instruct"].size == 4_683_073_536
     assert os.path.basename(str(models.list_models()[-1].path)) == "qwen2.5-coder-7b-instruct-q4_k_m.gguf"
+
+
+# a dry run plans a hub file that is not cached from the hub's metadata: one HEAD per file, no download
+def test_a_dry_run_learns_an_unpinned_files_digest_without_downloading_it(hub, tmp_path, capsys, monkeypatch, smollm2_bytes):
+    from harness.backends import hub_fetch
+
+    sha = hashlib.sha256(smollm2_bytes).hexdigest()
+    ledger = tmp_path / "ledger.sqlite"
+    rc, out, err = cli(capsys, "run", "--model", f"embedded:{REF}", "--repeats", "1", "--temperature", "0", "--ledger", ledger,
+                       "--dry-run")  # fmt: skip
+    assert rc == 0, err
+    assert out.endswith("1 run planned, 0 already done, 1 to run.\n")
+    assert [(s.method, s.sent) for s in hub.served] == [("HEAD", 0)]
+    assert _listing(_cached_file(tmp_path)) == [] and not ledger.exists()
+    planned = hub_fetch.plan_model(REF)
+    assert planned == (_cached_file(tmp_path, FILE), sha)
+    assert models.resolve(REF, progress=False) == planned  # the run fetches what was planned: same digest
+    count = len(hub.served)
+    assert hub_fetch.plan_model(REF) == planned and len(hub.served) == count  # cached now: no request
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelCacheError, match=r"is not in the cache .* and HF_HUB_OFFLINE is set, so its digest is unknown"):
+        hub_fetch.plan_model(f"hf:{REPO}/other.gguf")
+    assert hub_fetch.plan_model("smollm2-135m") == models.pinned("smollm2-135m")  # a pin needs no request
+    assert hub_fetch.plan_model(str(tmp_path / "local.gguf")) is None

@@ -93,6 +93,13 @@ def resolve_model(name_or_path: str, *, fetch: bool = True) -> tuple[Path, str |
     )
 
 
+def _plan(name_or_path: str) -> tuple[Path, str] | None:
+    """:func:`harness.backends.hub_fetch.plan_model` (imported only to plan)."""
+    from harness.backends import hub_fetch
+
+    return hub_fetch.plan_model(name_or_path)
+
+
 class EmbeddedBackend(Backend):
     """llama.cpp's server running inside this process, spoken to over HTTP on 127.0.0.1.
 
@@ -114,8 +121,9 @@ class EmbeddedBackend(Backend):
         chat_template: a Jinja chat template to use instead of the one in the GGUF file (e.g. one
             that renders tools, for a model whose own template does not); ``None``: the one the known model names
             (:func:`shipped_template`), else the GGUF's.
-        plan_only: for planning (``--dry-run``): a known model whose digest is pinned is not fetched (its identity
-            needs only the pin); it is fetched if the server is started after all.
+        plan_only: for planning (``--dry-run``): a known model or hub file is not fetched (its identity needs only
+            its digest: the pin, the cached copy's, or the hub's metadata, :func:`harness.backends.hub_fetch.plan_model`);
+            it is fetched if the server is started after all.
 
     Raises:
         UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference, or it
@@ -142,7 +150,7 @@ class EmbeddedBackend(Backend):
         self.num_ctx = num_ctx
         self.timeout_s = timeout_s
         self.spec = f"embedded:{name_or_path}"
-        pin = models.pinned(name_or_path) if plan_only else None
+        pin = _plan(name_or_path) if plan_only else None
         self._planned = pin is not None
         self.model_file, self._sha256 = pin or resolve_model(name_or_path)
         self.chat_template = chat_template if chat_template is not None else shipped_template(name_or_path)

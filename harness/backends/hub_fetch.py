@@ -37,11 +37,12 @@ from typing import IO, Any, BinaryIO
 
 from tqdm import tqdm
 
-from harness.backends.hub import HubFile, HubSource, is_sha256, model_digest
+from harness.backends import models
+from harness.backends.hub import HUB_PREFIX, HubFile, HubSource, is_sha256, model_digest, parse_hub_spec
 from harness.backends.models import file_sha256, hub_paths, recheck_recorded, recorded_sha256, write_sidecar
 from harness.errors import ModelCacheError
 
-__all__ = ["fetch_source"]
+__all__ = ["fetch_source", "plan_model", "plan_source"]
 
 _log = logging.getLogger(__name__)
 """Download progress (INFO); the CLI shows it on stderr."""
@@ -92,6 +93,59 @@ def fetch_source(source: HubSource, *, label: str, fetch: bool = True, progress:
         recorded[source.files.index(file)] = _download(source, file, path, label=label, progress=progress)
     digest = model_digest([(f.name, sha or "") for f, sha in zip(source.files, recorded, strict=True)])
     return paths[0], digest
+
+
+def plan_model(name: str) -> tuple[Path, str] | None:
+    """Where a known model or ``hf:`` reference is (or would be) cached and its digest, downloading nothing.
+
+    For planning a run (``--dry-run``): a pinned digest (:func:`harness.backends.models.pinned`, no I/O), else,
+    for a hub model, :func:`plan_source`.
+
+    Returns:
+        ``(path, digest)``, or ``None`` when ``name`` is neither a known model nor an ``hf:`` reference, or is a
+        model shipped in a package without a pinned digest (resolve it instead).
+
+    Raises:
+        UsageError: a malformed ``hf:`` reference.
+        ModelCacheError: as :func:`plan_source`.
+    """
+    pin = models.pinned(name)
+    if pin is not None:
+        return pin
+    info = models.KNOWN_MODELS.get(name)
+    source = parse_hub_spec(name[len(HUB_PREFIX) :]) if name.startswith(HUB_PREFIX) else info.hub if info else None
+    return None if source is None else plan_source(source, label=name)
+
+
+def plan_source(source: HubSource, *, label: str) -> tuple[Path, str]:
+    """Where a hub model is (or would be) cached and the digest a fetch would give it, downloading nothing.
+
+    For ``harness run --dry-run``: each file's SHA-256 is its pin, else what its verified cached copy records,
+    else what the hub reports for it (one metadata request, as :func:`fetch_source` makes before downloading; the
+    download must later hash to that value, so the planned identity is the one the run records).
+
+    Args:
+        source: the repository, revision and file(s).
+        label: the name the user gave, quoted in messages.
+
+    Returns:
+        ``(path of the first file, model digest)`` (:func:`harness.backends.hub.model_digest`).
+
+    Raises:
+        ModelCacheError: a file's SHA-256 is neither pinned nor cached and ``HF_HUB_OFFLINE`` is set, or the hub
+            cannot be reached, has no such file, or contradicts a pin.
+    """
+    paths = hub_paths(source)
+    shas = []
+    for path, file in zip(paths, source.files, strict=True):
+        sha = file.sha256 or recorded_sha256(path, None, file.size)
+        if sha is None and _offline():
+            raise ModelCacheError(
+                f"Model '{label}' is not in the cache {paths[0].parent} and HF_HUB_OFFLINE is set, so its digest is "
+                f"unknown; unset it, or run `harness models pull {label}` on a machine that can reach the Hugging Face hub."
+            )
+        shas.append(sha or _hub_facts(source, file, label=label)[1])
+    return paths[0], model_digest([(f.name, sha) for f, sha in zip(source.files, shas, strict=True)])
 
 
 def _offline() -> bool:
