@@ -185,6 +185,19 @@ class RunSummary:
     elapsed_s: float | None = None
 
 
+_RESOLVED: dict[tuple[Path, str | None], str] = {}
+
+
+def _resolved(path: Path) -> str:
+    """``str(path.resolve())``, remembered per path (and working folder, for a relative one): every run of a
+    scenario records its file's absolute path."""
+    key = (path, None if path.is_absolute() else os.getcwd())
+    text = _RESOLVED.get(key)
+    if text is None:
+        text = _RESOLVED[key] = str(path.resolve())
+    return text
+
+
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
     """Run one call; a ``refused`` call (past the cap) and an unknown tool are answered with an error, never run."""
     tool = None if refused else next((t for t in scenario.tools if t.name == call.name), None)
@@ -286,6 +299,7 @@ class _Run:
                 tuple(self.sandbox.written),
                 self.final_answer,
                 self.calls_made,
+                real=True,
             ),
         )
         checks = [r.as_dict() for r in results]
@@ -316,7 +330,7 @@ class _Run:
         started = self.ledger.start_run(
             RunStart(
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
-                scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.named_model,
+                scenario_path=_resolved(scenario.path), scenario_hash=scenario.content_hash, model=plan.named_model,
                 backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
                 model_digest=ident.model_digest, manifest_digest=ident.manifest_digest, think=plan.think, temperature=plan.temperature, seed=options.seed,
                 max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
@@ -332,7 +346,7 @@ class _Run:
         )  # fmt: skip
         if not started:
             raise IdentityTaken(self.identity)
-        self.sandbox = Sandbox(sandbox_path, write_limit=scenario.write_limit_bytes)
+        self.sandbox = Sandbox(sandbox_path, write_limit=scenario.write_limit_bytes, real=True)
         self.sandbox.seed(scenario.fixtures)
         self.breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
         return outcome, error

@@ -110,6 +110,8 @@ class Sandbox:
     Args:
         root: the sandbox folder; created if missing.
         write_limit: bytes the run's tools may write in total (every write counts, rewrites too).
+        real: ``root`` is a real path already (absolute, normalized, no symlink in it: as ``os.path.realpath`` gives
+            it); a folder this call makes there is then taken as it is, without resolving it again.
 
     Attributes:
         root: the resolved absolute sandbox path.
@@ -118,12 +120,13 @@ class Sandbox:
         bytes_written: bytes written by tools so far.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES):
+    def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES, real: bool = False):
         try:
             os.mkdir(root)  # the usual case, a fresh run folder: one system call
         except OSError:  # its parent is missing, or it exists: as Path.mkdir(parents=True, exist_ok=True)
             Path(root).mkdir(parents=True, exist_ok=True)
-        self.root = Path(os.path.realpath(root))
+            real = False  # not made here: it may be a symlink
+        self.root = Path(root) if real else Path(os.path.realpath(root))
         self.escape_attempts: list[str] = []
         self.written: list[str] = []
         self.write_limit = write_limit
