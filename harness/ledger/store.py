@@ -252,7 +252,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         blobs: dict[str, bytes] = {}
         if plan.blobs:  # since m005: each large payload stored once
             values, blobs = externalize(table, values)
-        hashed_row = tuple(values.get(c) for c in plan.hashed)
+        hashed_row = tuple(map(values.get, plan.hashed))  # None for a column the record lacks
         payload = row_payload(plan.hashed, hashed_row)
         try:
             with self._lock:  # as _transaction, inline: one append is the common case
