@@ -14,9 +14,10 @@ __all__ = ["canonical_json", "sha256_of"]
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 """``json.dumps`` with these options builds a new encoder on every call; one is enough (it keeps no state)."""
+_MAKE_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # CPython's _json accelerator (untyped)
 _C_ENCODER = (
-    json.encoder.c_make_encoder(None, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
-    if json.encoder.c_make_encoder is not None
+    _MAKE_C_ENCODER(None, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+    if _MAKE_C_ENCODER is not None
     else None
 )
 """The C encoder ``_ENCODER.encode`` builds anew on every call, made once: the same options and the same text, but

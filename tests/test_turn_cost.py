@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from harness.canonical import canonical_json
 from harness.classifier import content, validate, values
+from harness.errors import ToolError
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
-from harness.errors import ToolError
 from harness.tools import Sandbox, is_within
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
