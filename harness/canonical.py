@@ -14,6 +14,15 @@ __all__ = ["canonical_json", "sha256_of"]
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 """``json.dumps`` with these options builds a new encoder on every call; one is enough (it keeps no state)."""
+_MAKE_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # CPython's _json accelerator (untyped)
+_C_ENCODER = (
+    _MAKE_C_ENCODER(None, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+    if _MAKE_C_ENCODER is not None
+    else None
+)
+"""The C encoder ``_ENCODER.encode`` builds anew on every call, made once: the same options and the same text, but
+without the circular-reference check (its table of ids cannot be shared by threads); a value that holds itself
+(never JSON-ready data) raises RecursionError instead of ValueError."""
 
 
 def canonical_json(value: Any) -> str:
@@ -28,7 +37,7 @@ def canonical_json(value: Any) -> str:
     Returns:
         The text.
     """
-    text = _ENCODER.encode(value)
+    text = "".join(_C_ENCODER(value, 0)) if _C_ENCODER is not None else _ENCODER.encode(value)
     if text.isascii():  # nothing UTF-8 cannot hold (the usual case, and a cheap test)
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -35,11 +35,13 @@ columns ``ticket`` and ``category``).
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import io
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -85,6 +87,7 @@ class CheckContext:
         files_written: sandbox-relative paths written by tools.
         final_answer: content of the last reply (or None).
         tool_calls_made: number of tool calls the loop executed.
+        real: ``sandbox`` is a real path already (as :attr:`harness.tools.Sandbox.root` is), so it is not resolved again.
     """
 
     sandbox: Path
@@ -92,6 +95,7 @@ class CheckContext:
     files_written: Sequence[str]
     final_answer: str | None
     tool_calls_made: int
+    real: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,13 +151,57 @@ def validate_check(check: Any) -> str | None:
     return None
 
 
+#: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)
+_NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+
+
 def _read(ctx: CheckContext, rel: str) -> str | None:
-    """The text of the sandbox file ``rel`` (``ctx.sandbox`` is a real path), or None when it is no file inside it."""
+    """The text of the sandbox file ``rel`` (``ctx.sandbox`` is a real path), or None when it is no regular file inside it.
+
+    One open and one ``fstat`` (not a ``stat`` and then an open): non-blocking, so a FIFO is not waited on, and
+    without following a symlink (the path is resolved: a symlink there now was swapped in since).
+    """
     path = real_path_within(ctx.sandbox, rel)
-    if path == ctx.sandbox or not is_within(ctx.sandbox, path) or not path.is_file():
+    if path == ctx.sandbox or not is_within(ctx.sandbox, path):
         return None
-    with path.open("rb") as handle:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in _NO_SUCH_FILE:
+            return None
+        raise
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as handle:
         return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
+
+
+def _existing_names(root: Path) -> set[str]:
+    """Lowercased names of every file below ``root``, as ``{p.name.lower() for p in root.rglob("*") if p.is_file()}``
+    gives them (symlinked folders are not entered; a symlink to a file counts), walked with ``os.scandir``."""
+    names: set[str] = set()
+    folders = [str(root)]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                listed = list(entries)
+        except PermissionError:  # as rglob: an unreadable folder is skipped
+            continue
+        for entry in listed:
+            try:
+                if entry.is_file():
+                    names.add(entry.name.lower())
+                elif entry.is_dir() and not entry.is_symlink():
+                    folders.append(entry.path)
+            except OSError:
+                continue
+    return names
 
 
 _RUN_CHECKS = frozenset(
@@ -223,7 +271,7 @@ def _evaluate_file(check: Mapping[str, Any], ctx: CheckContext, text: str) -> tu
         missing = [f for f in ctx.fixtures if _name(f).lower() not in lowered]
         return not missing, f"does not name {missing}" if missing else "names every fixture file"
     if kind == "file_names_only_existing":
-        existing = {p.name.lower() for p in ctx.sandbox.rglob("*") if p.is_file()}
+        existing = _existing_names(ctx.sandbox)
         named = {m.group(1) for m in _FILE_NAME.finditer(text)}
         invented = sorted(n for n in named if _name(n).lower() not in existing)
         return not invented, f"names files that do not exist: {invented}" if invented else "names only existing files"
@@ -302,7 +350,8 @@ def evaluate_checks(checks: Sequence[Mapping[str, Any]], ctx: CheckContext) -> l
         One :class:`CheckResult` per check, in order.
     """
     results = []
-    ctx = replace(ctx, sandbox=Path(os.path.realpath(ctx.sandbox)))
+    if not ctx.real:
+        ctx = replace(ctx, sandbox=Path(os.path.realpath(ctx.sandbox)), real=True)
     reads: dict[str, str | None] = {}
     for check in checks:
         try:

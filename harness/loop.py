@@ -119,7 +119,10 @@ class RunPlan:
         """The spec that names the model in the run's identity and in the ledger's ``model`` column: :attr:`model`,
         or for a spec listing replicas the first replica's spec (:func:`harness.backends.replica_specs`), so which
         replica serves a run, and which others the spec lists, changes neither."""
-        return replica_specs(self.model)[0]
+        named = self.__dict__.get("_named_model")  # the plan is frozen: parsed once
+        if named is None:
+            named = self.__dict__["_named_model"] = replica_specs(self.model)[0]
+        return named
 
     def identity(self, model_digest: str | None = None, slots: int | None = None) -> str:
         """Deterministic SHA-256 over everything that can change the model's output.
@@ -185,6 +188,19 @@ class RunSummary:
     elapsed_s: float | None = None
 
 
+_RESOLVED: dict[tuple[Path, str | None], str] = {}
+
+
+def _resolved(path: Path) -> str:
+    """``str(path.resolve())``, remembered per path (and working folder, for a relative one): every run of a
+    scenario records its file's absolute path."""
+    key = (path, None if path.is_absolute() else os.getcwd())
+    text = _RESOLVED.get(key)
+    if text is None:
+        text = _RESOLVED[key] = str(path.resolve())
+    return text
+
+
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
     """Run one call; a ``refused`` call (past the cap) and an unknown tool are answered with an error, never run."""
     tool = None if refused else next((t for t in scenario.tools if t.name == call.name), None)
@@ -237,6 +253,7 @@ class _Run:
         self.on_reply = on_reply
         self.stop = options.stop or threading.Event()
         self.tool_schemas = plan.scenario.tool_schemas()
+        self.generate_options = plan.options()  # the same on every request of the run
         self.system = plan.scenario.system_message(plan.tool_mode)
         self.messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system},
@@ -286,6 +303,7 @@ class _Run:
                 tuple(self.sandbox.written),
                 self.final_answer,
                 self.calls_made,
+                real=True,
             ),
         )
         checks = [r.as_dict() for r in results]
@@ -298,8 +316,8 @@ class _Run:
     def _start(self) -> tuple[str | None, str | None]:
         """Append the start row and seed the sandbox; returns ``(outcome, error)`` when the server already failed."""
         plan, scenario = self.plan, self.plan.scenario
-        options = plan.options()
-        sandbox_path = Path(os.path.realpath(Path(self.options.runs_dir) / self.run_id))
+        options = self.generate_options
+        sandbox_path = os.path.realpath(os.path.join(self.options.runs_dir, self.run_id))
         outcome = error = None
         try:
             ident = self.backend.identity()
@@ -316,12 +334,12 @@ class _Run:
         started = self.ledger.start_run(
             RunStart(
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
-                scenario_path=str(scenario.path.resolve()), scenario_hash=scenario.content_hash, model=plan.named_model,
+                scenario_path=_resolved(scenario.path), scenario_hash=scenario.content_hash, model=plan.named_model,
                 backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
                 model_digest=ident.model_digest, manifest_digest=ident.manifest_digest, think=plan.think, temperature=plan.temperature, seed=options.seed,
                 max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
                 repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
-                harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox_path),
+                harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=sandbox_path,
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
                         "request_settings": self.backend.request_settings(options, tools=bool(tools)),
@@ -332,7 +350,7 @@ class _Run:
         )  # fmt: skip
         if not started:
             raise IdentityTaken(self.identity)
-        self.sandbox = Sandbox(sandbox_path, write_limit=scenario.write_limit_bytes)
+        self.sandbox = Sandbox(sandbox_path, write_limit=scenario.write_limit_bytes, real=True)
         self.sandbox.seed(scenario.fixtures)
         self.breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
         return outcome, error
@@ -347,7 +365,7 @@ class _Run:
         plan = self.plan
         reply = self._cached_reply(turn_request_hash) if self.options.use_cache else None
         if reply is None:
-            reply = _generate(self, self.tool_schemas if plan.tool_mode == "native" else None, plan.options())
+            reply = _generate(self, self.tool_schemas if plan.tool_mode == "native" else None, self.generate_options)
         self.turns += 1
         if self.on_reply is not None:
             self.on_reply(reply)

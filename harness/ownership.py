@@ -2,26 +2,39 @@
 
 Design
 ------
-A run owns its identity by holding an exclusive advisory ``flock`` on the identity's lock file,
-``<ledger>.locks/<identity>.lock`` beside the ledger, from just before its start row until its
-end row is written. The kernel releases the lock when the process dies, however it dies
-(``kill -9``, a crash, a container restart), so ownership never depends on process ids, which
-are reused (pid 1 in every container). The runner (:mod:`harness.runner`) takes the lock and
-then decides, in the start row's transaction, whether the ledger already holds a finished run
-of the identity; while it holds the lock, any unfinished run of the identity is a dead one.
+A run owns its identity by holding an exclusive lock on one byte of the ledger's lock file,
+``<ledger>.locks/runs.lock`` beside the ledger, from just before its start row until its end row
+is written. The byte is the identity's own: its offset is the identity's first 15 hex digits read
+as a number (:func:`lock_byte`, below 2**60). The lock is an open-file-description byte-range
+lock (Linux ``F_OFD_SETLK``): it belongs to the open file, not to the process, and the kernel
+releases it when the file's last descriptor closes, so when the process dies, however it dies
+(``kill -9``, a crash, a container restart). Ownership thus never depends on process ids, which
+are reused (pid 1 in every container). The runner (:mod:`harness.runner`) takes the lock and then
+decides, in the start row's transaction, whether the ledger already holds a finished run of the
+identity; while it holds the lock, any unfinished run of the identity is a dead one.
 
-* Lock files are empty, made once per identity and never deleted (deleting a lock file
-  another process has open would let two owners lock two different files).
-* Owners hold ``LOCK_EX``; :func:`owned_elsewhere` (``--dry-run``) probes with ``LOCK_SH``
-  and never creates anything. A would-be owner that finds only such probes waits for them
-  (a moment) instead of taking the identity for in flight.
-* Threads of one process conflict like processes: each lock is its own open file.
+* One lock file per ledger, empty, made once and never deleted (deleting it while another
+  process has it open would let two owners lock two different files). Taking a lock opens that
+  existing file (no new file per identity: making one cost a new inode on every run).
+* Each lock opens the file anew, so threads of one process conflict like processes: an OFD lock
+  conflicts with every other open file description, also one in the same process.
+* :func:`owned_elsewhere` (``--dry-run``) asks with ``F_OFD_GETLK``, which takes no lock, and
+  creates nothing; a probe therefore never makes an owner wait or skip.
+* Two identities whose first 15 hex digits agree (one chance in 2**60 for a pair of SHA-256
+  identities) share a byte: while one runs, the other is reported as running elsewhere.
+* Ledgers run before this layout held ``flock`` locks on per-identity files,
+  ``<ledger>.locks/<identity>.lock``. Those files are left alone and mean nothing now: a run
+  recorded with one resumes as any other. An older harness process running on the same ledger
+  at the same moment as this one does not see this one's locks (nor this one its).
+* Where the platform has no OFD locks (not Linux), each identity keeps its own ``flock``ed file,
+  ``<ledger>.locks/<identity>.lock``, as before.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +42,15 @@ from typing import Any
 
 from harness.ledger import IdentityHolder
 
-__all__ = ["Claim", "ClaimTaker", "RunLock", "lock_folder", "owned_elsewhere", "take_lock"]
+__all__ = ["LOCK_FILE", "Claim", "ClaimTaker", "RunLock", "lock_byte", "lock_folder", "lock_path", "owned_elsewhere", "take_lock"]
+
+LOCK_FILE = "runs.lock"
+"""The name of the ledger's one lock file in :func:`lock_folder`."""
+
+_OFD = hasattr(fcntl, "F_OFD_SETLK")
+_FLOCK = struct.Struct("hhqqi4x")
+"""``struct flock`` (Linux, 64-bit): ``l_type``, ``l_whence``, ``l_start``, ``l_len``, ``l_pid`` (0 for OFD locks)."""
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -39,7 +60,8 @@ class Claim:
     Attributes:
         policy: called inside the start row's transaction with every run already recorded
             under the identity; True lets the run start.
-        facts: recorded in the start row's ``config`` (e.g. ``{"lock": "ledger.sqlite.locks/<identity>.lock"}``).
+        facts: recorded in the start row's ``config`` (e.g. ``{"lock": "ledger.sqlite.locks/runs.lock",
+            "lock_byte": 123}``).
         release: gives the identity up; called once the run has ended (or did not start).
     """
 
@@ -53,7 +75,7 @@ ClaimTaker = Callable[[str], Claim | None]
 
 
 def lock_folder(ledger_path: str | Path) -> Path:
-    """``<ledger>.locks``: the folder of the ledger's lock files (``results/ledger.sqlite.locks`` by default).
+    """``<ledger>.locks``: the folder of the ledger's lock file (``results/ledger.sqlite.locks`` by default).
 
     Beside the real file: a ledger reached through a symlink shares its locks with every other name of it.
     """
@@ -61,35 +83,48 @@ def lock_folder(ledger_path: str | Path) -> Path:
     return path.with_name(path.name + ".locks")
 
 
-def _lock_file(ledger_path: str | Path, identity: str, folder: Path | None = None) -> Path:
-    if not identity or not all(c in "0123456789abcdef" for c in identity):
+def lock_byte(identity: str) -> int:
+    """The offset of ``identity``'s byte in the lock file: its first 15 hex digits as a number (0 <= offset < 2**60).
+
+    Raises:
+        ValueError: ``identity`` is not lowercase hex.
+    """
+    if not identity or not _HEX.issuperset(identity):
         raise ValueError(f"a run identity is lowercase hex, not {identity!r}")
-    return (folder or lock_folder(ledger_path)) / f"{identity}.lock"
+    return int(identity[:15], 16)
+
+
+def lock_path(folder: Path, identity: str) -> Path:
+    """The file that holds ``identity``'s lock in the lock ``folder``: :data:`LOCK_FILE` (one for every identity), or
+    ``<identity>.lock`` where the platform has no OFD locks."""
+    return folder / (LOCK_FILE if _OFD else f"{identity}.lock")
 
 
 class RunLock:
-    """An exclusive ``flock`` on one identity's lock file, held until :meth:`release` or the process ends.
+    """An exclusive lock on one identity's byte of the lock file, held until :meth:`release` or the process ends.
 
     Attributes:
         path: the lock file.
+        offset: the identity's byte in it (:func:`lock_byte`); None where each identity has its own file.
     """
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: Path, offset: int | None = None) -> None:
         self._fd: int | None = fd
         self.path = path
+        self.offset = offset
 
     def release(self) -> None:
         """Unlock and close the file (idempotent); the file stays for the next owner."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # closing the only descriptor of the open file releases its flock
+            os.close(fd)  # closing the only descriptor of the open file releases its lock
 
 
 def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = None) -> RunLock | None:
     """Take the identity's lock if no live process (or thread) owns it.
 
     Args:
-        ledger_path: the ledger file; the lock lives in :func:`lock_folder` of it (created if missing).
+        ledger_path: the ledger file; the lock file lives in :func:`lock_folder` of it (created if missing).
         identity: the run identity (lowercase hex).
         folder: :func:`lock_folder` of ``ledger_path`` when the caller has it already (a matrix takes many locks).
 
@@ -97,9 +132,11 @@ def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = N
         The held lock, or None when a live owner holds it now.
 
     Raises:
+        ValueError: ``identity`` is not lowercase hex.
         OSError: the lock folder or file cannot be created or opened (e.g. a read-only folder).
     """
-    path = _lock_file(ledger_path, identity, folder)
+    offset = lock_byte(identity)
+    path = lock_path(folder or lock_folder(ledger_path), identity)
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o644)
@@ -107,35 +144,54 @@ def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = N
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # granted only when no owner holds LOCK_EX: just probes
-            except BlockingIOError:
-                os.close(fd)
-                return None
-            fcntl.flock(fd, fcntl.LOCK_EX)  # the probes let go at once (or an owner got in first: wait it out)
+        if _OFD:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+        elif not _flock_owner(fd):
+            os.close(fd)
+            return None
+    except (BlockingIOError, PermissionError):  # EAGAIN (or EACCES, as POSIX allows): a live owner holds it
+        os.close(fd)
+        return None
     except BaseException:
         os.close(fd)
         raise
-    return RunLock(fd, path)
+    return RunLock(fd, path, offset if _OFD else None)
+
+
+def _flock_owner(fd: int) -> bool:
+    """The per-identity layout (no OFD locks): ``LOCK_EX``; one that finds only ``--dry-run`` probes (``LOCK_SH``)
+    waits for them (a moment) instead of taking the identity for in flight. False: a live owner holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # granted only when no owner holds LOCK_EX: just probes
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the probes let go at once (or an owner got in first: wait it out)
+    return True
 
 
 def owned_elsewhere(ledger_path: str | Path, identity: str) -> bool:
-    """Whether a live process holds the identity's lock now; creates nothing (``--dry-run``).
+    """Whether a live process (or another open file of this one) holds the identity's lock now; takes no lock and
+    creates nothing (``--dry-run``).
 
     Returns:
         True when an owner holds it; False when the lock is free or was never made.
     """
+    offset = lock_byte(identity)
     try:
-        fd = os.open(_lock_file(ledger_path, identity), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(lock_path(lock_folder(ledger_path), identity), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        if _OFD:
+            asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+            return _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_OFD_GETLK, asked))[0] != fcntl.F_UNLCK
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # the old layout: a shared lock for a moment
+        except BlockingIOError:
+            return True
+        return False
     finally:
         os.close(fd)
-    return False

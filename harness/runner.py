@@ -28,7 +28,7 @@ from harness.errors import LedgerError, UsageError
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
-from harness.ownership import Claim, ClaimTaker, lock_folder, owned_elsewhere, take_lock
+from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, owned_elsewhere, take_lock
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import is_scored
@@ -102,20 +102,22 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
 
     Returns:
         A :data:`~harness.ownership.ClaimTaker` for :attr:`RunOptions.claim <harness.loop.RunOptions.claim>`:
-        it takes ``<ledger>.locks/<identity>.lock`` (:func:`harness.ownership.take_lock`) or returns
-        None when a live run holds it; the claim records the lock's path in the start row's config.
+        it locks the identity's byte of ``<ledger>.locks/runs.lock`` (:func:`harness.ownership.take_lock`) or
+        returns None when a live run holds it; the claim records the lock file's path (``lock``) and the byte
+        (``lock_byte``) in the start row's config.
 
     Raises (from the taker):
         LedgerError: the lock file cannot be made (e.g. the ledger's folder is read-only).
     """
     path = Path(ledger_path)
-    folder = lock_folder(path)  # once: each run's lock is then one open and one flock
+    folder = lock_folder(path)  # once: each run's lock is then one open and one fcntl
+    policy = identity_free if resume else _accept_any
 
     def take(identity: str) -> Claim | None:
         try:
             lock = take_lock(path, identity, folder=folder)
         except OSError as exc:
-            file = folder / f"{identity}.lock"
+            file = lock_path(folder, identity)
             if file.is_symlink() or (file.exists() and not file.is_file()):
                 raise LedgerError(f"{file} is not a lock file (a folder or a symlink); delete it and run again.") from exc
             raise LedgerError(
@@ -124,8 +126,10 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
             ) from exc
         if lock is None:
             return None
-        policy = identity_free if resume else _accept_any
-        return Claim(policy, {"lock": lock.path.relative_to(folder.parent).as_posix()}, lock.release)
+        facts: dict[str, Any] = {"lock": f"{folder.name}/{lock.path.name}"}  # beside the ledger
+        if lock.offset is not None:
+            facts["lock_byte"] = lock.offset
+        return Claim(policy, facts, lock.release)
 
     return take
 

@@ -110,6 +110,8 @@ class Sandbox:
     Args:
         root: the sandbox folder; created if missing.
         write_limit: bytes the run's tools may write in total (every write counts, rewrites too).
+        real: ``root`` is a real path already (absolute, normalized, no symlink in it: as ``os.path.realpath`` gives
+            it); a folder this call makes there is then taken as it is, without resolving it again.
 
     Attributes:
         root: the resolved absolute sandbox path.
@@ -118,12 +120,13 @@ class Sandbox:
         bytes_written: bytes written by tools so far.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES):
+    def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES, real: bool = False):
         try:
             os.mkdir(root)  # the usual case, a fresh run folder: one system call
         except OSError:  # its parent is missing, or it exists: as Path.mkdir(parents=True, exist_ok=True)
             Path(root).mkdir(parents=True, exist_ok=True)
-        self.root = Path(os.path.realpath(root))
+            real = False  # not made here: it may be a symlink
+        self.root = Path(root) if real else Path(os.path.realpath(root))
         self.escape_attempts: list[str] = []
         self.written: list[str] = []
         self.write_limit = write_limit
@@ -135,17 +138,32 @@ class Sandbox:
         Raises:
             ToolError: a fixture path points outside the sandbox.
         """
+        root = str(self.root)
         for rel, text in files.items():
-            target = self.resolve(rel)
-            if target.parent != self.root:  # the root exists
-                target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
+            fd = self._open_simple(root, rel)
+            if fd is None:
+                target = self.resolve(rel)
+                if target.parent != self.root:  # the root exists
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
             try:
                 data = text.encode("utf-8")
                 while data:
                     data = data[os.write(fd, data) :]
             finally:
                 os.close(fd)
+
+    @staticmethod
+    def _open_simple(root: str, rel: str) -> int | None:
+        """Open the fixture ``rel`` for writing when it is a plain name in the root (no ``/``, not ``.`` or ``..``) that is
+        no symlink: :meth:`resolve` would give ``root/rel`` itself, so one ``open`` (``O_NOFOLLOW``) does. None otherwise
+        (a path, a symlink there, an error): :meth:`seed` then resolves it as any path."""
+        if not rel.strip() or "/" in rel or rel in (".", "..") or "\x00" in rel:
+            return None
+        try:
+            return os.open(f"{root}/{rel}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return None
 
     def resolve(self, path: Any) -> Path:
         """Resolve a model-given path to an absolute path inside the sandbox.
@@ -172,7 +190,12 @@ class Sandbox:
 
     def relative(self, path: Path) -> str:
         """Return ``path`` relative to the sandbox root, with ``/`` separators."""
-        return path.relative_to(self.root).as_posix() or "."
+        text, root = str(path), str(self.root)
+        if text == root:
+            return "."
+        if text.startswith(root + "/"):
+            return text[len(root) + 1 :]
+        return path.relative_to(self.root).as_posix()  # raises ValueError: not below the root
 
     def hide_root(self, text: str) -> str:
         """``text`` (an error message for the model) with the sandbox's absolute path shown relative to it.

@@ -118,9 +118,10 @@ def test_an_unfinished_run_whose_recorded_pid_is_a_live_process_is_resumed(tmp_p
             assert ledger.verify().ok
     assert [s.outcome for s in result.summaries] == ["pass"]
     assert [r.outcome for r in runs] == [None, "pass"]
-    assert runs[1].start.config["lock"] == f"l.sqlite.locks/{planned.identity}.lock"  # the lock it held, beside the ledger
+    config = runs[1].start.config  # the lock it held, beside the ledger: its identity's byte of the one lock file
+    assert (config["lock"], config["lock_byte"]) == ("l.sqlite.locks/runs.lock", int(planned.identity[:15], 16))
     lock = take_lock(tmp_path / "l.sqlite", planned.identity)  # released once the run ended
-    assert lock is not None and lock.path == tmp_path / "l.sqlite.locks" / f"{planned.identity}.lock"
+    assert lock is not None and (lock.path, lock.offset) == (tmp_path / "l.sqlite.locks" / "runs.lock", config["lock_byte"])
     lock.release()
 
 
@@ -409,21 +410,50 @@ def test_a_run_lock_is_exclusive_between_open_files_and_free_once_released(tmp_p
 
 
 def test_a_dry_run_probe_never_makes_a_run_skip_its_identity(tmp_path):
-    """``owned_elsewhere`` holds a shared lock for a moment; a run that meets only that waits it out instead of skipping."""
-    import fcntl
-
+    """``owned_elsewhere`` takes no lock (it asks with F_OFD_GETLK): probes running all the time never make a run skip."""
     ledger_path, identity = tmp_path / "l.sqlite", "cd" * 32
     take_lock(ledger_path, identity).release()  # the lock file exists
-    probe = os.open(lock_folder(ledger_path) / f"{identity}.lock", os.O_RDONLY)
-    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a --dry-run probing right now
-    timer = threading.Timer(0.2, os.close, (probe,))
-    timer.start()
+    done = threading.Event()
+    seen: list[bool] = []
+
+    def probe() -> None:
+        while not done.is_set():
+            seen.append(owned_elsewhere(ledger_path, identity))
+
+    prober = threading.Thread(target=probe)
+    prober.start()
     try:
-        lock = take_lock(ledger_path, identity)
+        for _ in range(200):
+            lock = take_lock(ledger_path, identity)
+            assert lock is not None
+            lock.release()
     finally:
-        timer.join()
-    assert lock is not None
-    lock.release()
+        done.set()
+        prober.join()
+    assert seen and not all(seen)
+
+
+def test_identities_lock_their_own_bytes_of_one_file_and_old_lock_files_are_ignored(tmp_path):
+    """One lock file per ledger; each identity its byte; an old-layout ``<identity>.lock`` held by ``flock`` (a run
+    recorded by an older harness) neither blocks nor is needed."""
+    import fcntl
+
+    ledger_path, first, second = tmp_path / "l.sqlite", "ab" * 32, "ab" * 7 + "c" + "d" * 49
+    folder = lock_folder(ledger_path)
+    folder.mkdir()
+    old = os.open(folder / f"{first}.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(old, fcntl.LOCK_EX)  # an old-style lock file, held
+    try:
+        a, b = take_lock(ledger_path, first), take_lock(ledger_path, second)
+        assert a is not None and b is not None and a.path == b.path == folder / "runs.lock"
+        assert (a.offset, b.offset) == (int(first[:15], 16), int(second[:15], 16))
+        assert take_lock(ledger_path, first) is None and owned_elsewhere(ledger_path, second)
+        a.release()
+        assert not owned_elsewhere(ledger_path, first) and owned_elsewhere(ledger_path, second)
+        b.release()
+    finally:
+        os.close(old)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([f"{first}.lock", "runs.lock"])
 
 
 BUSY_WORKER = """

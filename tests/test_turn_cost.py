@@ -8,6 +8,7 @@ shortcut does not follow fails here.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from harness.canonical import canonical_json
 from harness.classifier import content, validate, values
+from harness.errors import ToolError
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
@@ -128,3 +130,71 @@ def test_storable_is_what_sqlite_gives_back_in_each_declared_type(value):
     db.execute("INSERT INTO t VALUES (?, ?, ?, ?)", stored)
     back = list(db.execute("SELECT a, b, c, d FROM t").fetchone())
     assert [(type(v), v) for v in back] == [(type(v), v) for v in stored]
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.none() | st.booleans() | st.integers() | st.floats() | _WILD_TEXT),
+       st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["TEXT", "INTEGER", "REAL", ""])))  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_storable_row_is_storable_of_every_value(values, declared):
+    row = chain.storable_row(values, declared)
+    expected = {k: storable(v, declared.get(k, "")) for k, v in values.items()}
+    assert list(row) == list(expected)
+    assert all(row[k] == expected[k] or (row[k] != row[k] and expected[k] != expected[k]) for k in row)
+    assert all(type(row[k]) is type(expected[k]) for k in row)
+
+
+def _tree(root):
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "X.TXT").write_text("x")
+    (root / "a" / "b" / ".hidden").write_text("h")
+    (root / "top.csv").write_text("t")
+    outside = root.parent / f"{root.name}-outside"
+    outside.mkdir()
+    (outside / "outside.md").write_text("o")
+    (root / "a" / "into_outside").symlink_to(outside)  # a symlinked folder: not entered
+    (root / "a" / "to_top").symlink_to(root / "top.csv")  # a symlink to a file: a file
+    (root / "a" / "dangling").symlink_to(root / "missing")
+    os.mkfifo(root / "a" / "fifo")
+
+
+def test_existing_names_are_the_rglob_names(tmp_path):
+    from harness.checks import _existing_names
+
+    root = tmp_path / "box"
+    root.mkdir()
+    _tree(root)
+    assert _existing_names(root) == {p.name.lower() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_check_on_a_fifo_or_a_folder_says_it_does_not_exist_without_waiting(tmp_path):
+    from harness.checks import CheckContext, evaluate_checks
+
+    root = Sandbox(tmp_path / "box").root
+    os.mkfifo(root / "report.txt")  # opening it for reading without O_NONBLOCK would wait for a writer forever
+    (root / "d").mkdir()
+    checks = [{"type": "file_exists", "path": "report.txt"}, {"type": "file_exists", "path": "d"}]
+    for real in (False, True):
+        results = evaluate_checks(checks, CheckContext(root, (), (), None, 0, real=real))
+        assert [(r.passed, r.detail) for r in results] == [(False, "report.txt does not exist"), (False, "d does not exist")]
+
+
+def test_a_fixture_name_that_is_a_symlink_is_resolved_as_any_path(tmp_path):
+    """Plain fixture names are opened at once (O_NOFOLLOW); one that is a symlink goes through :meth:`Sandbox.resolve`."""
+    box = Sandbox(tmp_path / "box")
+    (box.root / "inside.txt").write_text("old")
+    (box.root / "in.txt").symlink_to(box.root / "inside.txt")
+    (box.root / "out.txt").symlink_to(tmp_path / "victim.txt")
+    box.seed({"in.txt": "new"})
+    assert (box.root / "inside.txt").read_text() == "new"  # written through, as resolve() gives it
+    with pytest.raises(ToolError):
+        box.seed({"out.txt": "x"})
+    assert not (tmp_path / "victim.txt").exists() and box.escape_attempts == ["out.txt"]
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c.txt"]), max_size=3))
+def test_relative_is_relative_to(tmp_path_factory, parts):
+    box = Sandbox(tmp_path_factory.mktemp("box"))
+    path = box.root.joinpath(*parts)
+    assert box.relative(path) == (path.relative_to(box.root).as_posix() or ".")
+    with pytest.raises(ValueError):
+        box.relative(box.root.parent / "elsewhere")

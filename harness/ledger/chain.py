@@ -22,7 +22,7 @@ from harness.canonical import canonical_json
 from harness.ledger.migrations import CHAINED_TABLES, added_columns
 from harness.ledger.records import VerifyResult
 
-__all__ = ["GENESIS_HASH", "row_hash", "storable", "verify_chains"]
+__all__ = ["GENESIS_HASH", "chained_hash", "row_hash", "row_payload", "storable", "storable_row", "verify_chains"]
 
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of each table's first row."""
@@ -45,6 +45,15 @@ def storable(value: Any, declared: str) -> Any:
     if kind is int and declared != "TEXT" and declared != "REAL" and _INT64[0] <= value <= _INT64[1]:
         return value
     return _stored_as(value, declared)
+
+
+def storable_row(values: Mapping[str, Any], declared: Mapping[str, str]) -> dict[str, Any]:
+    """Every value of a row as :func:`storable` gives it (``declared``: column -> declared type; a column missing there
+    is taken as untyped); ``None`` and ASCII text, most of a row, pass without a call."""
+    out = {}
+    for key, value in values.items():
+        out[key] = value if value is None or (type(value) is str and value.isascii()) else storable(value, declared.get(key, ""))
+    return out
 
 
 def _stored_as(value: Any, declared: str) -> Any:
@@ -75,9 +84,22 @@ def _stored_as(value: Any, declared: str) -> Any:
     return value
 
 
-def row_hash(prev_hash: str, columns: list[str], row: tuple[Any, ...]) -> str:
-    payload = canonical_json([[c, v] for c, v in zip(columns, row, strict=True)])
+def row_payload(columns: Sequence[str], row: tuple[Any, ...]) -> str:
+    """The text a row's hash covers after its ``prev_hash``: canonical JSON of ``[[column, value], ...]``.
+
+    It does not depend on the chain, so an appender makes it before taking the write lock.
+    """
+    return canonical_json([[c, v] for c, v in zip(columns, row, strict=True)])
+
+
+def chained_hash(prev_hash: str, payload: str) -> str:
+    """``row_hash`` of a row whose :func:`row_payload` is ``payload``, chained after ``prev_hash`` (64 hex digits)."""
     return hashlib.sha256((prev_hash + payload).encode("utf-8")).hexdigest()
+
+
+def row_hash(prev_hash: str, columns: Sequence[str], row: tuple[Any, ...]) -> str:
+    """``sha256(prev_hash + canonical JSON of [[column, value], ...])`` (64 hex digits), values as :func:`storable` gives them."""
+    return chained_hash(prev_hash, row_payload(columns, row))
 
 
 def verify_chains(db: sqlite3.Connection, columns: Mapping[str, Sequence[str]], *, fully_migrated: bool) -> VerifyResult:

@@ -382,6 +382,8 @@ def json_columns(record: Any) -> dict[str, Any]:
             out[key] = value
         elif key == "stream_chunks":
             out[key] = pack_chunks(value)
+        elif not value and (type(value) is list or type(value) is dict):
+            out[key] = "[]" if type(value) is list else "{}"  # canonical_json of the most common payloads (no calls, no labels)
         elif isinstance(value, (dict, list)) or key in _ALWAYS_JSON:
             out[key] = canonical_json(value)
         elif isinstance(value, bool):

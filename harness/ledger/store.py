@@ -50,7 +50,7 @@ from harness.errors import LedgerError
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
 from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
-from harness.ledger.chain import GENESIS_HASH, row_hash, storable
+from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_readonly, connect_writable, not_writable
@@ -248,23 +248,34 @@ class Ledger(RunReads, ReportReads, ViewerReads):
     # -- appends --------------------------------------------------------------------------------------
     def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None) -> bool:
         plan = self._plans.get(table) or self._plan(table)
-        types = self._types[table]
-        values = {k: storable(v, types.get(k, "")) for k, v in values.items()}  # no SQLite needed: before the lock
+        values = storable_row(values, self._types[table])  # none of this needs SQLite: made before the lock
+        blobs: dict[str, bytes] = {}
+        if plan.blobs:  # since m005: each large payload stored once
+            values, blobs = externalize(table, values)
+        hashed_row = tuple(map(values.get, plan.hashed))  # None for a column the record lacks
+        payload = row_payload(plan.hashed, hashed_row)
         try:
-            with self._transaction() as db:
-                if guard is not None and not guard(db):
-                    return False  # checked and refused inside the same write transaction: no race
-                last = db.execute(plan.head_sql).fetchone()
-                if plan.blobs:  # since m005: each large payload stored once
-                    values, blobs = externalize(table, values)
-                    if blobs:
-                        db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", blobs.items())
-                prev = last[0] if last else GENESIS_HASH
-                hashed_row = tuple(values.get(c) for c in plan.hashed)
-                db.execute(plan.insert_sql, (prev, *hashed_row, row_hash(prev, plan.hashed, hashed_row)))
+            with self._lock:  # as _transaction, inline: one append is the common case
+                db, own = self._db, not self._grouped
+                if own:
+                    db.execute("BEGIN IMMEDIATE")
+                try:
+                    appended = guard is None or guard(db)  # checked and refused inside the same write transaction: no race
+                    if appended:
+                        last = db.execute(plan.head_sql).fetchone()
+                        if blobs:
+                            db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", blobs.items())
+                        prev = last[0] if last else GENESIS_HASH
+                        db.execute(plan.insert_sql, (prev, *hashed_row, chained_hash(prev, payload)))
+                except BaseException:
+                    if own:
+                        db.execute("ROLLBACK")
+                    raise
+                if own:
+                    db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
-        return True
+        return appended
 
     def _plan(self, table: str) -> _AppendPlan:
         """The statements and column order of appends to ``table`` (made once per open ledger)."""
