@@ -47,7 +47,7 @@ __all__ = ["LOCK_FILE", "Claim", "ClaimTaker", "RunLock", "lock_byte", "lock_fol
 LOCK_FILE = "runs.lock"
 """The name of the ledger's one lock file in :func:`lock_folder`."""
 
-_OFD = hasattr(fcntl, "F_OFD_SETLK")
+_OFD = hasattr(fcntl, "F_OFD_SETLK") and struct.calcsize("P") == 8  # the layout below is the 64-bit one
 _FLOCK = struct.Struct("hhqqi4x")
 """``struct flock`` (Linux, 64-bit): ``l_type``, ``l_whence``, ``l_start``, ``l_len``, ``l_pid`` (0 for OFD locks)."""
 _HEX = frozenset("0123456789abcdef")
