@@ -139,9 +139,10 @@ def _classify(
     recovered = result.calls + (reasoning.calls if reasoning else [])
     calls = structured + recovered
     attempts = len(structured) + result.attempts + (reasoning.attempts if reasoning else 0) + (rejected is not None)
+    keys = [c.canonical() for c in calls]  # drawn once: validation changes no call's name or arguments
     steps = [
         envelope_step(structured_modes, result, clipped),
-        multiple_calls_step(structured, result),
+        multiple_calls_step(structured, result, keys[: len(structured)]),
         structured_cap_step(get(response, "tool_calls")),
         _reasoning_step(reasoning),
         multiple_calls_step([], reasoning) if reasoning else (set(), {}),  # it counts calls, wherever written
@@ -149,7 +150,7 @@ def _classify(
     ]
     past = scan_history(history, offered)
     steps += [
-        repeat_step(calls, past),
+        repeat_step(calls, past, keys),
         fabrication_step(result, calls, past, tools),
         no_call_step(result, attempts, response, tools, requires_tool),
         requirement_step(requires_tool, attempts, past, tools, result),
