@@ -121,7 +121,7 @@ vendor's call markers included) and payload (the other envelope modes describe t
 
 def _problems(value: Any) -> list[str]:
     """The ``stream_problems`` input as a list of short strings (anything else counts as none)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+    if type(value) is not list and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
         return []
     return [short(p) for p in value if isinstance(p, str) and p]
 
@@ -131,7 +131,7 @@ def _classify(
 ) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
-    known = isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
+    known = type(tools) is list or (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)))
     content, clipped = response_content(response)
     structured, structured_modes = structured_calls(get(response, "tool_calls"))
     result = analyse_content(content, offered, tools_known=known)

@@ -216,9 +216,10 @@ class _Read:
         text: the message's text.
         tool_result: it carries a tool's answer; ``prompt``: it is a system, user or developer message that does not.
         user_code: a user message holding code.
-        keys: for an assistant message's structured calls, their repeat keys (``None`` for arguments no repair parsed:
-            a fresh key is drawn for each classification, as :meth:`ToolCall.canonical` draws one).
-        parts: those calls' arguments as JSON text.
+        keys: the repeat keys of an assistant message's structured calls whose arguments parsed.
+        unparsed: how many of its structured calls have arguments no repair parsed (each gets a fresh key per
+            classification, as :meth:`ToolCall.canonical` draws one).
+        parts: those calls' arguments as JSON text (all of them, in order).
         content_calls: an assistant message with text and no structured call (its calls are recovered from the text).
         known: the text with JSON escapes also written out (:func:`_unescaped`), or ``""`` without text.
     """
@@ -227,7 +228,8 @@ class _Read:
     tool_result: bool
     prompt: bool
     user_code: bool
-    keys: tuple[str | None, ...]
+    keys: tuple[str, ...]
+    unparsed: int
     parts: tuple[str, ...]
     content_calls: bool
     known: str
@@ -241,10 +243,11 @@ def _read(message: Any) -> _Read:
     prompt = not tool_result and role in ("system", "user", "developer")
     user_code = prompt and role == "user" and _USER_CODE.search(text[:MAX_REPAIR_CHARS]) is not None
     hcalls = structured_calls(get(message, "tool_calls"))[0] if role == "assistant" else []
-    keys = tuple(None if UNPARSED_ARGUMENTS in c.errors else c.canonical() for c in hcalls)
+    keys = tuple(c.canonical() for c in hcalls if UNPARSED_ARGUMENTS not in c.errors)
     parts = tuple(PLAIN_JSON.encode(c.arguments) for c in hcalls)
     content_calls = role == "assistant" and not hcalls and bool(text)
-    return _Read(text, tool_result, prompt, user_code, keys, parts, content_calls, _unescaped(text) if text else "")
+    known = _unescaped(text) if text else ""
+    return _Read(text, tool_result, prompt, user_code, keys, len(hcalls) - len(keys), parts, content_calls, known)
 
 
 _READS: dict[tuple[Any, ...], _Read] = {}
@@ -304,9 +307,12 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
     """
     past = History()
     messages = (
-        list(history)[-MAX_HISTORY_MESSAGES:] if isinstance(history, Sequence) and not isinstance(history, (str, bytes)) else []
+        list(history)[-MAX_HISTORY_MESSAGES:]
+        if (type(history) is list or (isinstance(history, Sequence) and not isinstance(history, (str, bytes))))
+        else []
     )
     budget = MAX_HISTORY_TEXT
+    known_parts, earlier = past.known_parts, past.earlier
     for message in messages:
         if type(message) is not dict and not isinstance(message, Mapping):
             continue
@@ -318,15 +324,17 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
         elif read.prompt:
             past.prompt_parts.append(text[:MAX_REPAIR_CHARS])
             past.user_code = past.user_code or read.user_code
-        if read.keys:
-            past.earlier.update(unparsed_key() if key is None else key for key in read.keys)
+        if read.parts:
+            earlier.update(read.keys)
+            if read.unparsed:
+                earlier.update(unparsed_key() for _ in range(read.unparsed))
             for part in read.parts:
-                past.known_parts.append(part[:budget])
+                known_parts.append(part[:budget])
                 budget -= len(part)
         elif read.content_calls:
-            past.earlier.update(history_content_calls(text, offered))
+            earlier.update(history_content_calls(text, offered))
         if text and budget > 0:
-            past.known_parts.append(read.known[:budget])
+            known_parts.append(read.known[:budget])
             budget -= len(read.known)
     return past
 
