@@ -28,9 +28,13 @@ _ARGUMENTS = st.one_of(
 )
 _CALL = st.one_of(
     st.fixed_dictionaries(
-        {"id": st.sampled_from(["c1", "c2"]), "type": st.just("function"),
-         "function": st.fixed_dictionaries({"name": st.sampled_from(["list_files", "read_file", "write_file", "nope"]),
-                                            "arguments": _ARGUMENTS})}
+        {
+            "id": st.sampled_from(["c1", "c2"]),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {"name": st.sampled_from(["list_files", "read_file", "write_file", "nope"]), "arguments": _ARGUMENTS}
+            ),
+        }
     ),  # fmt: skip
     st.fixed_dictionaries({"name": st.sampled_from(["list_files", "read_file"]), "parameters": _ARGS}),  # bare shape
     st.just("not a call"),
@@ -38,9 +42,18 @@ _CALL = st.one_of(
 _TEXT = st.one_of(
     st.lists(_NAMES, max_size=4).map(json.dumps),  # a listing a tool returned
     st.builds(lambda n, names: f"There are {n} files: {', '.join(names)}.", st.integers(0, 4), st.lists(_NAMES, max_size=3)),
-    st.sampled_from(['{"temperature_c": 17, "condition": "sunny", "humidity": 65}', "caf\\u00e9.txt", "wrote 9 bytes",
-                     "```\ndef f():\n    pass\n```", "<tool_response>[\"a.txt\"]</tool_response>",
-                     '{"name": "list_files", "arguments": {"path": "."}}', "It is 20°C and rainy.", ""]),  # fmt: skip
+    st.sampled_from(
+        [
+            '{"temperature_c": 17, "condition": "sunny", "humidity": 65}',
+            "caf\\u00e9.txt",
+            "wrote 9 bytes",
+            "```\ndef f():\n    pass\n```",
+            '<tool_response>["a.txt"]</tool_response>',
+            '{"name": "list_files", "arguments": {"path": "."}}',
+            "It is 20°C and rainy.",
+            "",
+        ]
+    ),  # fmt: skip
     st.text(max_size=30),
 )
 _MESSAGE = st.one_of(

@@ -24,6 +24,7 @@ from harness.classifier.evidence import evidence_for
 from harness.classifier.fabrication import fabrication_step
 from harness.classifier.heuristics import escape_step, repeat_step, scan_history, truncation_step
 from harness.classifier.narration import no_call_step
+from harness.classifier.readings import units
 from harness.classifier.types import (
     CLASSIFIER_VERSION,
     FAILURE_MODES,
@@ -149,10 +150,11 @@ def _classify(
         validation_step(calls, tools, offered),
     ]
     past = scan_history(history, offered)
+    seq = units(result.visible) if result.visible else []  # read once for the fabrication and narration steps
     steps += [
         repeat_step(calls, past, keys),
-        fabrication_step(result, calls, past, tools),
-        no_call_step(result, attempts, response, tools, requires_tool),
+        fabrication_step(result, calls, past, tools, seq),
+        no_call_step(result, attempts, response, tools, requires_tool, seq),
         requirement_step(requires_tool, attempts, past, tools, result),
         truncation_step(response),
         markup_step(result),
