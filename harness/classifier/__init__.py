@@ -1,7 +1,15 @@
 """Classify one assistant reply: which tool calls can be recovered, which failure modes it shows.
 
 Pure package: no I/O, no clock, no imports from the loop, ledger or backends. :func:`classify`
-runs on every turn of the agent loop and behind ``harness classify``; it never raises. The
+runs on every turn of the agent loop and behind ``harness classify``; it never raises. The only
+state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
+tuples of strings) or holding the object they were computed from, so no call can see another's
+input in its result: validators by schema text (``validate``), the offered tools' text by the list
+(``heuristics.tools_text``), calls recovered from earlier assistant messages by text digest
+(``content``), each history message's reading by its role, text and call strings
+(``heuristics``: the loop hands the whole history again on every turn), and what the tool
+results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds
+results equal with the memos empty and warm. The
 failure modes, the two passes, the recovery steps, the accepted call shapes, the caps and the
 heuristics' rules are documented in docs/failure-modes.md.
 
@@ -167,7 +175,7 @@ def _classify(
     for step_modes, evidence in steps:
         modes |= step_modes
         details.update(evidence)
-    ordered = [m for m in FAILURE_MODES if m in modes]
+    ordered = [m for m in FAILURE_MODES if m in modes] if modes else []
     details["evidence"] = evidence_for(ordered, details, result, calls)
     return Classification(ordered, structured, recovered, _recovered_by(recovered), jsonable(details))
 
