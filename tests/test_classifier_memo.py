@@ -78,7 +78,7 @@ def _forget() -> None:
     heuristics._READS.clear()
     heuristics._READ_CHARS[0] = 0
     for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
-        memo.cache_clear()
+        memo.memo.cache_clear()
 
 
 def _history(past: heuristics.History) -> dict:

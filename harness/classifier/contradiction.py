@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from harness.classifier.content import ContentResult
 from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values
@@ -106,30 +108,44 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
     return found
 
 
-_MEMO = 256
-"""Entries of each memo below: functions of the tool results' text (a str, so a hit is the computed value), bounded."""
+def _memo(function: Callable[[str], _T]) -> Callable[[str], _T]:
+    """``function`` of a text, memoized for texts of at most :data:`MAX_REPAIR_CHARS` characters (one tool result's
+    cap), :data:`_MEMO` of them: a str key, so a hit is what ``function`` gives; at most a few MB held. ``.memo`` is
+    the cache (``memo.cache_clear()`` empties it)."""
+    memo = functools.lru_cache(maxsize=_MEMO)(function)
+
+    def read(text: str) -> _T:
+        return memo(text) if len(text) <= MAX_REPAIR_CHARS else function(text)
+
+    read.memo = memo  # type: ignore[attr-defined]
+    return read
 
 
-@functools.lru_cache(maxsize=_MEMO)
+_MEMO = 64
+"""Entries of each memo of the tool results' text below."""
+_T = TypeVar("_T")
+
+
+@_memo
 def _result_values(results: str) -> tuple[frozenset[str], frozenset[float], tuple[tuple[float, str | None], ...]]:
     """The values (normalized), bare numbers and temperatures the tool results' text states."""
     return frozenset(norm(v) for v in _VALUE.findall(results)), frozenset(bare_numbers(results)), tuple(temperatures(results))
 
 
-@functools.lru_cache(maxsize=_MEMO)
+@_memo
 def _skies(results: str) -> frozenset[str]:
     """The skies the weather words of the tool results' text describe."""
     return frozenset(f for c in CONDITION.findall(results) if (f := sky(c)))
 
 
-@functools.lru_cache(maxsize=_MEMO)
+@_memo
 def _result_pairs(text: str) -> tuple[tuple[str, str], ...]:
     """The ``(key, value)`` scalars of one tool result (:func:`_scalars`), key lower-cased with spaces for
     underscores and value as lower-case text, in order."""
     return tuple((key.lower().replace("_", " "), str(v).lower()) for key, v in _scalars(result_value(text)))
 
 
-@functools.lru_cache(maxsize=_MEMO)
+@_memo
 def _listing_length(text: str) -> int | None:
     """The number of names in a tool result that is a listing (a JSON list of strings, or an object whose one value is
     one), else None."""

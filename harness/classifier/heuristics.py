@@ -255,7 +255,7 @@ _READS: dict[tuple[Any, ...], _Read] = {}
 when it holds :data:`_MAX_READS` messages or :data:`_MAX_READ_CHARS` characters of them. Its keys are tuples of strings,
 so a message changed after it was read is read afresh; a hit holds what :func:`_read` gives (a test holds them equal)."""
 _MAX_READS = 4096
-_MAX_READ_CHARS = 16_000_000
+_MAX_READ_CHARS = 8_000_000
 _READ_CHARS = [0]
 
 
