@@ -172,8 +172,14 @@ def offered_tools(tools: Any) -> dict[str, Any]:
     if type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
         return offered
     for tool in list(tools)[:1000]:
-        fn = get(tool, "function")
+        fn = tool.get("function") if type(tool) is dict else get(tool, "function")  # get() of a plain dict, inline
         spec = fn if type(fn) is dict or isinstance(fn, Mapping) else tool
+        if type(spec) is dict:
+            name = spec.get("name")
+            if isinstance(name, str) and name:
+                params = spec.get("parameters")
+                offered[name] = params if params is not None else spec.get("input_schema")
+            continue
         name = get(spec, "name")
         if isinstance(name, str) and name:
             params = get(spec, "parameters")
@@ -298,18 +304,20 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
     for item in list(tool_calls)[:MAX_STRUCTURED_CALLS]:
         if type(item) is not dict and not isinstance(item, Mapping):
             continue
-        fn = get(item, "function")
+        plain = type(item) is dict
+        fn = item.get("function") if plain else get(item, "function")  # get() of a plain dict, inline
         spec = fn if type(fn) is dict or isinstance(fn, Mapping) else item
-        name = get(spec, "name")
-        raw = get(spec, "arguments")
+        read = spec.get if type(spec) is dict else lambda key, spec=spec: get(spec, key)
+        name = read("name")
+        raw = read("arguments")
         if raw is None:
-            raw = get(spec, "parameters")
+            raw = read("parameters")
         explicit_null = raw is None and isinstance(spec, Mapping) and ("arguments" in spec or "parameters" in spec)
         args, errors, arg_modes = args_from_raw(raw, structured=True)
         if explicit_null:
             errors = ["arguments are null, not an object"]
         modes |= arg_modes
-        call_id = get(item, "id")
+        call_id = item.get("id") if plain else get(item, "id")
         calls.append(
             ToolCall(
                 name=name if isinstance(name, str) else "",
