@@ -1,7 +1,15 @@
 """Classify one assistant reply: which tool calls can be recovered, which failure modes it shows.
 
 Pure package: no I/O, no clock, no imports from the loop, ledger or backends. :func:`classify`
-runs on every turn of the agent loop and behind ``harness classify``; it never raises. The
+runs on every turn of the agent loop and behind ``harness classify``; it never raises. The only
+state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
+tuples of strings) or holding the object they were computed from, so no call can see another's
+input in its result: validators by schema text (``validate``), the offered tools' text by the list
+(``heuristics.tools_text``), calls recovered from earlier assistant messages by text digest
+(``content``), each history message's reading by its role, text and call strings
+(``heuristics``: the loop hands the whole history again on every turn), and what the tool
+results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds
+results equal with the memos empty and warm. The
 failure modes, the two passes, the recovery steps, the accepted call shapes, the caps and the
 heuristics' rules are documented in docs/failure-modes.md.
 
@@ -24,6 +32,7 @@ from harness.classifier.evidence import evidence_for
 from harness.classifier.fabrication import fabrication_step
 from harness.classifier.heuristics import escape_step, repeat_step, scan_history, truncation_step
 from harness.classifier.narration import no_call_step
+from harness.classifier.readings import units
 from harness.classifier.types import (
     CLASSIFIER_VERSION,
     FAILURE_MODES,
@@ -121,7 +130,7 @@ vendor's call markers included) and payload (the other envelope modes describe t
 
 def _problems(value: Any) -> list[str]:
     """The ``stream_problems`` input as a list of short strings (anything else counts as none)."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+    if type(value) is not list and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
         return []
     return [short(p) for p in value if isinstance(p, str) and p]
 
@@ -131,7 +140,7 @@ def _classify(
 ) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
-    known = isinstance(tools, Sequence) and not isinstance(tools, (str, bytes))
+    known = type(tools) is list or (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)))
     content, clipped = response_content(response)
     structured, structured_modes = structured_calls(get(response, "tool_calls"))
     result = analyse_content(content, offered, tools_known=known)
@@ -139,19 +148,21 @@ def _classify(
     recovered = result.calls + (reasoning.calls if reasoning else [])
     calls = structured + recovered
     attempts = len(structured) + result.attempts + (reasoning.attempts if reasoning else 0) + (rejected is not None)
+    keys = [c.canonical() for c in calls]  # drawn once: validation changes no call's name or arguments
     steps = [
         envelope_step(structured_modes, result, clipped),
-        multiple_calls_step(structured, result),
+        multiple_calls_step(structured, result, keys[: len(structured)]),
         structured_cap_step(get(response, "tool_calls")),
         _reasoning_step(reasoning),
         multiple_calls_step([], reasoning) if reasoning else (set(), {}),  # it counts calls, wherever written
         validation_step(calls, tools, offered),
     ]
     past = scan_history(history, offered)
+    seq = units(result.visible) if result.visible else []  # read once for the fabrication and narration steps
     steps += [
-        repeat_step(calls, past),
-        fabrication_step(result, calls, past, tools),
-        no_call_step(result, attempts, response, tools, requires_tool),
+        repeat_step(calls, past, keys),
+        fabrication_step(result, calls, past, tools, seq),
+        no_call_step(result, attempts, response, tools, requires_tool, seq),
         requirement_step(requires_tool, attempts, past, tools, result),
         truncation_step(response),
         markup_step(result),
@@ -164,7 +175,7 @@ def _classify(
     for step_modes, evidence in steps:
         modes |= step_modes
         details.update(evidence)
-    ordered = [m for m in FAILURE_MODES if m in modes]
+    ordered = [m for m in FAILURE_MODES if m in modes] if modes else []
     details["evidence"] = evidence_for(ordered, details, result, calls)
     return Classification(ordered, structured, recovered, _recovered_by(recovered), jsonable(details))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -474,9 +474,12 @@ def envelope_step(structured_modes: set[str], content: ContentResult, clipped: i
     return modes, evidence
 
 
-def multiple_calls_step(structured: list[ToolCall], content: ContentResult) -> tuple[set[str], dict[str, Any]]:
-    """``multiple_calls``: structured calls plus content attempts that do not repeat a structured call."""
-    structured_keys = {c.canonical() for c in structured}
+def multiple_calls_step(
+    structured: list[ToolCall], content: ContentResult, keys: Sequence[str] | None = None
+) -> tuple[set[str], dict[str, Any]]:
+    """``multiple_calls``: structured calls plus content attempts that do not repeat a structured call (``keys``: the
+    structured calls' :meth:`~ToolCall.canonical` keys when already drawn)."""
+    structured_keys = set(keys) if keys is not None else {c.canonical() for c in structured}
     extra = [k for k in content.canonicals if k not in structured_keys]
     if len(structured) + len(extra) > 1:
         return {"multiple_calls"}, {}

@@ -4,10 +4,13 @@ returned (docs/failure-modes.md). The value comparisons are :mod:`harness.classi
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from harness.classifier.content import ContentResult
-from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values, tools_text
+from harness.classifier.heuristics import FILE_TOKEN, History, path_values, string_values
 from harness.classifier.readings import unhedged
 from harness.classifier.types import MAX_REPAIR_CHARS, ToolCall
 from harness.classifier.values import (
@@ -15,6 +18,7 @@ from harness.classifier.values import (
     bare_numbers,
     norm,
     numbers,
+    result_value,
     sky,
     temperature_given,
     temperatures,
@@ -52,7 +56,7 @@ def contradictions(claims: str, content: ContentResult, calls: list[ToolCall], p
     dropped and the check repeated (most final answers repeat what the tools said, so the
     costlier sentence split is rarely needed).
     """
-    known = "\n".join([*past.known_parts, tools_text(tools)]).lower()
+    known = past.known(tools)
     found = _unexplained(claims, content, calls, past, known)
     return _unexplained(unhedged(claims), content, calls, past, known) if found else []
 
@@ -64,10 +68,10 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
     found: list[str] = []
     seen: set[str] = set()
     results = "\n".join(past.tool_results)
-    result_values: set[str] | None = None
+    result_values: frozenset[str] | None = None
     known_norm = ""
-    result_numbers: set[float] = set()
-    result_temps: list[tuple[float, str | None]] = []
+    result_numbers: frozenset[float] = frozenset()
+    result_temps: tuple[tuple[float, str | None], ...] = ()
     for text in texts:
         for m in FILE_TOKEN.finditer(text[:MAX_REPAIR_CHARS]):
             token = m.group(1).lower()
@@ -82,10 +86,10 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
                 break  # bounded: a reply that states thousands of distinct values has been judged by then
             seen.add(value)
             if result_values is None:  # only replies that state values pay for reading the results' values
-                result_values, known_norm = {norm(v) for v in _VALUE.findall(results)}, norm(known)
-                result_numbers, result_temps = bare_numbers(results), temperatures(results)
+                result_values, result_numbers, result_temps = _result_values(results)
+                known_norm = norm(known)
             temperature = TEMPERATURE.fullmatch(value.strip())
-            if temperature and temperature_given(value, result_temps):
+            if temperature and temperature_given(value, list(result_temps)):
                 continue
             if not temperature and numbers(value) & result_numbers:
                 continue  # the tool's number with a unit or a format of its own ("65%" for humidity 65, "4250" for 4,250.00)
@@ -95,13 +99,62 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
             measured = bool(temperature or dated)
             if (result_values or measured) and normal not in result_values and normal not in known_norm:
                 found.append(f"value: {value}")
-    conditions = {f for c in CONDITION.findall(results) if (f := sky(c))}
+    conditions = _skies(results)
     stated = {f for c in CONDITION.findall(claims) if (f := sky(c))} if conditions else set()
     if conditions and stated - conditions:
         found.append(f"condition: {sorted(stated - conditions)[0]} (the tool said {', '.join(sorted(conditions))})")
     found += _count_mismatch(texts, past)
     found += _keyed_mismatch(texts, past)
     return found
+
+
+def _memo(function: Callable[[str], _T]) -> Callable[[str], _T]:
+    """``function`` of a text, memoized for texts of at most :data:`MAX_REPAIR_CHARS` characters (one tool result's
+    cap), :data:`_MEMO` of them: a str key, so a hit is what ``function`` gives; at most a few MB held. ``.memo`` is
+    the cache (``memo.cache_clear()`` empties it)."""
+    memo = functools.lru_cache(maxsize=_MEMO)(function)
+
+    def read(text: str) -> _T:
+        return memo(text) if len(text) <= MAX_REPAIR_CHARS else function(text)
+
+    read.memo = memo  # type: ignore[attr-defined]
+    return read
+
+
+_MEMO = 64
+"""Entries of each memo of the tool results' text below."""
+_T = TypeVar("_T")
+
+
+@_memo
+def _result_values(results: str) -> tuple[frozenset[str], frozenset[float], tuple[tuple[float, str | None], ...]]:
+    """The values (normalized), bare numbers and temperatures the tool results' text states."""
+    return frozenset(norm(v) for v in _VALUE.findall(results)), frozenset(bare_numbers(results)), tuple(temperatures(results))
+
+
+@_memo
+def _skies(results: str) -> frozenset[str]:
+    """The skies the weather words of the tool results' text describe."""
+    return frozenset(f for c in CONDITION.findall(results) if (f := sky(c)))
+
+
+@_memo
+def _result_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """The ``(key, value)`` scalars of one tool result (:func:`_scalars`), key lower-cased with spaces for
+    underscores and value as lower-case text, in order."""
+    return tuple((key.lower().replace("_", " "), str(v).lower()) for key, v in _scalars(result_value(text)))
+
+
+@_memo
+def _listing_length(text: str) -> int | None:
+    """The number of names in a tool result that is a listing (a JSON list of strings, or an object whose one value is
+    one), else None."""
+    value = result_value(text)
+    if isinstance(value, dict) and len(value) == 1:  # {"files": [...]}
+        value = next(iter(value.values()))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return len(value)
+    return None
 
 
 def _scalars(value: object, key: str = "", depth: int = 0) -> list[tuple[str, object]]:
@@ -129,8 +182,8 @@ def _keyed_mismatch(texts: list[str], past: History) -> list[str]:
     that differ (beyond rounding), one-word strings that differ. Only keys with one value in all the results."""
     pairs: dict[str, set[str]] = {}
     for index in range(max(0, len(past.tool_results) - 8), len(past.tool_results)):
-        for key, v in _scalars(past.result_value(index)):
-            pairs.setdefault(key.lower().replace("_", " "), set()).add(str(v).lower())
+        for key, v in _result_pairs(past.tool_results[index]):
+            pairs.setdefault(key, set()).add(v)
     text = "\n".join(texts)[:MAX_REPAIR_CHARS]
     for key, values in list(pairs.items())[:100]:
         if len(values) != 1 or len(key) < 3:
@@ -160,19 +213,12 @@ def _count_mismatch(texts: list[str], past: History) -> list[str]:
     counts = [m for text in texts if "file" in text.lower() for m in COUNT.finditer(text)]
     if not counts:
         return []
-    listing = None
-    for index in reversed(range(len(past.tool_results))):
-        value = past.result_value(index)
-        if isinstance(value, dict) and len(value) == 1:  # {"files": [...]}
-            value = next(iter(value.values()))
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            listing = value
-            break
-    if listing is None:
+    listed = next((n for text in reversed(past.tool_results) if (n := _listing_length(text)) is not None), None)
+    if listed is None:
         return []
     for m in counts:
         word = next(g for g in m.groups() if g).lower()
         number = int(word) if word.isdigit() else _NUMBER_WORDS.get(word)
-        if number is not None and number != len(listing):
-            return [f"count: {m.group()} (the listing held {len(listing)})"]
+        if number is not None and number != listed:
+            return [f"count: {m.group()} (the listing held {listed})"]
     return []

@@ -59,7 +59,12 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
         calls: every call of the reply.
     """
     out: dict[str, Any] = {}
-    first_call = content.excerpts[0] if content.excerpts else (_call_text(calls[0]) if calls else "")
+    if not modes:
+        return out
+
+    def first_call() -> str:
+        return content.excerpts[0] if content.excerpts else (_call_text(calls[0]) if calls else "")
+
     structured = next((c for c in calls if c.source == "structured"), None)
     for mode in modes:
         if mode in content.spans:  # the content's own text of the first attempt that shows the mode
@@ -77,9 +82,9 @@ def evidence_for(modes: list[str], details: dict[str, Any], content: ContentResu
         elif mode == "mixed_prose":
             span = content.prose.strip()
         elif mode in ("tool_call_tags_in_content", "wrong_wrapper_tag"):
-            span = ", ".join(details.get("wrappers", [])) or first_call
+            span = ", ".join(details.get("wrappers", [])) or first_call()
         elif mode in _FROM_CALLS:
-            span = first_call
+            span = first_call()
         else:
             span = ""
         out[mode] = {"rule": RULES.get(mode, ""), "span": short(span)}

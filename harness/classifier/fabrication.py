@@ -44,12 +44,14 @@ from harness.classifier.values import TEMPERATURE, temperature_given, temperatur
 __all__ = ["fabrication_step", "result_markup", "tool_only_facts"]
 
 
-def fabrication_step(content: ContentResult, calls: list[ToolCall], past: History, tools: Any) -> tuple[set[str], dict[str, Any]]:
-    """``fabricated_tool_result``: evidence is the list of what was found (markup, ``"weather: ..."``,
-    ``"listing: ..."``, unexplained ``stem.ext`` tokens, values no tool returned)."""
-    seq = units(content.visible)
-    known = "\n".join([*past.known_parts, tools_text(tools)]).lower()
-    results = " ".join(" ".join(past.tool_results).split())
+def fabrication_step(
+    content: ContentResult, calls: list[ToolCall], past: History, tools: Any, seq: list[Unit] | None = None
+) -> tuple[set[str], dict[str, Any]]:
+    """``fabricated_tool_result``: evidence is the list of what was found (markup, ``"weather: ..."``, ``"listing: ..."``,
+    unexplained ``stem.ext`` tokens, values no tool returned). ``seq``: :func:`units` of the visible text, if read."""
+    seq = seq if seq is not None else units(content.visible) if content.visible else []  # a reply that only calls has none
+    known = past.known(tools)
+    results = " ".join(" ".join(past.tool_results).split()) if _MARKUP.search(content.visible) else ""  # read by markup only
     found = result_markup(content, seq, known, results) if tools != [] else []  # with no tool offered, there is no output to fake
     if past.tool_answered:
         found += contradictions(_claims(content, seq), content, calls, past, tools)

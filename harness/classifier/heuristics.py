@@ -22,13 +22,15 @@ from harness.classifier.types import (
     MAX_HISTORY_TEXT,
     MAX_REPAIR_CHARS,
     PLAIN_JSON,
+    UNPARSED_ARGUMENTS,
     ToolCall,
     get,
     jsonable,
     short,
     text_of,
+    unparsed_key,
 )
-from harness.classifier.validate import pairs_in, structured_calls
+from harness.classifier.validate import MAX_STRUCTURED_CALLS, pairs_in, structured_calls
 from harness.classifier.values import result_value
 from harness.tool_protocol import is_tool_result
 
@@ -83,11 +85,14 @@ def _path_key(key: str) -> bool:
     return bool(_PATH_KEY.search(snake))
 
 
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
 def _escapes_sandbox(path: str) -> bool:
     p = path.strip()
     if not p:
         return False
-    if p.startswith(("/", "\\", "~")) or re.match(r"[A-Za-z]:", p) or p.lower().startswith("file:"):
+    if p.startswith(("/", "\\", "~")) or _DRIVE.match(p) or p.lower().startswith("file:"):
         return True
     norm = posixpath.normpath(p.replace("\\", "/"))
     return norm == ".." or norm.startswith("../")
@@ -171,6 +176,14 @@ class History:
     tool_results: list[str] = field(default_factory=list)
     user_code: bool = False
     _values: dict[int, object] = field(default_factory=dict, repr=False, compare=False)
+    _known: str | None = field(default=None, repr=False, compare=False)
+
+    def known(self, tools: Any) -> str:
+        """``known_parts`` and the offered tools' text (:func:`tools_text`), joined and lower-cased: what the model
+        has seen or written (computed once per classification; ``tools`` is the classification's own)."""
+        if self._known is None:
+            self._known = "\n".join([*self.known_parts, tools_text(tools)]).lower()
+        return self._known
 
     def result_value(self, index: int) -> object | None:
         """:func:`~harness.classifier.values.result_value` of ``tool_results[index]`` (read once per classification;
@@ -195,48 +208,144 @@ def _unescaped(text: str) -> str:
     return f"{text}\n{decoded}"
 
 
-def scan_history(history: Any, offered: Mapping[str, Any]) -> History:
-    """Read the ``MAX_HISTORY_MESSAGES`` most recent OpenAI-shape messages (anything else counts as empty)."""
+@dataclass(frozen=True)
+class _Read:
+    """What one history message tells :class:`History`, before the text budget is applied.
+
+    Attributes:
+        text: the message's text.
+        tool_result: it carries a tool's answer; ``prompt``: it is a system, user or developer message that does not.
+        user_code: a user message holding code.
+        keys: the repeat keys of an assistant message's structured calls whose arguments parsed.
+        unparsed: how many of its structured calls have arguments no repair parsed (each gets a fresh key per
+            classification, as :meth:`ToolCall.canonical` draws one).
+        parts: those calls' arguments as JSON text (all of them, in order).
+        content_calls: an assistant message with text and no structured call (its calls are recovered from the text).
+        known: the text with JSON escapes also written out (:func:`_unescaped`), or ``""`` without text.
+    """
+
+    text: str
+    tool_result: bool
+    prompt: bool
+    user_code: bool
+    keys: tuple[str, ...]
+    unparsed: int
+    parts: tuple[str, ...]
+    content_calls: bool
+    known: str
+
+
+def _read(message: Any) -> _Read:
+    """What one OpenAI-shape message tells the history (anything that is not a Mapping tells nothing)."""
+    role = get(message, "role")
+    text = text_of(get(message, "content"))
+    tool_result = is_tool_result(role, text)  # native tool messages, or prompt mode's <tool_response> user messages
+    prompt = not tool_result and role in ("system", "user", "developer")
+    user_code = prompt and role == "user" and _USER_CODE.search(text[:MAX_REPAIR_CHARS]) is not None
+    hcalls = structured_calls(get(message, "tool_calls"))[0] if role == "assistant" else []
+    keys = tuple(c.canonical() for c in hcalls if UNPARSED_ARGUMENTS not in c.errors)
+    parts = tuple(PLAIN_JSON.encode(c.arguments) for c in hcalls)
+    content_calls = role == "assistant" and not hcalls and bool(text)
+    known = _unescaped(text) if text else ""
+    return _Read(text, tool_result, prompt, user_code, keys, len(hcalls) - len(keys), parts, content_calls, known)
+
+
+_READS: dict[tuple[Any, ...], _Read] = {}
+"""Memo of :func:`_read` by :func:`_message_key` (the loop hands the whole history again on every turn). Bounded: cleared
+when it holds :data:`_MAX_READS` messages or :data:`_MAX_READ_CHARS` characters of them. Its keys are tuples of strings,
+so a message changed after it was read is read afresh; a hit holds what :func:`_read` gives (a test holds them equal)."""
+_MAX_READS = 4096
+_MAX_READ_CHARS = 8_000_000
+_READ_CHARS = [0]
+
+
+def _message_key(message: Any) -> tuple[Any, ...] | None:
+    """The strings that decide a plain message's :func:`_read`: role, content, and for an assistant message each
+    structured call's name and argument string; None for any other shape (read without the memo)."""
+    if type(message) is not dict:
+        return None
+    role, content = message.get("role"), message.get("content")
+    if (role is not None and type(role) is not str) or (content is not None and type(content) is not str):
+        return None
+    if role != "assistant":
+        return (role, content)
+    tool_calls = message.get("tool_calls")
+    if tool_calls is None:
+        return (role, content, None)
+    if type(tool_calls) is not list or len(tool_calls) > MAX_STRUCTURED_CALLS:
+        return None
+    calls = []
+    for item in tool_calls:
+        fn = item.get("function") if type(item) is dict else None
+        if type(fn) is not dict or type(fn.get("name")) is not str or type(fn.get("arguments")) is not str:
+            return None
+        calls.append((fn["name"], fn["arguments"]))
+    return (role, content, tuple(calls))
+
+
+def _remembered(message: Any) -> _Read:
+    """:func:`_read` of ``message``, from the memo when its key was read before."""
+    key = _message_key(message)
+    if key is None:
+        return _read(message)
+    read = _READS.get(key)
+    if read is None:
+        read = _read(message)
+        size = len(read.text) + sum(map(len, read.parts))
+        if len(_READS) >= _MAX_READS or _READ_CHARS[0] + size > _MAX_READ_CHARS:
+            _READS.clear()
+            _READ_CHARS[0] = 0
+        _READS[key] = read
+        _READ_CHARS[0] += size
+    return read
+
+
+def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True) -> History:
+    """Read the ``MAX_HISTORY_MESSAGES`` most recent OpenAI-shape messages (anything else counts as empty).
+
+    ``memo`` False reads every message afresh instead of from the bounded memo of messages read before (same result).
+    """
     past = History()
     messages = (
-        list(history)[-MAX_HISTORY_MESSAGES:] if isinstance(history, Sequence) and not isinstance(history, (str, bytes)) else []
+        list(history)[-MAX_HISTORY_MESSAGES:]
+        if (type(history) is list or (isinstance(history, Sequence) and not isinstance(history, (str, bytes))))
+        else []
     )
     budget = MAX_HISTORY_TEXT
+    known_parts, earlier = past.known_parts, past.earlier
     for message in messages:
         if type(message) is not dict and not isinstance(message, Mapping):
             continue
-        role = get(message, "role")
-        text = text_of(get(message, "content"))
-        if is_tool_result(role, text):
-            past.tool_answered = True  # native tool messages, or prompt mode's <tool_response> user messages
+        read = _remembered(message) if memo else _read(message)
+        text = read.text
+        if read.tool_result:
+            past.tool_answered = True
             past.tool_results.append(text[:MAX_REPAIR_CHARS])
-        elif role in ("system", "user", "developer"):
+        elif read.prompt:
             past.prompt_parts.append(text[:MAX_REPAIR_CHARS])
-            if role == "user" and _USER_CODE.search(text[:MAX_REPAIR_CHARS]):
-                past.user_code = True
-        if role == "assistant":
-            hcalls, _ = structured_calls(get(message, "tool_calls"))
-            if hcalls:
-                past.earlier.update(c.canonical() for c in hcalls)
-                for c in hcalls:
-                    part = PLAIN_JSON.encode(c.arguments)
-                    past.known_parts.append(part[:budget])
-                    budget -= len(part)
-            elif text:
-                past.earlier.update(history_content_calls(text, offered))
+            past.user_code = past.user_code or read.user_code
+        if read.parts:
+            earlier.update(read.keys)
+            if read.unparsed:
+                earlier.update(unparsed_key() for _ in range(read.unparsed))
+            for part in read.parts:
+                known_parts.append(part[:budget])
+                budget -= len(part)
+        elif read.content_calls:
+            earlier.update(history_content_calls(text, offered))
         if text and budget > 0:
-            known = _unescaped(text)  # caf\u00e9.txt in a tool's JSON explains café.txt
-            past.known_parts.append(known[:budget])
-            budget -= len(known)
+            known_parts.append(read.known[:budget])
+            budget -= len(read.known)
     return past
 
 
 # --------------------------------------------------------------------------- steps
 
 
-def repeat_step(calls: list[ToolCall], past: History) -> tuple[set[str], dict[str, Any]]:
-    """``repeated_call``: a call whose canonical name and arguments equal an earlier call's."""
-    repeats = [key for key in (c.canonical() for c in calls) if key in past.earlier]
+def repeat_step(calls: list[ToolCall], past: History, keys: Sequence[str] | None = None) -> tuple[set[str], dict[str, Any]]:
+    """``repeated_call``: a call whose canonical name and arguments equal an earlier call's (``keys``: the calls'
+    :meth:`~ToolCall.canonical` keys when already drawn, in order)."""
+    repeats = [key for key in (keys if keys is not None else [c.canonical() for c in calls]) if key in past.earlier]
     if not repeats:
         return set(), {}
     return {"repeated_call"}, {"repeated_call": sorted(set(repeats))}

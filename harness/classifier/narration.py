@@ -125,11 +125,17 @@ _RESULT_OPEN = re.compile(rf"<\s*(?:{RESULT_TAGS})\b[^>]*>", re.I)
 _RESULT_CLOSE = re.compile(rf"</\s*(?:{RESULT_TAGS})\s*>", re.I)
 
 
-def no_call_step(
-    content: ContentResult, attempts: int, response: Any, tools: Any, requires_tool: bool | None
+def no_call_step(  # noqa: PLR0913 - the reply, what it attempted, the scenario's tools and flag, its units
+    content: ContentResult,
+    attempts: int,
+    response: Any,
+    tools: Any,
+    requires_tool: bool | None,
+    seq: list[Unit] | None = None,
 ) -> tuple[set[str], dict[str, Any]]:
     """``empty_response`` (no visible text) or ``narration_without_call`` (an announcement of the
-    reply's own tool action, a shell command, or code handed over), when the reply attempts no call."""
+    reply's own tool action, a shell command, or code handed over), when the reply attempts no call. ``seq``:
+    :func:`units` of the visible text when already read."""
     if attempts:
         return set(), {}
     if not content.visible.strip():
@@ -143,7 +149,7 @@ def no_call_step(
     cue = _NARRATION.search(prose) or _NARRATION_CJK.search(prose) or _TASK_START.search(prose) or _bare_progressive(prose)
     if cue:
         return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
-    seq = units(content.visible)
+    seq = units(content.visible) if seq is None else seq
     fake = _fake_results(content.visible)
     shell = next((m for u in seq if not _inside(u, fake) and (m := _SHELL_ACTION.search(u.text))), None)
     shell = shell or next((m for u in seq if not u.fence and not _inside(u, fake) and (m := _inline_command(u.text))), None)

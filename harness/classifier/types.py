@@ -38,6 +38,7 @@ __all__ = [
     "jsonable",
     "short",
     "text_of",
+    "unparsed_key",
 ]
 
 #: Bump whenever any label for some input can change; stored with every label set.
@@ -160,7 +161,7 @@ class ToolCall:
         key is then a fresh one on every call, equal to no other key (an object id could be reused by a later call
         while a memoized history still holds it)."""
         if UNPARSED_ARGUMENTS in self.errors:
-            return f"\x00unparsed:{next(_UNPARSED_KEYS)}"
+            return unparsed_key()
         return _canonical(self.name, self.arguments)
 
     def to_dict(self) -> dict[str, Any]:
@@ -310,6 +311,11 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return short(value)
+
+
+def unparsed_key() -> str:
+    """A fresh repeat key for a call whose arguments no repair parsed: equal to no other key (see :meth:`ToolCall.canonical`)."""
+    return f"\x00unparsed:{next(_UNPARSED_KEYS)}"
 
 
 def _canonical(name: str, arguments: Any) -> str:

@@ -57,7 +57,7 @@ _VALIDATORS: dict[str, Any] = {}
 
 def schema_properties(schema: Any) -> list[str]:
     """The string property names of an object schema, in declaration order (``[]`` otherwise)."""
-    if isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping):
+    if (type(schema) is dict or isinstance(schema, Mapping)) and isinstance(schema.get("properties"), Mapping):
         return [k for k in schema["properties"] if isinstance(k, str)]
     return []
 
@@ -113,14 +113,15 @@ def _plainly_valid(schema: Any, arguments: dict) -> bool:
     props, required = schema.get("properties", {}), schema.get("required", [])
     if type(props) is not dict or type(required) is not list or not all(key in arguments for key in required):
         return False
-    for key, value in arguments.items():
-        spec = props.get(key)
+    for spec in props.values():
         if type(spec) is not dict or not spec.keys() <= _PLAIN_PROPERTY_KEYS:
             return False
-        kind = _PLAIN_TYPES.get(spec.get("type")) if type(spec.get("type")) is str else None
+    for key, value in arguments.items():
+        spec = props.get(key)  # a property's spec (a plain dict, checked above), or None for an argument not named
+        kind = _PLAIN_TYPES.get(spec.get("type")) if spec is not None and type(spec.get("type")) is str else None
         if kind is None or not isinstance(value, kind):
             return False
-    return all(type(spec) is dict and spec.keys() <= _PLAIN_PROPERTY_KEYS for spec in props.values())
+    return True
 
 
 def _schema_errors(schema: Any, arguments: dict) -> list[str]:
@@ -144,7 +145,7 @@ def _checked_errors(schema: Any, arguments: dict) -> list[str]:
                         break
         except Exception:  # noqa: BLE001 - the tool's schema is broken (an unresolvable $ref): not the model's fault
             return errors
-    if isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping):
+    if (type(schema) is dict or isinstance(schema, Mapping)) and isinstance(schema.get("properties"), Mapping):
         if not any(k in schema for k in _EXTRAS_DECIDED_BY):
             props = schema["properties"]
             patterns = schema.get("patternProperties")
@@ -168,11 +169,17 @@ def _checked_errors(schema: Any, arguments: dict) -> list[str]:
 def offered_tools(tools: Any) -> dict[str, Any]:
     """``{name: parameters schema}`` from OpenAI-style (or bare) tool definitions."""
     offered: dict[str, Any] = {}
-    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+    if type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
         return offered
     for tool in list(tools)[:1000]:
-        fn = get(tool, "function")
+        fn = tool.get("function") if type(tool) is dict else get(tool, "function")  # get() of a plain dict, inline
         spec = fn if type(fn) is dict or isinstance(fn, Mapping) else tool
+        if type(spec) is dict:
+            name = spec.get("name")
+            if isinstance(name, str) and name:
+                params = spec.get("parameters")
+                offered[name] = params if params is not None else spec.get("input_schema")
+            continue
         name = get(spec, "name")
         if isinstance(name, str) and name:
             params = get(spec, "parameters")
@@ -189,7 +196,7 @@ def args_from_raw(raw: Any, *, structured: bool) -> tuple[dict, list[str], set[s
     modes: set[str] = set()
     if raw is None:
         return {}, [], modes
-    if isinstance(raw, Mapping):
+    if type(raw) is dict or isinstance(raw, Mapping):
         return jsonable(raw), [], modes
     if isinstance(raw, str):
         if not raw.strip():
@@ -292,23 +299,25 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
     :data:`MAX_STRUCTURED_CALLS` only (:func:`structured_overflow` gives the rest)."""
     calls: list[ToolCall] = []
     modes: set[str] = set()
-    if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)):
+    if type(tool_calls) is not list and (not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes))):
         return calls, modes
     for item in list(tool_calls)[:MAX_STRUCTURED_CALLS]:
         if type(item) is not dict and not isinstance(item, Mapping):
             continue
-        fn = get(item, "function")
+        plain = type(item) is dict
+        fn = item.get("function") if plain else get(item, "function")  # get() of a plain dict, inline
         spec = fn if type(fn) is dict or isinstance(fn, Mapping) else item
-        name = get(spec, "name")
-        raw = get(spec, "arguments")
+        read = spec.get if type(spec) is dict else lambda key, spec=spec: get(spec, key)
+        name = read("name")
+        raw = read("arguments")
         if raw is None:
-            raw = get(spec, "parameters")
+            raw = read("parameters")
         explicit_null = raw is None and isinstance(spec, Mapping) and ("arguments" in spec or "parameters" in spec)
         args, errors, arg_modes = args_from_raw(raw, structured=True)
         if explicit_null:
             errors = ["arguments are null, not an object"]
         modes |= arg_modes
-        call_id = get(item, "id")
+        call_id = item.get("id") if plain else get(item, "id")
         calls.append(
             ToolCall(
                 name=name if isinstance(name, str) else "",
@@ -329,7 +338,7 @@ def structured_overflow(tool_calls: Any) -> list[ToolCall]:
     Returns:
         One :class:`ToolCall` per call object after the 128th, in order (``[]`` for at most 128).
     """
-    if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)):
+    if type(tool_calls) is not list and (not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes))):
         return []
     rest = list(tool_calls)[MAX_STRUCTURED_CALLS:]
     chunks = (structured_calls(rest[i : i + MAX_STRUCTURED_CALLS])[0] for i in range(0, len(rest), MAX_STRUCTURED_CALLS))
@@ -341,7 +350,8 @@ def structured_cap_step(tool_calls: Any) -> tuple[set[str], dict[str, Any]]:
 
     The detail is ``{"structured_calls": total, "acted_on": 128, "refused": total - 128}`` (call objects only).
     """
-    if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes)) or len(tool_calls) <= MAX_STRUCTURED_CALLS:
+    listed = type(tool_calls) is list or (isinstance(tool_calls, Sequence) and not isinstance(tool_calls, (str, bytes)))
+    if not listed or len(tool_calls) <= MAX_STRUCTURED_CALLS:
         return set(), {}
     refused = sum(isinstance(item, Mapping) for item in list(tool_calls)[MAX_STRUCTURED_CALLS:])
     if not refused:
@@ -398,7 +408,7 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
     """
     modes: set[str] = set()
     evidence: dict[str, Any] = {}
-    if tools is None or not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+    if tools is None or (type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)))):
         return _nameless(calls)  # the offered tools are not known: only a call with no name is judged
     tool_names = frozenset(offered)
     BUDGET.set(PatternBudget())  # this reply's pattern checks start afresh

@@ -1,0 +1,134 @@
+"""The classifier's memos (issue 14: the loop hands the whole history again on every turn) change no result.
+
+History messages are read once into a bounded memo keyed by their strings, and what the tool results' text holds
+(values, skies, scalars, listing lengths) is memoized by that text. These tests classify generated histories with
+the memos empty and again with them warm, and read histories with and without the message memo, and require the
+same result; a message changed after it was read must be read afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.classifier import classify, contradiction, heuristics
+from harness.classifier.validate import offered_tools
+from tests.helpers import FILE_TOOLS
+
+_NAMES = st.sampled_from(["a.txt", "notes.md", "report.txt", "café.txt", "data.csv", "x"])
+_ARGS = st.dictionaries(st.sampled_from(["path", "content", "extra"]), _NAMES | st.integers(0, 5), max_size=2)
+_ARGUMENTS = st.one_of(
+    _ARGS.map(json.dumps),  # the loop's shape: JSON text
+    _ARGS,  # an object
+    st.sampled_from(['{"path": "a', "not json", "", '"{\\"path\\": \\"x\\"}"', "[1, 2]", '{"path": "../up"}']),
+    st.none(),
+)
+_CALL = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "id": st.sampled_from(["c1", "c2"]),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {"name": st.sampled_from(["list_files", "read_file", "write_file", "nope"]), "arguments": _ARGUMENTS}
+            ),
+        }
+    ),  # fmt: skip
+    st.fixed_dictionaries({"name": st.sampled_from(["list_files", "read_file"]), "parameters": _ARGS}),  # bare shape
+    st.just("not a call"),
+)
+_TEXT = st.one_of(
+    st.lists(_NAMES, max_size=4).map(json.dumps),  # a listing a tool returned
+    st.builds(lambda n, names: f"There are {n} files: {', '.join(names)}.", st.integers(0, 4), st.lists(_NAMES, max_size=3)),
+    st.sampled_from(
+        [
+            '{"temperature_c": 17, "condition": "sunny", "humidity": 65}',
+            "caf\\u00e9.txt",
+            "wrote 9 bytes",
+            "```\ndef f():\n    pass\n```",
+            '<tool_response>["a.txt"]</tool_response>',
+            '{"name": "list_files", "arguments": {"path": "."}}',
+            "It is 20°C and rainy.",
+            "",
+        ]
+    ),  # fmt: skip
+    st.text(max_size=30),
+)
+_MESSAGE = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "tool", "function", "developer"]), "content": _TEXT}),
+    st.fixed_dictionaries(
+        {"role": st.just("assistant"), "content": st.none() | _TEXT},
+        optional={"tool_calls": st.none() | st.lists(_CALL, max_size=3)},
+    ),
+    st.fixed_dictionaries({"role": st.none() | st.integers(), "content": st.none() | st.lists(st.just({"text": "a.txt"}))}),
+    st.just("not a message"),
+)
+_HISTORY = st.lists(_MESSAGE, max_size=8)
+_RESPONSE = st.one_of(
+    st.fixed_dictionaries({"content": _TEXT}),
+    st.fixed_dictionaries({"content": st.none() | st.just(""), "tool_calls": st.lists(_CALL, min_size=1, max_size=2)}),
+)
+_OFFERED = offered_tools(FILE_TOOLS)
+
+
+def _forget() -> None:
+    """Empty every memo the history and the tool results fill."""
+    heuristics._READS.clear()
+    heuristics._READ_CHARS[0] = 0
+    for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
+        memo.memo.cache_clear()
+
+
+def _history(past: heuristics.History) -> dict:
+    """A history's reading, its unparsed repeat keys (fresh on every reading, equal to no other key) as a count."""
+    fields = dataclasses.asdict(past)
+    fields["earlier"] = sorted(k for k in past.earlier if not k.startswith("\x00unparsed:"))
+    fields["unparsed"] = sum(k.startswith("\x00unparsed:") for k in past.earlier)
+    return fields
+
+
+def _whole(result) -> str:
+    return json.dumps(result.to_dict(), ensure_ascii=False, default=repr)
+
+
+@given(_HISTORY)
+@settings(max_examples=300, deadline=None)
+def test_a_history_read_from_the_memo_is_the_fresh_reading(history):
+    fresh = _history(heuristics.scan_history(history, _OFFERED, memo=False))
+    _forget()
+    assert _history(heuristics.scan_history(history, _OFFERED)) == fresh  # the memo empty: every message read and kept
+    assert _history(heuristics.scan_history(history, _OFFERED)) == fresh  # every message from the memo
+
+
+@given(_HISTORY, _RESPONSE, st.sampled_from([None, True, False]), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_classify_gives_the_same_result_with_the_memos_empty_and_warm(history, response, requires_tool, tools_known):
+    tools = FILE_TOOLS if tools_known else None
+    _forget()
+    cold = _whole(classify(response, tools=tools, history=history, requires_tool=requires_tool))
+    warm = _whole(classify(response, tools=tools, history=history, requires_tool=requires_tool))
+    copied = _whole(classify(response, tools=tools, history=json.loads(json.dumps(history)), requires_tool=requires_tool))
+    assert cold == warm == copied
+
+
+def test_a_message_changed_after_it_was_read_is_read_afresh():
+    listing = {"role": "tool", "content": json.dumps(["a.txt", "b.txt"])}
+    history = [{"role": "user", "content": "List the files."}, listing]
+    reply = {"content": "There are 2 files: a.txt and b.txt."}
+    assert classify(reply, tools=FILE_TOOLS, history=history).failure_modes == []
+    listing["content"] = json.dumps(["a.txt", "b.txt", "c.txt"])  # the same dict, now holding three names
+    labels = classify(reply, tools=FILE_TOOLS, history=history)
+    assert labels.failure_modes == ["fabricated_tool_result"]
+    assert "the listing held 3" in json.dumps(labels.details["fabricated_tool_result"])
+
+
+def test_the_history_memo_stays_bounded():
+    _forget()
+    for start in range(0, heuristics._MAX_READS + 50, 50):
+        heuristics.scan_history([{"role": "user", "content": f"message {k}"} for k in range(start, start + 50)], _OFFERED)
+        assert len(heuristics._READS) <= heuristics._MAX_READS
+    big = "x" * (heuristics._MAX_READ_CHARS // 3)
+    heuristics.scan_history([{"role": "tool", "content": big + str(k)} for k in range(4)], _OFFERED)
+    assert heuristics._READ_CHARS[0] <= heuristics._MAX_READ_CHARS
