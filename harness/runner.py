@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import queue
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -362,11 +363,17 @@ class _MatrixRun:
                 pool = ThreadPoolExecutor(max_workers=self.options.jobs * endpoint.replicas, thread_name_prefix="run")
                 self.pools.append(pool)
                 self.futures.extend(pool.submit(self.execute, p, endpoint) for p in todos[model])
-            pending = set(self.futures)
-            while pending:
-                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    future.result()  # re-raise LedgerError or a harness bug from a worker
+            finished: queue.SimpleQueue[Future[None]] = queue.SimpleQueue()
+            for future in self.futures:  # each run reports its end: no scan of every run in flight per wake-up
+                future.add_done_callback(finished.put)
+            ended = 0
+            while ended < len(self.futures):
+                try:
+                    future = finished.get(timeout=0.2)  # where Ctrl-C lands
+                except queue.Empty:
+                    continue
+                ended += 1
+                future.result()  # re-raise LedgerError or a harness bug from a worker
         except KeyboardInterrupt as interrupt:
             self.stop.set()
             try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
