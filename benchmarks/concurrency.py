@@ -7,13 +7,21 @@ prepared once), playing ``list_and_report`` as an ideal agent (call ``list_files
 this process, as ``harness run scenarios/list_and_report.toml --model openai:ideal@URL --repeats N --jobs J`` runs it
 (ledger, locks, sandboxes, checks; no progress bar), once per executor of ``--executor`` (default: ``threads`` then
 ``processes``, as ``--executor processes`` runs it, with ``--workers``). Prints, per case and executor: runs, turns, wall time, turns/s, runs/s, the
-harness process's CPU time (all its threads), the worker processes' (``processes``) and the server process's, and for a latency case the fraction of ideal,
+harness process's CPU time (all its threads; the system part, and its threads' waits and preemptions per turn: voluntary
+and involuntary context switches, which grow with the runs in flight as the threads hand the interpreter lock to each
+other), the worker processes' (``processes``, their start included) and the server process's, and for a latency case the
+fraction of ideal,
 ``turns/s / (jobs / latency)`` (each run in flight completes one turn per latency at best).
 
 Cases (targets of issue 14): 64 jobs against a server that answers at once (>= 1,000 turns/s), and 64, 128, 256 jobs
 against a server answering after 200 ms (>= 0.85 of ideal). ``--jobs``, ``--latency-ms`` and ``--runs-per-job`` pick one
 case; ``--profile`` runs it under cProfile (every run thread, through :func:`threading.setprofile`) and prints the top
 entries of the harness side (the driver only: the workers' own time is in their CPU figure).
+
+``--baseline DIR`` (a checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) runs every case with this
+code and that code alternately, each measurement in a fresh child process (``--rounds`` rounds, which of the two goes
+first turning each round: the second measured in a pair ran slower, by up to 15 %), and prints the medians
+and their ratios (this code / baseline): turns/s, and CPU per turn of the harness (driver plus workers).
 """
 
 from __future__ import annotations
@@ -26,15 +34,18 @@ import json
 import os
 import pstats
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+CODE = Path(os.environ.get("HARNESS_BENCH_CODE") or REPO)  # the code measured (--baseline's child: the other checkout)
+sys.path.insert(0, str(CODE))
 
 TURNS_PER_RUN = 3
 _SCRIPT = (
@@ -129,7 +140,7 @@ def measure(
     *,
     executor: str = "threads",
     workers: int | None = None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One case: ``runs`` runs of ``list_and_report`` at ``jobs`` against a fresh server; the figures as a dict.
 
     ``executor``/``workers`` as ``harness run --executor/--workers``; ``cpu_s`` is this (the driver) process's CPU,
@@ -137,10 +148,12 @@ def measure(
     """
     from harness.ledger import Ledger
     from harness.loop import RunOptions
+    from harness.provenance import git_revision
     from harness.runner import MatrixOverrides, expand_matrix, run_matrix
     from harness.scenarios import load_scenario
 
-    scenario = load_scenario(REPO / "scenarios" / "list_and_report.toml")
+    git_revision()  # read once per process (a git subprocess): before the timing
+    scenario = load_scenario(CODE / "scenarios" / "list_and_report.toml")
     folder = tmp / f"j{jobs}-l{latency_ms:g}-{time.monotonic_ns()}"
     with ScriptedServer(latency_ms) as server:
         plans = expand_matrix([scenario], MatrixOverrides([f"openai:ideal@{server.base_url}"], [0.0], runs, None, ["native"]))
@@ -148,10 +161,12 @@ def measure(
             if profiles is not None:
                 _profile_threads(profiles)
             server_cpu, cpu, start, children = server.cpu_s(), time.process_time(), time.perf_counter(), _children_cpu_s()
+            usage = resource.getrusage(resource.RUSAGE_SELF)
             options = RunOptions(runs_dir=folder / "runs", jobs=jobs, executor=executor, workers=workers)
             result = run_matrix(plans, ledger, options)
             elapsed, cpu, server_cpu = time.perf_counter() - start, time.process_time() - cpu, server.cpu_s() - server_cpu
             workers_cpu = _children_cpu_s() - children  # the workers, joined by now (the server is not yet)
+            after = resource.getrusage(resource.RUSAGE_SELF)
             if profiles is not None:
                 threading.setprofile(None)
                 profiles[0].disable()
@@ -159,9 +174,10 @@ def measure(
     outcomes = {s.outcome for s in result.summaries}
     turns = sum(s.turns for s in result.summaries)
     assert outcomes == {"pass"} and turns == runs * TURNS_PER_RUN and rows["turns"] == turns, (outcomes, turns, rows)
-    figures = {"jobs": jobs, "latency_ms": latency_ms, "runs": runs, "turns": turns, "wall_s": elapsed,
+    figures: dict[str, Any] = {"jobs": jobs, "latency_ms": latency_ms, "runs": runs, "turns": turns, "wall_s": elapsed,
                "turns_per_s": turns / elapsed, "runs_per_s": runs / elapsed, "cpu_s": cpu, "server_cpu_s": server_cpu,
-               "workers_cpu_s": workers_cpu, "executor": executor}  # fmt: skip
+               "workers_cpu_s": workers_cpu, "executor": executor, "system_s": after.ru_stime - usage.ru_stime,
+               "switches": after.ru_nvcsw - usage.ru_nvcsw, "preempted": after.ru_nivcsw - usage.ru_nivcsw}  # fmt: skip
     if latency_ms:
         figures["ideal"] = figures["turns_per_s"] / (jobs / (latency_ms / 1000))
     return figures
@@ -187,12 +203,64 @@ def _profile_threads(profiles: list[cProfile.Profile]) -> None:
     profiles[0].enable()
 
 
-def _print(f: dict[str, float]) -> None:
-    ideal = f" = {f['ideal']:.2f} x ideal ({f['jobs'] / (f['latency_ms'] / 1000):.0f} turns/s)" if "ideal" in f else ""
-    workers = f" + workers {f['workers_cpu_s']:.2f} s" if f["executor"] != "threads" else ""
-    print(f"   {f['executor']:9} jobs={f['jobs']:3.0f} latency={f['latency_ms']:3.0f} ms: {f['runs']:.0f} runs, {f['turns']:.0f} turns in "
+def _print(f: dict[str, Any]) -> None:
+    best = f["jobs"] / (f["latency_ms"] / 1000) if f["latency_ms"] else 0.0
+    ideal = f" = {f['turns_per_s'] / best:.2f} x ideal ({best:.0f} turns/s)" if best else ""
+    workers = (
+        f" + workers {f['workers_cpu_s']:.2f} s ({f['workers_cpu_s'] / f['turns'] * 1000:.2f} ms/turn)"
+        if f["workers_cpu_s"]
+        else ""
+    )
+    print(f"   {f['executor']:16} jobs={f['jobs']:3.0f} latency={f['latency_ms']:3.0f} ms: {f['runs']:.0f} runs, {f['turns']:.0f} turns in "
           f"{f['wall_s']:.2f} s: {f['turns_per_s']:.0f} turns/s, {f['runs_per_s']:.0f} runs/s{ideal}; CPU harness "
-          f"{f['cpu_s']:.2f} s ({f['cpu_s'] / f['turns'] * 1000:.2f} ms/turn){workers}, server {f['server_cpu_s']:.2f} s", flush=True)  # fmt: skip
+          f"{f['cpu_s']:.2f} s ({f['cpu_s'] / f['turns'] * 1000:.2f} ms/turn, of which system {f['system_s'] / f['turns'] * 1000:.2f}; "
+          f"{f['switches'] / f['turns']:.1f} waits and {f['preempted'] / f['turns']:.1f} preemptions per turn){workers}, "
+          f"server {f['server_cpu_s']:.2f} s", flush=True)  # fmt: skip
+
+
+def compare(baseline: Path, cases: list[tuple[int, float]], args: argparse.Namespace) -> None:
+    """Every case with this code and ``baseline``, alternating in child processes; medians and their ratios."""
+    codes = {"this code": REPO, "baseline": baseline.resolve()}
+    for (jobs, latency), executor in itertools.product(cases, args.executor.split(",")):
+        got: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
+        for round_ in range(args.rounds):  # the order turns each round: the one measured second pays for the first's
+            for name, code in sorted(codes.items(), reverse=bool(round_ % 2)):  # clean-up (thousands of files deleted)
+                command = [sys.executable, __file__, "--child", "--jobs", str(jobs), "--latency-ms", str(latency),
+                           "--runs-per-job", str(args.runs_per_job), "--executor", executor]  # fmt: skip
+                if args.workers:
+                    command += ["--workers", str(args.workers)]
+                env = {**os.environ, "HARNESS_BENCH_CODE": str(code)}
+                done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+                got[name].append(json.loads(done.stdout.splitlines()[-1]))
+        medians = {name: {k: statistics.median(float(r[k]) for r in rows) for k in _NUMBERS} for name, rows in got.items()}
+        for name, m in medians.items():
+            _print({**m, "executor": f"{executor} {'(base)' if name == 'baseline' else ''}".strip()})
+        mine, base = medians["this code"], medians["baseline"]
+        print(f"   ratio this code / baseline ({args.rounds} rounds, medians): turns/s {mine['turns_per_s'] / base['turns_per_s']:.2f}, "
+              f"harness CPU per turn {_cpu_per_turn(mine) / _cpu_per_turn(base):.2f} ({_cpu_per_turn(mine) * 1000:.2f} vs "
+              f"{_cpu_per_turn(base) * 1000:.2f} ms); load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+
+
+_NUMBERS = (
+    "system_s",
+    "switches",
+    "preempted",
+    "jobs",
+    "latency_ms",
+    "runs",
+    "turns",
+    "wall_s",
+    "turns_per_s",
+    "runs_per_s",
+    "cpu_s",
+    "server_cpu_s",
+    "workers_cpu_s",
+)
+
+
+def _cpu_per_turn(f: dict[str, float]) -> float:
+    """The harness's CPU seconds per turn: the driver's plus its worker processes'."""
+    return (f["cpu_s"] + f["workers_cpu_s"]) / f["turns"]
 
 
 def main() -> None:
@@ -208,20 +276,30 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="worker processes of the processes executor (default: the CPU count)")
     parser.add_argument("--profile", action="store_true", help="run the case under cProfile and print its top entries")
     parser.add_argument("--top", type=int, default=25, help="profile entries printed per ordering (default 25)")
+    parser.add_argument("--baseline", type=Path, help="a checkout of other code: every case alternately with it, ratios")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case with --baseline (default 3)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(_serve(args.latency_ms / 1000))
         return
     cases = [(args.jobs, args.latency_ms)] if args.jobs else [(64, 0.0), (64, 200.0), (128, 200.0), (256, 200.0)]
     load = os.getloadavg()
-    print(f"Concurrency, list_and_report (3 turns per run), {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f}")
+    if not args.child:
+        print(f"Concurrency, list_and_report (3 turns per run), {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f}")
+    if args.baseline is not None:
+        compare(args.baseline, cases, args)
+        return
     with tempfile.TemporaryDirectory() as folder:
         for (jobs, latency), executor in itertools.product(cases, args.executor.split(",")):
             profiles: list[cProfile.Profile] | None = [] if args.profile else None
             figures = measure(
                 jobs, latency, jobs * args.runs_per_job, Path(folder), profiles, executor=executor, workers=args.workers
             )
+            if args.child:
+                print(json.dumps(figures))
+                continue
             _print(figures)
             if profiles:
                 stats = pstats.Stats(*profiles)

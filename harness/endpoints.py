@@ -80,6 +80,8 @@ class Endpoint:
         start_config: the warm-up and provenance (:func:`harness.startup.start_model`), recorded with each run.
         replicas: servers the runs are spread over (a :class:`~harness.replicas.ReplicaSet`'s replicas; else 1): the
             model's runs at once are ``jobs x replicas``.
+        open_kwargs: the keyword arguments the backend was opened with (``factory(model, **open_kwargs)``:
+            ``api_key_env``, ``num_ctx``, ``parallel``), so a worker process opens its own the same way.
     """
 
     backend: Backend
@@ -87,6 +89,7 @@ class Endpoint:
     parallel: int
     start_config: dict[str, Any] = field(default_factory=dict)
     replicas: int = 1
+    open_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency: Concurrency, *,
@@ -114,7 +117,7 @@ def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency:
             opened = _open_one(model, model_plans, concurrency, backend_factory, result)
             if opened is None:
                 continue
-            backend, ident, parallel = opened
+            backend, ident, parallel, kwargs = opened
             parts = (ident.identity_digest, ident.identity_slots) if ident is not None else (None, None)
             planned = []
             for plan in model_plans:
@@ -122,7 +125,7 @@ def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency:
                 planned.append(PlannedRun(plan, identity, identity in finished))
             result.planned.extend(planned)
             replicas = len(backend.replicas) if isinstance(backend, ReplicaSet) else 1
-            endpoints[model] = Endpoint(backend, planned, parallel, replicas=replicas)
+            endpoints[model] = Endpoint(backend, planned, parallel, replicas=replicas, open_kwargs=kwargs)
     except BaseException:
         for endpoint in endpoints.values():  # e.g. a later model's cassette is missing: stop servers already started
             endpoint.backend.close()
@@ -131,12 +134,15 @@ def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency:
 
 
 def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backend_factory: BackendFactory,
-              result: MatrixResult) -> tuple[Backend, BackendIdentity | None, int] | None:  # fmt: skip
-    """Open and preflight one model's backend: ``(backend, its identity or None when unknown now, parallel)``, or
-    None when its server cannot be used at all (recorded in ``result.skipped``)."""
-    api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
-    num_ctx = max(p.scenario.num_ctx for p in plans)
-    open_one = functools.partial(backend_factory, api_key_env=api_key_env, num_ctx=num_ctx, parallel=concurrency.embedded_slots)
+              result: MatrixResult) -> tuple[Backend, BackendIdentity | None, int, dict[str, Any]] | None:  # fmt: skip
+    """Open and preflight one model's backend: ``(backend, its identity or None when unknown now, parallel, the
+    factory's keyword arguments)``, or None when its server cannot be used at all (recorded in ``result.skipped``)."""
+    kwargs = {
+        "api_key_env": next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None),
+        "num_ctx": max(p.scenario.num_ctx for p in plans),
+        "parallel": concurrency.embedded_slots,
+    }
+    open_one = functools.partial(backend_factory, **kwargs)
     backend: Backend
     if len(replica_specs(model)) > 1:
         try:
@@ -173,7 +179,7 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
                 "requests queue at it in an order that varies from run to run; more slots answer them at once, with "
                 "other replies than one slot gives."
             )
-    return backend, ident, parallel
+    return backend, ident, parallel, kwargs
 
 
 def _slots(count: int) -> str:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import queue
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from harness.matrix import MatrixOverrides
 from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, owned_elsewhere, take_lock
 from harness.scenarios import Scenario
 from harness.startup import start_model
-from harness.vocab import is_scored
+from harness.vocab import Outcome, is_scored
 
 if TYPE_CHECKING:
     from harness.executors.processes import ProcessMatrixRun
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
     "expand_matrix",
-    "check_executor", "claim_identity", "identity_free", "plan_matrix", "run_matrix",
+    "check_executor", "claim_identity", "end_from_totals", "identity_free", "plan_matrix", "run_matrix",
 ]  # fmt: skip
 
 MAX_PLANNED_RUNS = 1_000_000
@@ -366,11 +367,17 @@ class _MatrixRun:
                 pool = ThreadPoolExecutor(max_workers=self.options.jobs * endpoint.replicas, thread_name_prefix="run")
                 self.pools.append(pool)
                 self.futures.extend(pool.submit(self.execute, p, endpoint) for p in todos[model])
-            pending = set(self.futures)
-            while pending:
-                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    future.result()  # re-raise LedgerError or a harness bug from a worker
+            finished: queue.SimpleQueue[Future[None]] = queue.SimpleQueue()
+            for future in self.futures:  # each run reports its end: no scan of every run in flight per wake-up
+                future.add_done_callback(finished.put)
+            ended = 0
+            while ended < len(self.futures):
+                try:
+                    future = finished.get(timeout=0.2)  # where Ctrl-C lands
+                except queue.Empty:
+                    continue
+                ended += 1
+                future.result()  # re-raise LedgerError or a harness bug from a worker
         except KeyboardInterrupt as interrupt:
             self.stop.set()
             try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
@@ -428,15 +435,25 @@ def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> int:
     appended (a run not started yet, or already ended, gets none)."""
     recorded = 0
     for run_id in run_ids:
-        totals = ledger.turn_totals(run_id)
-        if totals is None:
+        if ledger.turn_totals(run_id) is None:
             continue  # claimed by no one yet: nothing was started
-        turns, prompt, completion = totals
         try:
-            ledger.end_run(RunEnd(run_id=run_id, outcome="interrupted", turns=turns, prompt_tokens=prompt,
-                                  completion_tokens=completion, breach=None, error="interrupted by the user (second Ctrl-C)",
-                                  checks=[], final_answer=None, escape_attempts=[], files_written=[]))  # fmt: skip
+            end_from_totals(ledger, run_id, "interrupted", "interrupted by the user (second Ctrl-C)")
         except LedgerError:
             continue  # its worker wrote the end row meanwhile, or the run never started
         recorded += 1
     return recorded
+
+
+def end_from_totals(ledger: Ledger, run_id: str, outcome: Outcome, error: str) -> RunEnd:
+    """Append the end row of a run that cannot end itself (its worker is gone or stuck), with the turn totals the
+    ledger holds for it (none: zeros), no checks and no answer; the row appended.
+
+    Raises:
+        LedgerError: the ledger cannot be written, or the run already ended.
+    """
+    turns, prompt, completion = ledger.turn_totals(run_id) or (0, 0, 0)
+    end = RunEnd(run_id=run_id, outcome=outcome, turns=turns, prompt_tokens=prompt, completion_tokens=completion,
+                 breach=None, error=error, checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
+    ledger.end_run(end)
+    return end

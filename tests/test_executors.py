@@ -309,3 +309,54 @@ def test_a_worker_reaches_an_embedded_model_at_the_drivers_server_under_its_iden
             backend.close()
         assert server.requests == 1
     assert backend.identity() == identity and reply.identity == identity and reply.tool_calls
+
+
+def test_workers_open_their_backends_with_the_arguments_the_driver_opened_them_with(tmp_path):
+    from dataclasses import replace
+
+    from harness.endpoints import Concurrency, open_endpoints
+    from harness.executors.worker import recipe_for
+    from harness.runner import MatrixResult
+
+    scenario = replace(load_scenario(SCENARIO_FILE), api_key_env="HARNESS_TEST_KEY", num_ctx=8192)
+    model = f"replay:{sorted(CASSETTES.glob('*.jsonl'))[0]}"
+    plans = expand_matrix([scenario, load_scenario(SCENARIO_FILE)], MatrixOverrides([model], [0.0], 1, None, ["native"], None))
+    opened: list[dict] = []
+
+    def factory(spec, **kwargs):  # the real factory, its arguments noted
+        opened.append(kwargs)
+        return open_backend(spec, **kwargs)
+
+    endpoints = open_endpoints(plans, None, Concurrency(jobs=4, embedded_slots=3), backend_factory=factory, result=MatrixResult())
+    try:
+        recipe = recipe_for(model, endpoints[model], factory)
+    finally:
+        endpoints[model].backend.close()
+    assert opened == [{"api_key_env": "HARNESS_TEST_KEY", "num_ctx": 8192, "parallel": 3}]
+    assert recipe.kwargs == opened[0]
+
+
+def test_an_error_in_a_run_thread_stops_the_threads_matrix_with_that_error(tmp_path):
+    class ThirdRunFails:  # the real backend, but its third run cannot start: a harness bug, not the model's doing
+        def __init__(self, inner) -> None:
+            self.inner, self.runs, self.lock = inner, 0, threading.Lock()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def for_run(self):
+            with self.lock:
+                self.runs += 1
+                if self.runs == 3:
+                    raise RuntimeError("a bug in the third run")
+            return self.inner.for_run()
+
+    def factory(spec, **kwargs):
+        return ThirdRunFails(open_backend(spec, **kwargs))
+
+    plans = _plans([f"replay:{CASSETTES / 'ideal.jsonl'}"], repeats=4)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        with pytest.raises(RuntimeError, match="a bug in the third run"):
+            run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory)
+        runs = ledger.runs()
+        assert len(runs) < len(plans) and all(run.outcome is not None for run in runs) and ledger.verify().ok

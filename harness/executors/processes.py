@@ -45,7 +45,7 @@ from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, 
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
 from harness.loop import RunOptions, RunSummary
 from harness.ownership import Claim
-from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned
+from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned, end_from_totals
 from harness.vocab import Outcome
 
 __all__ = ["ProcessMatrixRun", "Worker", "WorkerFailed"]
@@ -314,12 +314,8 @@ class ProcessMatrixRun:
             self.workers.append(self._replace(worker))
 
     def _end_dead(self, run_id: str, code: int | None) -> RunEnd:
-        turns, prompt, completion = self.ledger.turn_totals(run_id) or (0, 0, 0)
-        end = RunEnd(run_id=run_id, outcome="infra_error", turns=turns, prompt_tokens=prompt, completion_tokens=completion,
-                     breach=None, error=f"the worker process running it died (exit code {code}); the run is redone on resume",
-                     checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
-        self.ledger.end_run(end)
-        return end
+        error = f"the worker process running it died (exit code {code}); the run is redone on resume"
+        return end_from_totals(self.ledger, run_id, "infra_error", error)
 
     def _start_workers(self, runs: int) -> list[Worker]:
         """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than can run

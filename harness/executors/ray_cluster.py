@@ -16,6 +16,7 @@ place. Ray is imported only by this module, which only ``--executor ray`` import
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ import socket
 import struct
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
@@ -55,8 +57,9 @@ class _Actor:
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
     def serve(self, address: tuple[str, int], key: bytes, recipes: dict[str, BackendRecipe], max_runs: int,
-              driver_node: str) -> None:  # fmt: skip
+              driver_node: str, tag: int) -> None:  # fmt: skip
         conn = Client(address, authkey=key)
+        conn.send(tag)  # which of the driver's launches this is: the actors connect in any order
         ship = ray.get_runtime_context().get_node_id() != driver_node
         worker_main(conn, recipes, max_runs, ship_sandboxes=ship)
 
@@ -81,6 +84,15 @@ class _ActorProcess:
         return not ready
 
 
+@dataclass(frozen=True)
+class _Launched:
+    """An actor started and not yet connected: the tag it sends first, its model, its process."""
+
+    tag: int
+    model: str
+    process: _ActorProcess
+
+
 class RayMatrixRun(ProcessMatrixRun):
     """:class:`ProcessMatrixRun` with Ray actors for workers; see the module docstring.
 
@@ -95,6 +107,7 @@ class RayMatrixRun(ProcessMatrixRun):
         super().__init__(ledger, options, result, events, backend_factory)
         self.started_ray = False
         self.default_resources: dict[str, float] = dict(DEFAULT_RESOURCES)
+        self.tags = itertools.count(1)
 
     def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
         """Connect to (or start) the cluster, run every todo in actors, then let go of the cluster."""
@@ -117,23 +130,42 @@ class RayMatrixRun(ProcessMatrixRun):
                 ray.shutdown()
 
     def _start_workers(self, runs: int) -> list[Worker]:
+        """Launch every actor at once, then take their connections as they come: their start-ups overlap."""
         count = self.options.workers or DEFAULT_ACTORS
         self.default_resources = _default_resources(self.options.ray_resources, list(self.queues), count)
-        return [self._launch(model) for model in self.queues for _ in range(count)]
+        return self._connect([self._launch(model) for model in self.queues for _ in range(count)])
 
     def _replace(self, dead: Worker) -> Worker:
         assert dead.models is not None
-        return self._launch(next(iter(dead.models)))
+        return self._connect([self._launch(next(iter(dead.models)))])[0]
 
-    def _launch(self, model: str) -> Worker:
-        """Start one actor for ``model`` and take its connection."""
+    def _launch(self, model: str) -> _Launched:
+        """Start one actor for ``model``; it connects back later (:meth:`_connect`)."""
         wanted = dict(self.options.ray_resources.get(model) or self.default_resources)
         cpus, gpus = wanted.pop("CPU", 0.0), wanted.pop("GPU", 0.0)
         actor = _Actor.options(num_cpus=cpus, num_gpus=gpus, resources=wanted).remote()  # type: ignore[attr-defined]
         recipe = self.recipes[model]  # made once per model by ProcessMatrixRun.run
         per_actor = -(-self.options.jobs // (self.options.workers or DEFAULT_ACTORS))
-        done = actor.serve.remote(self.address, self.key, {model: recipe}, per_actor, self.node)
-        return Worker(_ActorProcess(actor, done), self._accept(), frozenset({model}))
+        tag = next(self.tags)
+        done = actor.serve.remote(self.address, self.key, {model: recipe}, per_actor, self.node, tag)
+        return _Launched(tag, model, _ActorProcess(actor, done))
+
+    def _connect(self, launched: list[_Launched]) -> list[Worker]:
+        """The workers of ``launched`` (in that order), each paired with the connection that names its launch."""
+        waiting = {launch.tag: launch for launch in launched}
+        workers: dict[int, Worker] = {}
+        while waiting:
+            conn = self._accept()
+            try:
+                tag = conn.recv() if conn.poll(_HANDSHAKE_TIMEOUT_S) else None
+            except (EOFError, OSError):  # it died right after connecting: its launch waits for another connection
+                tag = None
+            launch = waiting.pop(tag, None) if isinstance(tag, int) else None
+            if launch is None:  # holds the key but names no launch of ours now: never used
+                conn.close()
+                continue
+            workers[launch.tag] = Worker(launch.process, conn, frozenset({launch.model}))
+        return [workers[launch.tag] for launch in launched]
 
     def _accept(self) -> Connection:
         """The next connection that proves it holds this run's key; a stranger's is closed and the wait goes on."""
@@ -158,8 +190,8 @@ def _default_resources(asked: Mapping[str, Mapping[str, float]], models: list[st
     its CPU share lowered (to 4 decimals) so that ``count`` actors of every such model fit the cluster's CPUs at once
     beside the actors of the models that ask for CPUs themselves.
 
-    The driver launches the actors one by one and waits for each to connect, so an actor the cluster cannot place
-    would hold the whole matrix until the connect timeout (seen: 16 models x 2 actors x 0.5 CPU on a 2-CPU cluster).
+    The driver waits for every actor it launched to connect, so an actor the cluster cannot place would hold the
+    whole matrix until the connect timeout (seen: 16 models x 2 actors x 0.5 CPU on a 2-CPU cluster).
     """
     defaults = [model for model in models if model not in asked]
     cpus_asked = sum(asked[model].get("CPU", 0.0) for model in models if model in asked) * count

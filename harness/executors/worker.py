@@ -37,7 +37,8 @@ class BackendRecipe:
     Attributes:
         model: the model spec.
         factory: opens it as the driver did (``factory(model, **kwargs)``).
-        kwargs: ``api_key_env``, ``num_ctx``, ``parallel``, as :func:`harness.endpoints.open_endpoints` passed them.
+        kwargs: ``api_key_env``, ``num_ctx``, ``parallel``, as :func:`harness.endpoints.open_endpoints` passed them
+            (:attr:`Endpoint.open_kwargs <harness.endpoints.Endpoint.open_kwargs>`).
         served: an embedded model's server the driver started: ``(OpenAI API root, the driver's backend identity,
             timeout_s)``, for workers on the driver's machine.
     """
@@ -58,14 +59,10 @@ class BackendRecipe:
 def recipe_for(model: str, endpoint: Endpoint, factory: BackendFactory) -> BackendRecipe:
     """The recipe for ``endpoint``, whose backend the driver opened (and, for an embedded model, started)."""
     backend = endpoint.backend
-    plans = [p.plan for p in endpoint.plans]
-    api_key_env = next((p.scenario.api_key_env for p in plans if p.scenario.api_key_env), None)
-    num_ctx = max(p.scenario.num_ctx for p in plans)
-    kwargs = {"api_key_env": api_key_env, "num_ctx": num_ctx, "parallel": getattr(backend, "parallel", 1)}
     served = None
     if isinstance(backend, EmbeddedBackend) and backend.base_url is not None:
         served = (backend.base_url, backend.identity(), backend.timeout_s)
-    return BackendRecipe(model, factory, kwargs, served)
+    return BackendRecipe(model, factory, dict(endpoint.open_kwargs), served)
 
 
 class ServedModel(Backend):
