@@ -20,6 +20,8 @@ from tabulate import tabulate
 from harness.errors import UsageError
 from harness.report.frames import LedgerFrames, load_frames
 from harness.report.models import model_header_lines
+from harness.report.plot_data import plot_data
+from harness.report.plot_worker import PlotWorker
 from harness.report.sections import check_lines, failure_lines, kind_lines, latency_lines, shown_axes
 from harness.report.tables import (
     CELL_AXES,
@@ -140,8 +142,30 @@ def write_report(
     if unknown or not formats:
         raise UsageError(f"--format: unknown format '{unknown[0] if unknown else ''}'; choose from md, png, csv.")
     by = list(parse_axes(",".join(by)))
-    frames = load_frames(ledger_path)
-    out = Path(out_dir)
+    worker = _plot_worker(ledger_path) if "png" in formats else None
+    try:
+        return _write_files(load_frames(ledger_path), Path(out_dir), by, formats, worker)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+_PLOT_PROCESS_BYTES = 16 * 2**20
+"""From this ledger size (bytes; about 15,000 turns) the plots are drawn in a child process
+(:mod:`harness.report.plot_worker`), started before the ledger is read; a smaller report draws them itself, faster
+than a second process would start."""
+
+
+def _plot_worker(ledger_path: str | Path) -> PlotWorker | None:
+    try:
+        large = Path(ledger_path).stat().st_size >= _PLOT_PROCESS_BYTES
+    except OSError:  # missing: load_frames says so in one sentence
+        return None
+    return PlotWorker() if large else None
+
+
+def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequence[str], worker: PlotWorker | None) -> list[Path]:
+    """:func:`write_report`'s files from the frames read; the plots by ``worker`` when given (drawn meanwhile)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -150,24 +174,29 @@ def write_report(
     axes = shown_axes(frames, by) if not frames.runs.empty else by
     failures = failure_mode_table(frames, axes)
     grouped = summary_table(frames, axes) if not frames.runs.empty else None
-    written: list[Path] = []
     figures: dict[str, tuple[str, str]] = {}
     if "png" in formats and frames.runs["scored"].any():
-        from harness.report import plots
+        data = plot_data(frames, axes, failures, grouped)
+        if worker is None:
+            from harness.report import plots
 
-        figures = plots.write_all(frames, axes, failures, out, grouped)
-        written.extend(out / name for name in figures)
+            figures = plots.draw_all(data, out)
+        else:
+            worker.draw(data, out)
+    written: list[Path] = []
     if "csv" in formats:
         runs_csv = frames.runs.drop(columns=["scenario_path"]).assign(checks_failed=frames.runs["checks_failed"].map(";".join))
         for name, table in (("summary.csv", summary), ("failure_modes.csv", failures),
                             ("checks.csv", check_failure_table(frames, axes)), ("runs.csv", runs_csv)):  # fmt: skip
             write_csv(table, out / name)
             written.append(out / name)
+    if worker is not None and "png" in formats and frames.runs["scored"].any():
+        figures = worker.result()
     if "md" in formats:
         text = _markdown(frames, summary, by, figures, (grouped, failures))
         (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
         written.append(out / "report.md")
-    return written
+    return [out / name for name in figures] + written
 
 
 def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:
