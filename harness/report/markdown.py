@@ -142,26 +142,27 @@ def write_report(
     if unknown or not formats:
         raise UsageError(f"--format: unknown format '{unknown[0] if unknown else ''}'; choose from md, png, csv.")
     by = list(parse_axes(",".join(by)))
-    worker = _plot_worker(ledger_path) if "png" in formats else None
+    large = _large(ledger_path)
+    worker = PlotWorker() if large and "png" in formats else None
     try:
-        return _write_files(load_frames(ledger_path), Path(out_dir), by, formats, worker)
+        return _write_files(load_frames(ledger_path, processes=large), Path(out_dir), by, formats, worker)
     finally:
         if worker is not None:
             worker.close()
 
 
-_PLOT_PROCESS_BYTES = 16 * 2**20
-"""From this ledger size (bytes; about 15,000 turns) the plots are drawn in a child process
-(:mod:`harness.report.plot_worker`), started before the ledger is read; a smaller report draws them itself, faster
-than a second process would start."""
+_PROCESS_BYTES = 16 * 2**20
+"""From this ledger size (bytes; about 15,000 turns) a report works in three processes on a machine that forks: the
+plots are drawn in a child (:mod:`harness.report.plot_worker`), started before the ledger is read, and the turns are
+read in another (:func:`harness.report.frames.load_frames`); a smaller report does it all itself, faster than a
+second process would start."""
 
 
-def _plot_worker(ledger_path: str | Path) -> PlotWorker | None:
+def _large(ledger_path: str | Path) -> bool:
     try:
-        large = Path(ledger_path).stat().st_size >= _PLOT_PROCESS_BYTES
+        return Path(ledger_path).stat().st_size >= _PROCESS_BYTES
     except OSError:  # missing: load_frames says so in one sentence
-        return None
-    return PlotWorker() if large else None
+        return False
 
 
 def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequence[str], worker: PlotWorker | None) -> list[Path]:
