@@ -39,7 +39,11 @@ def test_frames_read_with_a_child_equal_frames_read_alone(varied):
         pd.testing.assert_frame_equal(getattr(shared, name), getattr(alone, name), check_exact=True)
     for name in ("run_pos", "counts", "recorded", "values"):
         assert getattr(shared.latencies, name).tobytes() == getattr(alone.latencies, name).tobytes()
-    assert (shared.turn_count, shared.runs_chain_head, shared.model_runs) == (alone.turn_count, alone.runs_chain_head, alone.model_runs)
+    assert (shared.turn_count, shared.runs_chain_head, shared.model_runs) == (
+        alone.turn_count,
+        alone.runs_chain_head,
+        alone.model_runs,
+    )
 
 
 def test_a_file_that_is_not_a_ledger_still_fails_in_one_sentence_with_a_child(tmp_path, monkeypatch):
