@@ -222,3 +222,13 @@ def test_tables_grouped_in_numpy_equal_pandas_groupby(varied, by):
         assert (row["runs_with"], row["turns_with"]) == (found["runs_with"], found["turns_with"])
         assert (row["scored_runs"], row["turns"]) == tuple(sizes.loc[key if len(by) > 1 else key[0]])
     assert modes["spread"].is_monotonic_decreasing
+
+
+def test_the_mode_counts_without_examples_equal_those_with_them(varied):
+    """``harness export --runs`` reads the counts alone (``mode_reads(examples=False)``): same rows, no examples."""
+    with Ledger(varied, readonly=True) as ledger:
+        (counts, examples), (alone, none) = ledger.mode_reads(), ledger.mode_reads(examples=False)
+        assert ledger.run_mode_counts().equals(alone)
+    assert len(examples) > 0 and len(none) == 0 and list(none.columns) == list(examples.columns)
+    key = ["run_id", "mode"]
+    pd.testing.assert_frame_equal(alone.sort_values(key).reset_index(drop=True), counts.sort_values(key).reset_index(drop=True))

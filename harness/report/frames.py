@@ -27,7 +27,7 @@ import pandas as pd
 
 from harness.ledger import Ledger, decode_labels
 from harness.report.child import ChildCall, can_fork
-from harness.report.grouping import RunGroups
+from harness.report.grouping import RunGroups, sort_by_group
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = ["LedgerFrames", "TurnLatencies", "grouped_quantiles", "load_frames"]
@@ -100,10 +100,7 @@ def grouped_quantiles(groups: np.ndarray, values: np.ndarray, qs: Sequence[float
     Returns:
         Array of shape ``(n_groups, len(qs))``; NaN for a group without values.
     """
-    keep = (groups >= 0) & ~np.isnan(values)
-    groups, values = groups[keep], values[keep]
-    order = np.lexsort((values, groups))
-    return _sorted_quantiles(values[order], np.bincount(groups, minlength=n_groups)[:n_groups], qs)
+    return _sorted_quantiles(*sort_by_group(groups, values, n_groups), qs)
 
 
 def _sorted_quantiles(values: np.ndarray, sizes: np.ndarray, qs: Sequence[float]) -> np.ndarray:

@@ -90,7 +90,11 @@ def plot_data(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame,
 
 
 def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
-    """``axes``, or only the model (first axis) when that gives more than :data:`MAX_ROWS` rows; and a caption note."""
+    """``axes``, or only the model (first axis) when that gives more than :data:`MAX_ROWS` rows; and a caption note.
+
+    Counts the rows the plots draw: a run with no value on an axis (NaN) is in no group, as pandas' ``groupby`` leaves
+    it out of the outcome bars. (Before :class:`~harness.report.grouping.RunGroups` the count came from
+    ``drop_duplicates``, which counted such runs as one more row that was never drawn.)"""
     if len(frames.groups.ids(axes)[1]) <= MAX_ROWS or len(axes) < 2:
         return axes, ""
     rows = ["model"] if "model" in axes else axes[:1]
