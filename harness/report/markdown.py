@@ -171,12 +171,11 @@ def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequen
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create the report folder {out}: {exc.strerror or exc}.") from exc
-    summary = summary_table(frames, _summary_axes(frames, by))
     axes = shown_axes(frames, by) if not frames.runs.empty else by
     failures = failure_mode_table(frames, axes)
     grouped = summary_table(frames, axes) if not frames.runs.empty else None
     figures: dict[str, tuple[str, str]] = {}
-    if "png" in formats and frames.runs["scored"].any():
+    if "png" in formats and frames.runs["scored"].any():  # first, so that a worker draws while the rest is written
         data = plot_data(frames, axes, failures, grouped)
         if worker is None:
             from harness.report import plots
@@ -184,6 +183,7 @@ def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequen
             figures = plots.draw_all(data, out)
         else:
             worker.draw(data, out)
+    summary = summary_table(frames, _summary_axes(frames, by))
     written: list[Path] = []
     if "csv" in formats:
         runs_csv = frames.runs.drop(columns=["scenario_path"]).assign(checks_failed=frames.runs["checks_failed"].map(";".join))
