@@ -319,19 +319,34 @@ class ReportReads:
         Raises:
             LedgerError: the file cannot be read.
         """
+        columns = self.run_detail_columns()
+        return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+    def run_detail_columns(self) -> dict[str, list[Any]]:
+        """:meth:`run_details` as columns: each key of its dicts -> one value per run, in start order (no dict per run:
+        on 125,000 runs that was 0.3 s of a report's CPU).
+
+        Raises:
+            LedgerError: the file cannot be read, or a stored payload is missing.
+        """
         sql = run_details_sql(self._columns["runs"], self._columns["turns"], self._columns["run_ends"])
         try:
             with self._lock:
                 cursor = self._db.execute(sql)
                 names = [d[0] for d in cursor.description]
-                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-                if self._has_blobs("run_ends"):
-                    resolve_rows(self._db, "run_ends", rows, "blob_refs")
+                rows = cursor.fetchall()
+                refs = names.index("blob_refs")
+                listed = [i for i, row in enumerate(rows) if row[refs] is not None]
+                if listed:  # only rows with payloads in blobs become dicts, to be put back
+                    resolved = [dict(zip(names, rows[i], strict=True)) for i in listed]
+                    resolve_rows(self._db, "run_ends", resolved, "blob_refs")
+                    for i, row in zip(listed, resolved, strict=True):
+                        rows[i] = tuple(row[name] for name in names)
         except sqlite3.Error as exc:
             raise self._fail(exc) from exc
-        for row in rows:
-            row.pop("blob_refs", None)
-        return rows
+        columns = {name: list(values) for name, values in zip(names, zip(*rows, strict=True), strict=True)} if rows else {}
+        columns = {name: columns.get(name, []) for name in names if name != "blob_refs"}
+        return columns
 
     def _has_blobs(self, table: str = "turns") -> bool:
         return "blob_refs" in self._columns[table]  # since m005

@@ -243,7 +243,7 @@ def load_frames(ledger_path: str | Path, *, processes: bool = False) -> LedgerFr
         with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
             head = ledger.chain_head("runs")
             runs = ledger.runs_frame()
-            details = ledger.run_details()
+            details = ledger.run_detail_columns()
             model_runs = ledger.model_runs()
             (modes, examples), (totals, values) = _read_turns(path, ledger) if turn_reads is None else turn_reads.result()
     finally:
@@ -263,17 +263,19 @@ def load_frames(ledger_path: str | Path, *, processes: bool = False) -> LedgerFr
     return LedgerFrames(runs, run_modes, run_checks, examples, latencies, int(counts.sum()), path, head, model_runs)
 
 
-def _add_details(runs: pd.DataFrame, details: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The columns :meth:`harness.ledger.Ledger.run_details` gives (both read in start order) and the run × check rows."""
+def _add_details(runs: pd.DataFrame, details: dict[str, list[Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The columns :meth:`harness.ledger.Ledger.run_detail_columns` gives (both read in start order) and the run × check
+    rows."""
     import json
 
-    if [d["run_id"] for d in details] != runs["run_id"].tolist():  # a run started between the two reads: align by id
-        by_id = {d["run_id"]: d for d in details}
-        details = [by_id.get(r, {"run_id": r}) for r in runs["run_id"].tolist()]
+    run_ids = runs["run_id"].tolist()
+    if details["run_id"] != run_ids:  # a run started between the two reads: align by id
+        at = {r: i for i, r in enumerate(details["run_id"])}
+        order = [at.get(r) for r in run_ids]
+        details = {name: [None if i is None else values[i] for i in order] for name, values in details.items()}
     failed: list[tuple[str, ...]] = []
     rows: list[tuple[str, str, bool]] = []
-    for d in details:
-        text = d.get("checks")
+    for run_id, text in zip(run_ids, details["checks"], strict=True):
         names: list[str] = []
         if text and text != "[]":
             try:
@@ -282,16 +284,15 @@ def _add_details(runs: pd.DataFrame, details: list[dict[str, Any]]) -> tuple[pd.
                 checks = []
             for check in checks if isinstance(checks, list) else []:
                 if isinstance(check, dict) and isinstance(check.get("check"), str):
-                    rows.append((d["run_id"], check["check"], bool(check.get("passed"))))
+                    rows.append((run_id, check["check"], bool(check.get("passed"))))
                     if not check.get("passed"):
                         names.append(check["check"])
         failed.append(tuple(names))
-    flags = [d.get("requires_tool") for d in details]
-    runs["requires_tool"] = np.array([f is None or bool(f) for f in flags], dtype=bool)
+    runs["requires_tool"] = np.array([f is None or bool(f) for f in details["requires_tool"]], dtype=bool)
     runs["task_kind"] = np.where(runs["requires_tool"], "tool", "restraint")
     runs["checks_failed"] = pd.Series(failed, index=runs.index, dtype=object)
     for column in ("ttft_ms", "decode_tps"):
-        runs[column] = np.array([np.nan if d.get(column) is None else d[column] for d in details], dtype=float)
+        runs[column] = np.array([np.nan if v is None else v for v in details[column]], dtype=float)
     run_checks = pd.DataFrame(rows, columns=["run_id", "check", "passed"])
     run_checks["passed"] = run_checks["passed"].astype(bool)
     return runs, run_checks
