@@ -54,7 +54,7 @@ class ChildCall(Generic[_T]):
             self.close()
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return value
 
     def close(self) -> None:
         """Stop the child if it still runs (its answer is not wanted) and wait for it."""

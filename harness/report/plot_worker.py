@@ -13,6 +13,7 @@ import multiprocessing
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from harness.report.child import can_fork
 from harness.report.plot_data import PlotData
 
 __all__ = ["PlotWorker"]
@@ -27,8 +28,7 @@ class PlotWorker:
     """
 
     def __init__(self) -> None:
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        context = multiprocessing.get_context("fork") if can_fork() else multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child,), name="harness-report-plots", daemon=True)
         self._process.start()
