@@ -73,3 +73,23 @@ def test_a_plot_that_cannot_be_written_raises_as_when_drawn_alone(varied, tmp_pa
         raised.append((type(caught.value), caught.value.errno))
     assert raised[0] == raised[1]
     assert not (tmp_path / "shared" / "report.md").exists()
+
+
+def test_write_csv_writes_what_pandas_to_csv_writes(tmp_path):
+    """:func:`write_csv` promises the bytes of ``to_csv(index=False, lineterminator="\\n", float_format="%.10g")``,
+    for cells the writer must quote too (commas, quotes, line breaks) and for missing values of every kind."""
+    from harness.report.markdown import write_csv
+
+    tricky = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "ünïcode ⏎", None, "x" * 300, " lead"]
+    n = len(tricky)
+    table = pd.DataFrame({
+        "text": pd.Series(tricky, dtype=object), "str": pd.Series(tricky, dtype="str"),
+        "float": [0.1, 1 / 3, float("nan"), 1e20, -0.0, 2.5, 123456789.123, 7.0, float("inf"), 1e-7],
+        "int": range(n), "bool": [i % 3 == 0 for i in range(n)],
+        "mixed": pd.Series([1.5, "s", None, 3, True, (1, 2), float("nan"), "q,", 0.1, "z"], dtype=object),
+        "clean": [f"run-{i}" for i in range(n)],
+    })  # fmt: skip
+    for frame in (table, table[["text"]], table[["float"]], table.iloc[:0], table[["int", "clean"]]):
+        write_csv(frame, tmp_path / "ours.csv")
+        frame.to_csv(tmp_path / "pandas.csv", index=False, lineterminator="\n", float_format="%.10g")
+        assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), list(frame.columns)
