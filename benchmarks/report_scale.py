@@ -7,8 +7,9 @@ Usage::
 
 The ledger is built once (bulk ``executemany`` in one transaction, the hash chain computed in
 Python with the ledger's own row hashing) and cached at ``--ledger``; later runs reuse it. Each
-report runs in a child process so its peak RSS (``ru_maxrss`` of the child) and CPU time (user +
-system) are measured alone; the medians of ``--repeats`` runs are printed. ``--baseline DIR`` (a
+report runs in a child process so its peak RSS and CPU time (user + system) are measured alone, each counting the
+processes the report starts (its plotting process: CPU added, and its peak RSS added to the report's own peak, an
+upper bound since the two peaks need not coincide and forked pages are shared); the medians of ``--repeats`` runs are printed. ``--baseline DIR`` (a
 checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) runs that code's report
 alternately with this one on the same ledger and prints the ratios, which a shared, noisy machine
 distorts less than the absolute figures. A cached ledger is migrated first (opened for writing, as ``harness run``
@@ -104,8 +105,9 @@ def _report_once(code_dir: Path, ledger: Path, out: Path) -> tuple[float, float,
     """One ``harness report`` of ``ledger`` by the code in ``code_dir``, in a child: (wall s, CPU s, peak RSS MB)."""
     code = ("import sys, time, resource; sys.path.insert(0, '.'); from harness.cli import main; t = time.perf_counter(); "
             f"rc = main(['report', '--ledger', {str(ledger)!r}, '--out', {str(out)!r}, '--format', 'md,png,csv']); "
-            "u = resource.getrusage(resource.RUSAGE_SELF); "
-            "print(f'{time.perf_counter() - t:.3f} {u.ru_utime + u.ru_stime:.3f} {u.ru_maxrss / 1024:.0f} {rc}')")  # fmt: skip
+            "u, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(f'{time.perf_counter() - t:.3f} {u.ru_utime + u.ru_stime + c.ru_utime + c.ru_stime:.3f} "
+            "{(u.ru_maxrss + c.ru_maxrss) / 1024:.0f} {rc}')")  # fmt: skip
     started = time.perf_counter()
     child = subprocess.run([sys.executable, "-c", code], check=True, cwd=code_dir, capture_output=True, text=True)
     wall = time.perf_counter() - started

@@ -222,3 +222,37 @@ def test_tables_grouped_in_numpy_equal_pandas_groupby(varied, by):
         assert (row["runs_with"], row["turns_with"]) == (found["runs_with"], found["turns_with"])
         assert (row["scored_runs"], row["turns"]) == tuple(sizes.loc[key if len(by) > 1 else key[0]])
     assert modes["spread"].is_monotonic_decreasing
+
+
+def test_the_mode_counts_without_examples_equal_those_with_them(varied):
+    """``harness export --runs`` reads the counts alone (``mode_reads(examples=False)``): same rows, no examples."""
+    with Ledger(varied, readonly=True) as ledger:
+        (counts, examples), (alone, none) = ledger.mode_reads(), ledger.mode_reads(examples=False)
+        assert ledger.run_mode_counts().equals(alone)
+    assert len(examples) > 0 and len(none) == 0 and list(none.columns) == list(examples.columns)
+    key = ["run_id", "mode"]
+    pd.testing.assert_frame_equal(alone.sort_values(key).reset_index(drop=True), counts.sort_values(key).reset_index(drop=True))
+
+
+def test_run_details_read_as_columns_put_stored_payloads_back(tmp_path):
+    """A run end whose checks and final answer went to ``blobs`` reads back whole, as dicts and as columns."""
+    path = tmp_path / "l.sqlite"
+    answer, detail = "a" * 5000, "d" * 5000
+    with Ledger(path) as ledger:
+        add_run(ledger, "small", model=SMALL, outcome="pass")
+        add_run(ledger, "large", model=BIG, outcome="task_failed", turns=[([], answer)],
+                checks=[{"check": "file_exists", "passed": False, "detail": detail}, {"check": "ok", "passed": True, "detail": ""}])  # fmt: skip
+        add_run(ledger, "open", model=BIG, outcome=None)
+        assert ledger._db.execute("SELECT COUNT(*) FROM run_ends WHERE blob_refs IS NOT NULL").fetchone()[0] == 1
+        columns, dicts = ledger.run_detail_columns(), ledger.run_details()
+    assert columns["run_id"] == ["small", "large", "open"] and "blob_refs" not in columns
+    assert [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)] == dicts
+    assert dicts[1]["final_answer"] == answer and json.loads(dicts[1]["checks"])[0]["detail"] == detail
+    assert dicts[2]["checks"] is None
+    frames = load_frames(path)
+    assert frames.runs["checks_failed"].tolist() == [(), ("file_exists",), ()]
+    assert frames.run_checks.values.tolist() == [
+        ["small", "file_exists", True],
+        ["large", "file_exists", False],
+        ["large", "ok", True],
+    ]

@@ -3,7 +3,9 @@
 ``frames`` loads the ledger (:func:`load_frames`, where notebooks start), ``tables`` computes
 the summary, failure-mode, done-check, example and rescue tables, ``sections`` writes the report's sections that
 follow ``--by`` (scenario kinds, why runs failed, failure modes, latency), ``markdown`` writes ``harness report``'s
-files, ``plots`` draws the PNGs and ``compare`` pairs two models' runs (``harness compare``).
+files, ``plot_data`` reduces the runs to the tables the plots show, ``plots`` draws the PNGs (for a large ledger in a
+child process: ``plot_worker``; ``child`` reads the turns in another) and ``compare`` pairs two models' runs
+(``harness compare``).
 Everything here only reads the ledger. Imports pandas and matplotlib.
 """
 

@@ -3,7 +3,7 @@
 :class:`RunGroups` factorizes each axis of :attr:`harness.report.frames.LedgerFrames.runs` once (codes in sorted
 order of the values, as ``groupby(..., sort=True)`` orders its groups); :meth:`RunGroups.ids` then gives each run the
 number of its group for any ``by``, and the groups' keys in that order. Counts and sums per group are
-``np.bincount`` over those ids, medians and quantiles sort once (:func:`grouped_median`). This replaced a pandas
+``np.bincount`` over those ids, medians and quantiles sort once (:func:`sort_by_group`). This replaced a pandas
 ``groupby`` over the text columns in each table (hashing every run's strings again for each of the report's five
 summary tables); the results are the same values in the same order (tests/test_report_aggregates.py compares them
 with the pandas computation).
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["RunGroups", "grouped_median"]
+__all__ = ["RunGroups", "grouped_median", "sort_by_group"]
 
 
 @dataclass
@@ -81,6 +81,22 @@ class RunGroups:
         return ids, keys
 
 
+def sort_by_group(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` sorted by group, ascending within each (one ``lexsort``), NaN and values in no group left out.
+
+    Args:
+        groups: group of each value (int, 0 .. n_groups - 1; negative: in no group).
+        values: the values (float).
+        n_groups: number of groups.
+
+    Returns:
+        ``(sorted_values, sizes)``: group 0's ``sizes[0]`` values ascending, then group 1's, ...; ``sizes`` per group.
+    """
+    keep = (groups >= 0) & ~np.isnan(values)
+    groups, values = groups[keep], values[keep]
+    return values[np.lexsort((values, groups))], np.bincount(groups, minlength=n_groups)[:n_groups]
+
+
 def grouped_median(ids: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
     """Median of ``values`` per group as pandas' ``groupby(...).median()`` computes it (NaN skipped; the mean of the
     two middle values for an even count).
@@ -93,11 +109,7 @@ def grouped_median(ids: np.ndarray, values: np.ndarray, n_groups: int) -> np.nda
     Returns:
         float64 array of ``n_groups``; NaN for a group without values.
     """
-    values = np.asarray(values, dtype=np.float64)
-    keep = (ids >= 0) & ~np.isnan(values)
-    ids, values = ids[keep], values[keep]
-    values = values[np.lexsort((values, ids))]
-    sizes = np.bincount(ids, minlength=n_groups)[:n_groups]
+    values, sizes = sort_by_group(ids, np.asarray(values, dtype=np.float64), n_groups)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     out = np.full(n_groups, np.nan)
     has = sizes > 0

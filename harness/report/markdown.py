@@ -10,16 +10,20 @@ model output or model name can break a table or inject markup. The data comes fr
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
 from harness.errors import UsageError
 from harness.report.frames import LedgerFrames, load_frames
 from harness.report.models import model_header_lines
+from harness.report.plot_data import plot_data
+from harness.report.plot_worker import PlotWorker
 from harness.report.sections import check_lines, failure_lines, kind_lines, latency_lines, shown_axes
 from harness.report.tables import (
     CELL_AXES,
@@ -67,22 +71,63 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
     """Write ``table`` as CSV, byte for byte what ``table.to_csv(path, index=False, lineterminator="\\n",
     float_format="%.10g")`` writes (floats to 10 significant digits, missing values empty), in a fraction of its time.
 
+    Each column becomes its cells' text first (what :mod:`csv` writes for each value: ``repr`` of a float object,
+    ``str`` of anything else); a column whose text holds no character the writer would quote is joined as it is, the
+    others' cells go through the writer one by one. Then rows are joined with ``","`` and ``"\\n"``, a block of rows at a
+    time: on the 1,000,000-turn benchmark's ``runs.csv`` (125,000 rows) 0.5 s of CPU instead of 0.95 s through
+    ``csv.writer``, and no more memory.
+
     Raises:
         OSError: the file cannot be written.
     """
-    columns = []
-    for name in table.columns:
-        column = table[name]
-        if pd.api.types.is_float_dtype(column.dtype):
-            columns.append([f"{v:.10g}" if v == v else "" for v in column.to_numpy(dtype=float).tolist()])
-        elif column.isna().any():
-            columns.append(["" if pd.isna(v) else v for v in column.tolist()])
-        else:
-            columns.append(column.tolist())
     with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow([str(c) for c in table.columns])
-        writer.writerows(zip(*columns, strict=True))
+        csv.writer(handle, lineterminator="\n").writerow([str(c) for c in table.columns])
+        if len(table.columns) < 2:  # with one field per row the writer quotes an empty one: it writes every cell
+            columns = [_csv_cells(table[name], quoted=False) for name in table.columns]
+            csv.writer(handle, lineterminator="\n").writerows(zip(*columns, strict=True))
+            return
+        for start in range(0, len(table), _CSV_BLOCK_ROWS):  # a block at a time: the text of every cell at once took 0.1 GB
+            block = table.iloc[start : start + _CSV_BLOCK_ROWS]
+            columns = [_csv_cells(block[name], quoted=True) for name in block.columns]
+            handle.write("\n".join(map(",".join, zip(*columns, strict=True))))
+            handle.write("\n")
+
+
+_CSV_BLOCK_ROWS = 16384
+
+
+_CSV_SPECIAL = (",", '"', "\n", "\r")
+"""Characters that may make :mod:`csv` quote a field (``\\r`` only in newer Pythons): such cells are formatted by it."""
+
+
+def _csv_cells(column: pd.Series, *, quoted: bool) -> list[str]:
+    """The text :func:`write_csv` writes for each cell of ``column``; ``quoted``: as :mod:`csv` writes it in a row of
+    several fields (quoted where it must)."""
+    if pd.api.types.is_float_dtype(column.dtype):
+        return [f"{v:.10g}" if v == v else "" for v in column.to_numpy(dtype=float).tolist()]
+    missing = column.isna().to_numpy()
+    if pd.api.types.is_bool_dtype(column.dtype):
+        cells = np.array(["False", "True"], dtype=object)[column.to_numpy(dtype=np.int64)].tolist()
+    elif pd.api.types.is_integer_dtype(column.dtype) and not missing.any():
+        cells = list(map(str, column.tolist()))
+    else:
+        cells = column.tolist()
+        if missing.any() or not isinstance(column.dtype, pd.StringDtype):  # a StringDtype holds str (or NA) only
+            cells = [
+                "" if gone else (v if type(v) is str else repr(v) if isinstance(v, float) else str(v))
+                for v, gone in zip(cells, missing, strict=True)
+            ]
+    text = "".join(cells) if quoted else ""
+    if any(c in text for c in _CSV_SPECIAL):
+        cells = [_csv_field(c) if any(ch in c for ch in _CSV_SPECIAL) else c for c in cells]
+    return cells
+
+
+def _csv_field(text: str) -> str:
+    """``text`` as :mod:`csv` writes it in a row of several fields (quoted, quotes doubled, where it must)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([text, ""])
+    return buffer.getvalue()[: -len(",\n")]
 
 
 def _md_table(rows: list[dict[str, object]]) -> str:
@@ -140,34 +185,62 @@ def write_report(
     if unknown or not formats:
         raise UsageError(f"--format: unknown format '{unknown[0] if unknown else ''}'; choose from md, png, csv.")
     by = list(parse_axes(",".join(by)))
-    frames = load_frames(ledger_path)
-    out = Path(out_dir)
+    large = _large(ledger_path)
+    worker = PlotWorker() if large and "png" in formats else None
+    try:
+        return _write_files(load_frames(ledger_path, processes=large), Path(out_dir), by, formats, worker)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+_PROCESS_BYTES = 16 * 2**20
+"""From this ledger size (bytes; about 15,000 turns) a report works in three processes on a machine that forks: the
+plots are drawn in a child (:mod:`harness.report.plot_worker`), started before the ledger is read, and the turns are
+read in another (:func:`harness.report.frames.load_frames`); a smaller report does it all itself, faster than a
+second process would start."""
+
+
+def _large(ledger_path: str | Path) -> bool:
+    try:
+        return Path(ledger_path).stat().st_size >= _PROCESS_BYTES
+    except OSError:  # missing: load_frames says so in one sentence
+        return False
+
+
+def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequence[str], worker: PlotWorker | None) -> list[Path]:
+    """:func:`write_report`'s files from the frames read; the plots by ``worker`` when given (drawn meanwhile)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create the report folder {out}: {exc.strerror or exc}.") from exc
-    summary = summary_table(frames, _summary_axes(frames, by))
     axes = shown_axes(frames, by) if not frames.runs.empty else by
     failures = failure_mode_table(frames, axes)
     grouped = summary_table(frames, axes) if not frames.runs.empty else None
-    written: list[Path] = []
     figures: dict[str, tuple[str, str]] = {}
-    if "png" in formats and frames.runs["scored"].any():
-        from harness.report import plots
+    if "png" in formats and frames.runs["scored"].any():  # first, so that a worker draws while the rest is written
+        data = plot_data(frames, axes, failures, grouped)
+        if worker is None:
+            from harness.report import plots
 
-        figures = plots.write_all(frames, axes, failures, out, grouped)
-        written.extend(out / name for name in figures)
+            figures = plots.draw_all(data, out)
+        else:
+            worker.draw(data, out)
+    summary = summary_table(frames, _summary_axes(frames, by))
+    written: list[Path] = []
     if "csv" in formats:
         runs_csv = frames.runs.drop(columns=["scenario_path"]).assign(checks_failed=frames.runs["checks_failed"].map(";".join))
         for name, table in (("summary.csv", summary), ("failure_modes.csv", failures),
                             ("checks.csv", check_failure_table(frames, axes)), ("runs.csv", runs_csv)):  # fmt: skip
             write_csv(table, out / name)
             written.append(out / name)
+    if worker is not None and "png" in formats and frames.runs["scored"].any():
+        figures = worker.result()
     if "md" in formats:
         text = _markdown(frames, summary, by, figures, (grouped, failures))
         (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
         written.append(out / "report.md")
-    return written
+    return [out / name for name in figures] + written
 
 
 def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:

@@ -26,10 +26,10 @@ from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
 from harness.report.frames import LedgerFrames
-from harness.report.tables import summary_table
+from harness.report.plot_data import MAX_CELL_TEXTS, MAX_ROWS, PlotData, cell_texts_shown, plot_data
 from harness.vocab import OUTCOMES, plural
 
-__all__ = ["write_all"]
+__all__ = ["draw_all", "write_all"]
 
 _OUTCOME_ORDER = (*OUTCOMES, "unfinished")
 _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "#ff7f0e", "token_limit": "#e377c2",
@@ -38,13 +38,6 @@ _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "
 _DPI = 100
 _MAX_WIDTH_IN = 40.0
 _MAX_HEIGHT_IN = 60.0
-_MAX_ROWS = 40
-"""A plot with more groups than this draws one row per model (the first axis) instead: small multiples per failure
-mode, outcomes and pass^k pooled over the other axes (the caption says so)."""
-_MAX_CELL_TEXTS = 100
-"""A heat map with more cells than this (over all its panels) is drawn without the count written on each cell: at that
-density the texts are hard to read, and drawing them took most of the plotting time of a 1,000,000-turn report (480
-cells); the footer and caption say so, and the counts are in the report's tables."""
 _KIND_TITLES = {"tool": "tool-using scenarios", "restraint": "restraint scenarios (no tool needed)"}
 
 
@@ -89,14 +82,21 @@ def write_all(
     Returns:
         ``{file name: (alt text, caption)}`` in drawing order, for the markdown.
     """
-    axes = list(axes)
+    return draw_all(plot_data(frames, axes, failures, grouped), out)
+
+
+def draw_all(data: PlotData, out: Path) -> dict[str, tuple[str, str]]:
+    """Draw every plot of ``data`` (:func:`harness.report.plot_data.plot_data`) that has data into ``out``.
+
+    Returns:
+        ``{file name: (alt text, caption)}`` in drawing order, for the markdown.
+
+    Raises:
+        OSError: a file cannot be written.
+    """
     written: dict[str, tuple[str, str]] = {}
-    for draw in (_pass_rate, _failure_heatmap, _outcomes):
-        result = draw(frames, axes, failures, out)
-        if result:
-            written[result[0]] = (result[1], result[2])
-    for draw_k in (_pass_k,):
-        result = draw_k(frames, axes, grouped, out)
+    for draw in (_pass_rate, _failure_heatmap, _outcomes, _pass_k):
+        result = draw(data, out)
         if result:
             written[result[0]] = (result[1], result[2])
     return written
@@ -104,7 +104,7 @@ def write_all(
 
 def _no_text_note(cells: int) -> str:
     """The footer's note for a heat map of ``cells`` cells: empty when its cells carry their counts."""
-    return "" if cells <= _MAX_CELL_TEXTS else f"; no cell text ({cells} cells, over {_MAX_CELL_TEXTS}): counts in the tables"
+    return "" if cell_texts_shown(cells) else f"; no cell text ({cells} cells, over {MAX_CELL_TEXTS}): counts in the tables"
 
 
 def _heat(ax: Axes, values: np.ndarray, texts: list[list[str]], cmap: str) -> AxesImage:
@@ -121,12 +121,11 @@ def _heat(ax: Axes, values: np.ndarray, texts: list[list[str]], cmap: str) -> Ax
     return image
 
 
-def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+def _pass_rate(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = model (or the first axis), columns = the other axes, one panel per scenario kind."""
+    axes, table = data.axes, data.pass_rate
     row_axes = ["model"] if "model" in axes else axes[:1]
     col_axes = [a for a in axes if a not in row_axes]
-    table = summary_table(frames, [*row_axes, *col_axes, "task_kind"], latency=False)
-    table = table[table["scored"] > 0]
     rows = table.drop_duplicates(row_axes)[row_axes].sort_values(row_axes, kind="stable")
     row_labels = [_label(x) for x in _group_labels(rows, row_axes)]
     kinds = [k for k in ("tool", "restraint") if k in set(table["task_kind"])]
@@ -147,7 +146,7 @@ def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, ou
                     texts[i][j] = f"{int(r['passes'])}/{int(r['scored'])}"
         panels.append((kind, col_labels, values, texts))
     cells = sum(p[2].size for p in panels)
-    if cells > _MAX_CELL_TEXTS:
+    if not cell_texts_shown(cells):
         panels = [(kind, col_labels, values, [["" for _ in row] for row in texts]) for kind, col_labels, values, texts in panels]
     width = 3.0 + 0.12 * max(len(x) for x in row_labels) * 1.0 + sum(0.75 * len(p[1]) + 0.8 for p in panels)
     fig = _figure(max(6.0, width), 2.2 + 0.32 * len(rows) + 0.06 * max(len(c) for p in panels for c in p[1]))
@@ -166,7 +165,7 @@ def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, ou
             ax.set_ylabel(" × ".join(row_axes))
     assert image is not None  # at least one kind has scored runs
     fig.colorbar(image, ax=fig.axes, label="pass rate (% of scored runs)", location="right", shrink=0.9)
-    what = "" if cells > _MAX_CELL_TEXTS else " (cell text: passes/scored runs)"
+    what = " (cell text: passes/scored runs)" if cell_texts_shown(cells) else ""
     fig.suptitle(f"Pass rate{what}, tool-using and restraint scenarios apart")
     n = int(table["scored"].sum())
     footer = (f"n = {plural(n, 'scored run')} over {plural(len(rows), 'row')}; grey: no scored run; 95% Wilson intervals in "
@@ -179,12 +178,13 @@ def _pass_rate(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, ou
     )
 
 
-def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+def _failure_heatmap(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = the ``--by`` groups, columns = failure modes (sorted by spread)."""
+    axes, failures = data.axes, data.failures
     if failures.empty:
         return None
     row_axes = ["model"] if "model" in axes else axes[:1]
-    if len(failures.drop_duplicates(axes)) > _MAX_ROWS and len(axes) > 1:
+    if len(failures.drop_duplicates(axes)) > MAX_ROWS and len(axes) > 1:
         return _failure_multiples(failures, row_axes, [a for a in axes if a not in row_axes], out)
     modes = list(dict.fromkeys(failures["mode"]))
     groups = failures.drop_duplicates(axes)[axes].sort_values(axes, kind="stable")
@@ -196,7 +196,7 @@ def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFra
         for j, mode in enumerate(modes):
             r = keyed[(str(mode), *(g[a] for a in axes))]
             values[i, j] = 100 * r["share"]
-            if values.size <= _MAX_CELL_TEXTS:
+            if cell_texts_shown(values.size):
                 texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
     fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.8 * len(modes)), 2.8 + 0.32 * len(groups))
     ax = fig.add_subplot()
@@ -207,7 +207,7 @@ def _failure_heatmap(frames: LedgerFrames, axes: list[str], failures: pd.DataFra
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlabel("failure mode (sorted by spread across the rows)")
     ax.set_ylabel(" × ".join(axes))
-    what = "" if values.size > _MAX_CELL_TEXTS else " (cell text: runs with it/scored runs)"
+    what = " (cell text: runs with it/scored runs)" if cell_texts_shown(values.size) else ""
     ax.set_title(f"Share of scored runs showing each failure mode{what}")
     fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)", location="right", shrink=0.9)
     total = int(groups.merge(failures.drop_duplicates(axes), on=axes)["scored_runs"].sum())
@@ -242,7 +242,7 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
                 r = keyed.get((str(mode), *rk.values(), *ck.values()))
                 if r is not None:
                     values[i, j] = 100 * r["share"]
-                    texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}" if cells <= _MAX_CELL_TEXTS else ""
+                    texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}" if cell_texts_shown(cells) else ""
         image = _heat(ax, values, texts, "Reds")
         ax.set_title(mode, fontsize=10)
         ax.set_xticks(range(len(col_labels)), [_label(c, 24) for c in col_labels], rotation=90, fontsize=7)
@@ -260,19 +260,9 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
             f"Share of scored runs with at least one turn showing each mode, per {' × '.join([*row_axes, *col_axes])}; {footer}.")  # fmt: skip
 
 
-def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
-    """``axes``, or only the model (first axis) when that gives more than :data:`_MAX_ROWS` rows; and a caption note."""
-    if len(frames.groups.ids(axes)[1]) <= _MAX_ROWS or len(axes) < 2:
-        return axes, ""
-    rows = ["model"] if "model" in axes else axes[:1]
-    return rows, f" (pooled over {' × '.join(a for a in axes if a not in rows)}: {_MAX_ROWS}+ rows would not be readable)"
-
-
-def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out: Path) -> tuple[str, str, str] | None:
+def _outcomes(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     """Horizontal stacked bars: one bar per ``--by`` group (counted runs), the legend outside on the right."""
-    axes, pooled = _few_rows(frames, axes)
-    runs = frames.runs[[*axes, "outcome"]][frames.runs["counted"]]
-    counts = runs.groupby([*axes, "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
+    (axes, pooled), counts = data.outcome_axes, data.outcomes
     groups = counts.index.to_frame(index=False)
     labels = [_label(x) for x in _group_labels(groups, axes)]
     fig = _figure(max(8.0, 5.0 + 0.12 * max(len(x) for x in labels)), 2.0 + 0.3 * len(labels))
@@ -292,23 +282,21 @@ def _outcomes(frames: LedgerFrames, axes: list[str], failures: pd.DataFrame, out
     ax.set_ylabel(" × ".join(axes))
     ax.set_title("Run outcomes")
     ax.legend(title="outcome", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    footer = f"n = {plural(len(runs), 'run')}, including {int((runs['outcome'] == 'infra_error').sum())} infra_error (never a model failure)"
+    footer = f"n = {plural(data.outcome_runs[0], 'run')}, including {data.outcome_runs[1]} infra_error (never a model failure)"
     _save(fig, out / "outcomes.png", footer)
     return "outcomes.png", "Run outcomes", f"Run outcomes stacked per {' × '.join(axes)}{pooled}; {footer}."
 
 
-def _pass_k(frames: LedgerFrames, axes: list[str], grouped: pd.DataFrame | None, out: Path) -> tuple[str, str, str] | None:
+def _pass_k(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = the ``--by`` groups, columns = k; pass^k as tau-bench defines it (mean over the group's cells)."""
-    few, pooled = _few_rows(frames, axes)
-    table = grouped if grouped is not None and few == axes else summary_table(frames, few, latency=False)
-    axes = few
-    table = table[table["scored"] > 0].reset_index(drop=True)
+    (axes, pooled), table = data.pass_k_axes, data.pass_k
     ks = [c for c in table.columns if c.startswith("pass^")]
     if table.empty or not ks:
         return None
     labels = [_label(x) for x in _group_labels(table, axes)]
     values = 100 * table[ks].to_numpy(dtype=float)
-    texts = [["" if np.isnan(v) or values.size > _MAX_CELL_TEXTS else f"{v:.0f}" for v in row] for row in values]
+    shown = cell_texts_shown(values.size)
+    texts = [["" if np.isnan(v) or not shown else f"{v:.0f}" for v in row] for row in values]
     fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.6 * len(ks)), 2.4 + 0.3 * len(labels))
     ax = fig.add_subplot()
     image = _heat(ax, values, texts, "viridis")

@@ -1,0 +1,78 @@
+"""A function run in a forked child process, its value (or exception) sent back through a pipe.
+
+Used by :func:`harness.report.frames.load_frames` to read the ledger's turns in one process while the parent reads
+its runs: SQLite reads in threads convoy on the interpreter lock (the lock is given up and taken back for every row),
+separate processes do not.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Generic, TypeVar
+
+__all__ = ["ChildCall", "can_fork"]
+
+_T = TypeVar("_T")
+
+
+def can_fork() -> bool:
+    """Whether this platform starts processes by ``fork`` (a child then needs no imports and no pickled arguments)."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+class ChildCall(Generic[_T]):
+    """``function(*args)`` in a forked child, started by the constructor (requires :func:`can_fork`).
+
+    The value must pickle; so must the exception, else its text comes back as a :class:`RuntimeError`. Call
+    :meth:`result` or :meth:`close` (in ``finally``): the child is waited for either way.
+    """
+
+    def __init__(self, function: Callable[..., _T], *args: Any) -> None:
+        context = multiprocessing.get_context("fork")
+        self._conn, child = context.Pipe(duplex=False)
+        self._process = context.Process(target=_call, args=(child, function, args), daemon=True)
+        self._process.start()
+        child.close()
+        self._answered = False
+
+    def result(self) -> _T:
+        """The child's value; waits for it.
+
+        Raises:
+            Exception: what the function raised in the child, re-raised here.
+            RuntimeError: the child died without an answer (its exit code in the message).
+        """
+        try:
+            ok, value = self._conn.recv()
+            self._answered = True
+        except EOFError:
+            self._process.join()
+            raise RuntimeError(f"a report's child process ended with exit code {self._process.exitcode}") from None
+        finally:
+            self.close()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Stop the child if it still runs (its answer is not wanted) and wait for it."""
+        if self._process.exitcode is None and not self._answered:
+            self._process.terminate()
+        self._process.join()
+        self._conn.close()
+
+
+def _call(conn: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this process
+    try:
+        answer: tuple[bool, Any] = (True, function(*args))
+    except Exception as exc:  # noqa: BLE001 - re-raised in the parent
+        answer = (False, exc)
+    try:
+        conn.send(answer)
+    except Exception as exc:  # noqa: BLE001 - a value or exception that does not pickle: its text
+        conn.send((False, RuntimeError(f"a report's child process could not send its answer: {exc!r}")))

@@ -1,0 +1,98 @@
+"""Draw the report's PNGs in a child process while the parent reads the ledger and writes the CSV and markdown.
+
+On the 1,000,000-turn benchmark the plots cost about 4 s of CPU (matplotlib's import 0.65 s, then the drawing) on top
+of the ledger's reads and the tables; on a machine with two cores, :class:`PlotWorker` moves them off the report's
+critical path: the child is started before the ledger is read (it imports matplotlib meanwhile), receives the small
+tables of :class:`harness.report.plot_data.PlotData` once they are computed, draws, and answers with the captions.
+The files are the same bytes as when drawn in-process (``benchmarks/report_same_bytes.py``, tests/test_report_worker.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from harness.report.child import can_fork
+from harness.report.plot_data import PlotData
+
+__all__ = ["PlotWorker"]
+
+
+class PlotWorker:
+    """One child process that draws one report's plots (:func:`harness.report.plots.draw_all`).
+
+    Started by the constructor (``fork`` where the platform has it, else ``spawn``); :meth:`draw` hands it the tables,
+    :meth:`result` waits for the captions, :meth:`close` ends it without drawing (idempotent; the parent must call
+    :meth:`result` or :meth:`close`, e.g. in ``finally``).
+    """
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("fork") if can_fork() else multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child,), name="harness-report-plots", daemon=True)
+        self._process.start()
+        child.close()
+        self._sent = False  # tables handed over (or told to stop)
+        self._answered = False
+
+    def draw(self, data: PlotData, out: Path) -> None:
+        """Hand the child the tables to draw into ``out`` (once)."""
+        self._conn.send((data, out))
+        self._sent = True
+
+    def result(self) -> dict[str, tuple[str, str]]:
+        """The plots drawn, as :func:`harness.report.plots.draw_all` returns them; waits for the child.
+
+        Raises:
+            OSError: a file could not be written (or the child died: its exit code is in the message).
+            Exception: whatever drawing raised in the child, re-raised here.
+        """
+        try:
+            ok, value = self._conn.recv()
+            self._answered = True
+        except EOFError:
+            self._process.join()
+            raise OSError(f"the plotting process ended with exit code {self._process.exitcode} before drawing") from None
+        finally:
+            self.close()
+        if not ok:
+            raise value
+        return dict(value)
+
+    def close(self) -> None:
+        """End the child and wait for it: told to stop if it has nothing to draw, stopped if its answer is not wanted."""
+        if self._process.exitcode is None:
+            if not self._sent:
+                try:
+                    self._conn.send(None)
+                except OSError:  # the child is gone already
+                    pass
+                self._sent = True
+            elif not self._answered:  # the report failed while the child drew: its plots are not wanted
+                self._process.terminate()
+            self._process.join()
+        self._conn.close()
+
+
+def _serve(conn: Connection) -> None:
+    """The child: import the plotting code (matplotlib) first, then draw what the parent sends, once."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends this process
+    from harness.report import plots
+
+    try:
+        job = conn.recv()
+    except EOFError:  # the parent is gone
+        return
+    if job is None:
+        return
+    data, out = job
+    try:
+        conn.send((True, plots.draw_all(data, out)))
+    except Exception as exc:  # noqa: BLE001 - re-raised in the parent
+        try:
+            conn.send((False, exc))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle: its text
+            conn.send((False, OSError(f"drawing the plots failed: {exc!r}")))

@@ -1,0 +1,98 @@
+"""A large ledger's report works in three processes (the turns read in one child, the plots drawn in another): the
+files and frames are the same as when one process does everything, and errors still read as one sentence."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.errors import LedgerError
+from harness.report import load_frames, write_report
+from harness.report import markdown as report_markdown
+from harness.report.child import ChildCall, can_fork
+from tests.test_report_aggregates import _varied_ledger
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="the child processes are used where the platform forks")
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory) -> Path:
+    return _varied_ledger(tmp_path_factory.mktemp("processes") / "ledger.sqlite")
+
+
+def test_a_report_drawn_in_child_processes_writes_the_same_bytes(varied, tmp_path, monkeypatch):
+    alone = write_report(varied, tmp_path / "alone", formats=["md", "png", "csv"])
+    monkeypatch.setattr(report_markdown, "_PROCESS_BYTES", 0)  # this small ledger counts as large
+    shared = write_report(varied, tmp_path / "shared", formats=["md", "png", "csv"])
+    assert [p.name for p in shared] == [p.name for p in alone]
+    assert {p.suffix for p in shared} == {".md", ".png", ".csv"}
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "alone", tmp_path / "shared", [p.name for p in alone], shallow=False)
+    assert (mismatch, errors) == ([], [])
+
+
+def test_frames_read_with_a_child_equal_frames_read_alone(varied):
+    alone, shared = load_frames(varied), load_frames(varied, processes=True)
+    for name in ("runs", "run_modes", "run_checks", "mode_examples"):
+        pd.testing.assert_frame_equal(getattr(shared, name), getattr(alone, name), check_exact=True)
+    for name in ("run_pos", "counts", "recorded", "values"):
+        assert getattr(shared.latencies, name).tobytes() == getattr(alone.latencies, name).tobytes()
+    assert (shared.turn_count, shared.runs_chain_head, shared.model_runs) == (
+        alone.turn_count,
+        alone.runs_chain_head,
+        alone.model_runs,
+    )
+
+
+def test_a_file_that_is_not_a_ledger_still_fails_in_one_sentence_with_a_child(tmp_path, monkeypatch):
+    bogus = tmp_path / "notes.sqlite"
+    bogus.write_text("not a database\n" * 100)
+    monkeypatch.setattr(report_markdown, "_PROCESS_BYTES", 0)
+    with pytest.raises(LedgerError) as caught:
+        write_report(bogus, tmp_path / "out", formats=["md", "png", "csv"])
+    assert str(bogus) in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_childs_exception_is_raised_in_the_parent():
+    with pytest.raises(ValueError, match="invalid literal"):
+        ChildCall(int, "twelve").result()
+    assert ChildCall(sum, [1, 2, 3]).result() == 6
+
+
+def test_a_plot_that_cannot_be_written_raises_as_when_drawn_alone(varied, tmp_path, monkeypatch):
+    raised = []
+    for name, bytes_from in (("alone", None), ("shared", 0)):
+        if bytes_from is not None:
+            monkeypatch.setattr(report_markdown, "_PROCESS_BYTES", bytes_from)
+        (tmp_path / name / "outcomes.png").mkdir(parents=True)  # a folder where the plot goes
+        with pytest.raises(OSError) as caught:
+            write_report(varied, tmp_path / name, formats=["md", "png", "csv"])
+        raised.append((type(caught.value), caught.value.errno))
+    assert raised[0] == raised[1]
+    assert not (tmp_path / "shared" / "report.md").exists()
+
+
+@pytest.mark.parametrize("block_rows", [16384, 3])
+def test_write_csv_writes_what_pandas_to_csv_writes(tmp_path, monkeypatch, block_rows):
+    """:func:`write_csv` promises the bytes of ``to_csv(index=False, lineterminator="\\n", float_format="%.10g")``,
+    for cells the writer must quote too (commas, quotes, line breaks), for missing values of every kind, in one block of
+    rows or several."""
+    from harness.report.markdown import write_csv
+
+    monkeypatch.setattr(report_markdown, "_CSV_BLOCK_ROWS", block_rows)  # 3: the rows written in several blocks
+    tricky = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "ünïcode ⏎", None, "x" * 300, " lead"]
+    n = len(tricky)
+    table = pd.DataFrame({
+        "text": pd.Series(tricky, dtype=object), "str": pd.Series(tricky, dtype="str"),
+        "float": [0.1, 1 / 3, float("nan"), 1e20, -0.0, 2.5, 123456789.123, 7.0, float("inf"), 1e-7],
+        "int": range(n), "bool": [i % 3 == 0 for i in range(n)],
+        "mixed": pd.Series([1.5, "s", None, 3, True, (1, 2), float("nan"), "q,", 0.1, "z"], dtype=object),
+        "clean": [f"run-{i}" for i in range(n)],
+    })  # fmt: skip
+    for frame in (table, table[["text"]], table[["float"]], table.iloc[:0], table[["int", "clean"]]):
+        write_csv(frame, tmp_path / "ours.csv")
+        frame.to_csv(tmp_path / "pandas.csv", index=False, lineterminator="\n", float_format="%.10g")
+        assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), list(frame.columns)
