@@ -50,7 +50,7 @@ from harness.provenance import git_revision as _git_revision
 from harness.retry import DEFAULT_RETRY, RetryPolicy
 from harness.run_options import RunOptions
 from harness.scenarios import Scenario
-from harness.tool_protocol import assistant_message, refusal_text, request_hash, result_message
+from harness.tool_protocol import RequestHasher, assistant_message, refusal_text, result_message
 from harness.tools import Sandbox, ToolResult
 from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
@@ -259,6 +259,7 @@ class _Run:
             {"role": "system", "content": self.system},
             {"role": "user", "content": plan.scenario.task},
         ]
+        self.request_hasher = RequestHasher()  # each message encoded once: the list only grows
         self.turns = self.prompt_tokens = self.completion_tokens = self.calls_made = 0
         self.labels_seen: list[str] = []
         self.final_answer: str | None = None
@@ -361,7 +362,7 @@ class _Run:
             raise _Interrupted
         self.breaker.before_call(turns_done=self.turns, tokens_used=self.prompt_tokens + self.completion_tokens)
         started = utc_now()
-        turn_request_hash = request_hash(self.messages)
+        turn_request_hash = self.request_hasher.digest(self.messages)
         plan = self.plan
         reply = self._cached_reply(turn_request_hash) if self.options.use_cache else None
         if reply is None:

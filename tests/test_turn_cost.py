@@ -7,6 +7,7 @@ shortcut does not follow fails here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -15,12 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.backends.base import GenerateOptions
 from harness.canonical import canonical_json
 from harness.classifier import content, validate, values
 from harness.errors import ToolError
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
+from harness.tool_protocol import RequestHasher, request_hash
 from harness.tools import Sandbox, is_within
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
@@ -198,3 +201,34 @@ def test_relative_is_relative_to(tmp_path_factory, parts):
     assert box.relative(path) == (path.relative_to(box.root).as_posix() or ".")
     with pytest.raises(ValueError):
         box.relative(box.root.parent / "elsewhere")
+
+
+@given(st.lists(st.lists(st.dictionaries(_TEXT, _JSON, max_size=4), max_size=3), max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_the_request_hasher_gives_request_hash_as_the_list_grows(batches):
+    hasher, messages = RequestHasher(), []
+    assert hasher.digest(messages) == request_hash(messages)
+    for batch in batches:  # the loop appends an assistant message and its results between two requests
+        messages.extend(batch)
+        assert hasher.digest(messages) == request_hash(messages)
+        assert hasher.digest(messages) == request_hash(messages)  # asked again: nothing added twice
+
+
+def test_the_request_hasher_refuses_a_list_that_shrank():
+    hasher = RequestHasher()
+    hasher.digest([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    with pytest.raises(ValueError, match="shrank"):
+        hasher.digest([{"role": "user", "content": "a"}])
+
+
+@given(
+    st.floats(allow_nan=False),
+    st.integers(min_value=0, max_value=2**40),
+    st.booleans(),
+    st.sampled_from(["default", "on", "off"]),
+)
+def test_options_as_dict_is_asdict_without_the_unset_settings(temperature, seed, stream, think):
+    options = GenerateOptions(temperature=temperature, seed=seed, think=think, stream=stream)
+    whole = dataclasses.asdict(options)
+    expected = {k: v for k, v in whole.items() if not (k == "think" and v == "default") and not (k == "stream" and not v)}
+    assert options.as_dict() == expected and list(options.as_dict()) == list(expected)
