@@ -24,7 +24,7 @@ from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
 from harness.tool_protocol import RequestHasher, request_hash
-from harness.tools import Sandbox, is_within
+from harness.tools import Sandbox, is_within, read_at_most, write_all
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
 _WILD_TEXT = st.text(max_size=20)  # lone surrogates too
@@ -232,3 +232,31 @@ def test_options_as_dict_is_asdict_without_the_unset_settings(temperature, seed,
     whole = dataclasses.asdict(options)
     expected = {k: v for k, v in whole.items() if not (k == "think" and v == "default") and not (k == "stream" and not v)}
     assert options.as_dict() == expected and list(options.as_dict()) == list(expected)
+
+
+@given(st.binary(max_size=3000), st.integers(min_value=0, max_value=4000), st.integers(min_value=0, max_value=3000))
+@settings(max_examples=60, deadline=None)
+def test_read_at_most_reads_what_a_file_object_reads(tmp_path_factory, data, limit, offset):
+    path = tmp_path_factory.mktemp("read") / "f"
+    path.write_bytes(data)
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        expected = handle.read(limit)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        assert read_at_most(fd, limit) == expected
+    finally:
+        os.close(fd)
+
+
+@given(st.binary(max_size=200_000))
+@settings(max_examples=20, deadline=None)
+def test_write_all_writes_every_byte(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("write") / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == data
