@@ -51,7 +51,7 @@ from harness.retry import DEFAULT_RETRY, RetryPolicy
 from harness.run_options import RunOptions
 from harness.scenarios import Scenario
 from harness.tool_protocol import RequestHasher, assistant_message, refusal_text, result_message
-from harness.tools import Sandbox, ToolResult
+from harness.tools import Sandbox, ToolResult, real_path_within
 from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
 __all__ = [
@@ -201,6 +201,24 @@ def _resolved(path: Path) -> str:
     return text
 
 
+_REAL_FOLDERS: dict[tuple[str, str | None], Path] = {}
+
+
+def _sandbox_path(runs_dir: str | os.PathLike[str], run_id: str) -> str:
+    """``os.path.realpath(os.path.join(runs_dir, run_id))``, with the runs folder's real path remembered once it exists
+    (per folder, and working folder for a relative one): each run then looks at its own folder only (one ``lstat``),
+    not at every folder from ``/`` down."""
+    folder = os.fspath(runs_dir)
+    key = (folder, None if os.path.isabs(folder) else os.getcwd())
+    real = _REAL_FOLDERS.get(key)
+    if real is None:
+        text = os.path.realpath(folder)
+        if not os.path.isdir(text):  # not made yet (the first run's sandbox makes it): nothing to remember
+            return os.path.realpath(os.path.join(folder, run_id))
+        real = _REAL_FOLDERS[key] = Path(text)
+    return str(real_path_within(real, run_id))
+
+
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
     """Run one call; a ``refused`` call (past the cap) and an unknown tool are answered with an error, never run."""
     tool = None if refused else next((t for t in scenario.tools if t.name == call.name), None)
@@ -318,7 +336,7 @@ class _Run:
         """Append the start row and seed the sandbox; returns ``(outcome, error)`` when the server already failed."""
         plan, scenario = self.plan, self.plan.scenario
         options = self.generate_options
-        sandbox_path = os.path.realpath(os.path.join(self.options.runs_dir, self.run_id))
+        sandbox_path = _sandbox_path(self.options.runs_dir, self.run_id)
         outcome = error = None
         try:
             ident = self.backend.identity()

@@ -329,9 +329,13 @@ class Tool:
 
 def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
     target = sandbox.resolve(path)
-    if not target.is_dir():
-        raise ToolError(f"{path!r} is not a directory")
-    return json.dumps(sorted(os.listdir(target)))  # the names Path.iterdir gives
+    try:  # no stat first: listdir says "not a directory" as Path.is_dir would (the path is resolved: no symlink)
+        names = os.listdir(target)  # the names Path.iterdir gives
+    except OSError as exc:
+        if exc.errno in _NO_SUCH_FILE:
+            raise ToolError(f"{path!r} is not a directory") from None
+        raise
+    return json.dumps(sorted(names))
 
 
 #: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)

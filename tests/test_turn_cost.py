@@ -23,6 +23,7 @@ from harness.errors import ToolError
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
+from harness.loop import _sandbox_path
 from harness.tool_protocol import RequestHasher, request_hash
 from harness.tools import Sandbox, is_within, read_at_most, write_all
 
@@ -260,3 +261,16 @@ def test_write_all_writes_every_byte(tmp_path_factory, data):
     finally:
         os.close(fd)
     assert path.read_bytes() == data
+
+
+def test_the_sandbox_path_is_the_real_path_of_the_run_folder(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "runs").symlink_to(real)  # the runs folder is a symlink
+    (real / "linked").symlink_to(tmp_path)  # a run folder that is one
+    monkeypatch.chdir(tmp_path)
+    for runs_dir in (tmp_path / "runs", "runs", str(tmp_path / "missing")):
+        for run_id in ("0123abcd", "linked", "a/../b", "../outside", str(tmp_path / "abs"), "linked/x"):
+            for _ in range(2):  # the second time from the remembered folder
+                expected = os.path.realpath(os.path.join(runs_dir, run_id))
+                assert _sandbox_path(runs_dir, run_id) == expected, (runs_dir, run_id)
