@@ -49,7 +49,7 @@ from typing import Any
 
 import regex
 
-from harness.tools import is_within, real_path_within
+from harness.tools import is_within, read_at_most, real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -178,8 +178,10 @@ def _read(ctx: CheckContext, rel: str) -> str | None:
     if not regular:
         os.close(fd)
         return None
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read(_MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
+    try:
+        return read_at_most(fd, _MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
+    finally:
+        os.close(fd)
 
 
 def _existing_names(root: Path) -> set[str]:

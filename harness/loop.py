@@ -50,8 +50,8 @@ from harness.provenance import git_revision as _git_revision
 from harness.retry import DEFAULT_RETRY, RetryPolicy
 from harness.run_options import RunOptions
 from harness.scenarios import Scenario
-from harness.tool_protocol import assistant_message, refusal_text, request_hash, result_message
-from harness.tools import Sandbox, ToolResult
+from harness.tool_protocol import RequestHasher, assistant_message, refusal_text, result_message
+from harness.tools import Sandbox, ToolResult, real_path_within
 from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
 __all__ = [
@@ -201,6 +201,24 @@ def _resolved(path: Path) -> str:
     return text
 
 
+_REAL_FOLDERS: dict[tuple[str, str | None], Path] = {}
+
+
+def _sandbox_path(runs_dir: str | os.PathLike[str], run_id: str) -> str:
+    """``os.path.realpath(os.path.join(runs_dir, run_id))``, with the runs folder's real path remembered once it exists
+    (per folder, and working folder for a relative one): each run then looks at its own folder only (one ``lstat``),
+    not at every folder from ``/`` down."""
+    folder = os.fspath(runs_dir)
+    key = (folder, None if os.path.isabs(folder) else os.getcwd())
+    real = _REAL_FOLDERS.get(key)
+    if real is None:
+        text = os.path.realpath(folder)
+        if not os.path.isdir(text):  # not made yet (the first run's sandbox makes it): nothing to remember
+            return os.path.realpath(os.path.join(folder, run_id))
+        real = _REAL_FOLDERS[key] = Path(text)
+    return str(real_path_within(real, run_id))
+
+
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
     """Run one call; a ``refused`` call (past the cap) and an unknown tool are answered with an error, never run."""
     tool = None if refused else next((t for t in scenario.tools if t.name == call.name), None)
@@ -259,6 +277,7 @@ class _Run:
             {"role": "system", "content": self.system},
             {"role": "user", "content": plan.scenario.task},
         ]
+        self.request_hasher = RequestHasher()  # each message encoded once: the list only grows
         self.turns = self.prompt_tokens = self.completion_tokens = self.calls_made = 0
         self.labels_seen: list[str] = []
         self.final_answer: str | None = None
@@ -317,7 +336,7 @@ class _Run:
         """Append the start row and seed the sandbox; returns ``(outcome, error)`` when the server already failed."""
         plan, scenario = self.plan, self.plan.scenario
         options = self.generate_options
-        sandbox_path = os.path.realpath(os.path.join(self.options.runs_dir, self.run_id))
+        sandbox_path = _sandbox_path(self.options.runs_dir, self.run_id)
         outcome = error = None
         try:
             ident = self.backend.identity()
@@ -361,7 +380,7 @@ class _Run:
             raise _Interrupted
         self.breaker.before_call(turns_done=self.turns, tokens_used=self.prompt_tokens + self.completion_tokens)
         started = utc_now()
-        turn_request_hash = request_hash(self.messages)
+        turn_request_hash = self.request_hasher.digest(self.messages)
         plan = self.plan
         reply = self._cached_reply(turn_request_hash) if self.options.use_cache else None
         if reply is None:

@@ -12,7 +12,6 @@ holds its identity's lock (:mod:`harness.ownership`) for its lifetime, and the l
 
 from __future__ import annotations
 
-import functools
 import itertools
 import queue
 import threading
@@ -354,7 +353,8 @@ class _MatrixRun:
         assert options.stop is not None
         self.ledger, self.options, self.result, self.events, self.stop = ledger, options, result, events, options.stop
         self.lock = threading.Lock()
-        self.running_ids: set[str] = set()
+        self.running: dict[str, RunPlan] = {}  # run id -> its plan, for the runs in flight
+        self.run_options: dict[int, RunOptions] = {}  # id(endpoint) -> the options of its runs (made once)
         self.pools: list[ThreadPoolExecutor] = []
         self.futures: list[Future[None]] = []
         self.quitting = False
@@ -388,7 +388,7 @@ class _MatrixRun:
                     pool.shutdown(wait=True, cancel_futures=True)
             except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now and let the caller quit at once
                 with self.lock:
-                    abandoned = sorted(self.running_ids)
+                    abandoned = sorted(self.running)
                 recorded = _end_abandoned(self.ledger, abandoned)
                 self.quitting = True
                 raise MatrixQuit(recorded) from None
@@ -405,10 +405,12 @@ class _MatrixRun:
             return
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
-        extra = {"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
-        options = replace(self.options, extra_config=extra, on_retry=functools.partial(self.retrying, planned.plan))
         with self.lock:
-            self.running_ids.add(run_id)
+            self.running[run_id] = planned.plan
+            options = self.run_options.get(id(endpoint))
+            if options is None:
+                extra = {"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
+                options = self.run_options[id(endpoint)] = replace(self.options, extra_config=extra, on_retry=self.retrying)
         try:
             summary = run_once(planned.plan, handle, self.ledger, options, run_id=run_id)
         except IdentityTaken as taken:  # another matrix on this ledger finished it or is running it now
@@ -420,14 +422,14 @@ class _MatrixRun:
             return
         finally:
             with self.lock:
-                self.running_ids.discard(run_id)
+                self.running.pop(run_id, None)
         with self.lock:
             self.result.summaries.append(summary)
             self.events.run_finished(summary)
 
-    def retrying(self, plan: RunPlan, attempt: Attempt) -> None:
+    def retrying(self, attempt: Attempt) -> None:
         with self.lock:  # events are called from one thread at a time
-            self.events.retrying(plan, attempt, self.options.retry.max_attempts)
+            self.events.retrying(self.running[attempt.run_id], attempt, self.options.retry.max_attempts)
 
 
 def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> int:

@@ -18,16 +18,18 @@ messages carry a tool's answer. Pure: no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.canonical import sha256_of
+from harness.canonical import canonical_json, sha256_of
 
 __all__ = [
     "TOOL_RESPONSE_OPEN",
     "CallLike",
+    "RequestHasher",
     "assistant_message",
     "is_tool_result",
     "rebuild_history",
@@ -151,6 +153,40 @@ def is_tool_result(role: Any, text: str) -> bool:
 def request_hash(messages: Sequence[Mapping[str, Any]]) -> str:
     """SHA-256 (hex) of the canonical JSON of a request's messages, as stored in ``turns.request_hash``."""
     return sha256_of(messages)
+
+
+class RequestHasher:
+    """:func:`request_hash` of a message list that only grows, encoding each message once (not the whole list per turn).
+
+    The canonical JSON of a list is ``[`` + its items' canonical JSON joined by ``,`` + ``]`` (no whitespace; the
+    UTF-8 escapes of :func:`~harness.canonical.canonical_json` act per character, so per item the same), and SHA-256
+    takes its input in pieces: the running hash holds ``[m1,m2,...`` and each :meth:`digest` finishes a copy with
+    ``]``. So the value is :func:`request_hash`'s, byte for byte (a test holds them equal).
+
+    The caller owns the list: messages are only appended, never edited or removed, after :meth:`digest` has seen them
+    (the loop's ``_Run.messages``; backends read the list and never change it).
+    """
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256(b"[")
+        self._seen = 0
+
+    def digest(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """The :func:`request_hash` of ``messages`` (64 hex digits): the messages it saw before, plus any new.
+
+        Raises:
+            ValueError: ``messages`` is shorter than the list it saw before (it may only grow).
+        """
+        sha, seen = self._sha, self._seen
+        if len(messages) < seen:
+            raise ValueError(f"the message list shrank from {seen} to {len(messages)} messages: it may only grow")
+        for message in messages[seen:]:
+            sha.update((b"," if seen else b"") + canonical_json(message).encode("utf-8"))
+            seen += 1
+        self._seen = seen
+        done = sha.copy()
+        done.update(b"]")
+        return done.hexdigest()
 
 
 @dataclass(frozen=True)

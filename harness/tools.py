@@ -49,6 +49,8 @@ __all__ = [
     "WEATHER_DATA_SCHEMA",
     "Sandbox",
     "is_within",
+    "read_at_most",
+    "write_all",
     "real_path_within",
     "Tool",
     "ToolResult",
@@ -93,6 +95,30 @@ def real_path_within(root: Path, path: str) -> Path:
         if link:
             return Path(os.path.realpath(root / path))
     return root.joinpath(*parts)
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """The bytes of the open file ``fd`` from its offset, up to ``limit`` of them or its end (it stays open).
+
+    What ``os.fdopen(fd, "rb").read(limit)`` gives, without the file object (and its ``fstat``, ``ioctl`` and
+    ``lseek``): ``os.read`` until ``limit`` bytes or the end. Raises OSError as ``os.read`` does.
+    """
+    chunks = []
+    while limit > 0:
+        chunk = os.read(fd, limit)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to the open file ``fd`` (``os.write`` until none is left; it stays open), as an
+    unbuffered file object's ``write`` would, without making one. Raises OSError as ``os.write`` does."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def is_within(root: Path, path: Path) -> bool:
@@ -147,9 +173,7 @@ class Sandbox:
                     target.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
             try:
-                data = text.encode("utf-8")
-                while data:
-                    data = data[os.write(fd, data) :]
+                write_all(fd, text.encode("utf-8"))
             finally:
                 os.close(fd)
 
@@ -305,9 +329,13 @@ class Tool:
 
 def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
     target = sandbox.resolve(path)
-    if not target.is_dir():
-        raise ToolError(f"{path!r} is not a directory")
-    return json.dumps(sorted(os.listdir(target)))  # the names Path.iterdir gives
+    try:  # no stat first: listdir says "not a directory" as Path.is_dir would (the path is resolved: no symlink)
+        names = os.listdir(target)  # the names Path.iterdir gives
+    except OSError as exc:
+        if exc.errno in _NO_SUCH_FILE:
+            raise ToolError(f"{path!r} is not a directory") from None
+        raise
+    return json.dumps(sorted(names))
 
 
 #: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)
@@ -328,9 +356,11 @@ def _read_file(sandbox: Sandbox, path: Any) -> str:
         raise ToolError(f"no such file: {path!r}")
     if info.st_size > MAX_READ_BYTES:
         raise ToolError(f"{path!r} is larger than {MAX_READ_BYTES} bytes")
-    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read(MAX_READ_BYTES).decode("utf-8", errors="replace")
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return read_at_most(fd, MAX_READ_BYTES).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
 
 
 def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
@@ -350,9 +380,11 @@ def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
     if target.parent != sandbox.root:  # the root exists
         target.parent.mkdir(parents=True, exist_ok=True)
         sandbox.resolve(sandbox.relative(target.parent))  # re-check after mkdir: no symlinked parent
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
     sandbox.bytes_written += len(data)
     rel = sandbox.relative(target)
     if rel not in sandbox.written:

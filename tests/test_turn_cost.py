@@ -7,6 +7,7 @@ shortcut does not follow fails here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -15,13 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.backends.base import GenerateOptions
 from harness.canonical import canonical_json
 from harness.classifier import content, validate, values
 from harness.errors import ToolError
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
-from harness.tools import Sandbox, is_within
+from harness.loop import _sandbox_path
+from harness.tool_protocol import RequestHasher, request_hash
+from harness.tools import Sandbox, is_within, read_at_most, write_all
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
 _WILD_TEXT = st.text(max_size=20)  # lone surrogates too
@@ -198,3 +202,75 @@ def test_relative_is_relative_to(tmp_path_factory, parts):
     assert box.relative(path) == (path.relative_to(box.root).as_posix() or ".")
     with pytest.raises(ValueError):
         box.relative(box.root.parent / "elsewhere")
+
+
+@given(st.lists(st.lists(st.dictionaries(_TEXT, _JSON, max_size=4), max_size=3), max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_the_request_hasher_gives_request_hash_as_the_list_grows(batches):
+    hasher, messages = RequestHasher(), []
+    assert hasher.digest(messages) == request_hash(messages)
+    for batch in batches:  # the loop appends an assistant message and its results between two requests
+        messages.extend(batch)
+        assert hasher.digest(messages) == request_hash(messages)
+        assert hasher.digest(messages) == request_hash(messages)  # asked again: nothing added twice
+
+
+def test_the_request_hasher_refuses_a_list_that_shrank():
+    hasher = RequestHasher()
+    hasher.digest([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    with pytest.raises(ValueError, match="shrank"):
+        hasher.digest([{"role": "user", "content": "a"}])
+
+
+@given(
+    st.floats(allow_nan=False),
+    st.integers(min_value=0, max_value=2**40),
+    st.booleans(),
+    st.sampled_from(["default", "on", "off"]),
+)
+def test_options_as_dict_is_asdict_without_the_unset_settings(temperature, seed, stream, think):
+    options = GenerateOptions(temperature=temperature, seed=seed, think=think, stream=stream)
+    whole = dataclasses.asdict(options)
+    expected = {k: v for k, v in whole.items() if not (k == "think" and v == "default") and not (k == "stream" and not v)}
+    assert options.as_dict() == expected and list(options.as_dict()) == list(expected)
+
+
+@given(st.binary(max_size=3000), st.integers(min_value=0, max_value=4000), st.integers(min_value=0, max_value=3000))
+@settings(max_examples=60, deadline=None)
+def test_read_at_most_reads_what_a_file_object_reads(tmp_path_factory, data, limit, offset):
+    path = tmp_path_factory.mktemp("read") / "f"
+    path.write_bytes(data)
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        expected = handle.read(limit)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        assert read_at_most(fd, limit) == expected
+    finally:
+        os.close(fd)
+
+
+@given(st.binary(max_size=200_000))
+@settings(max_examples=20, deadline=None)
+def test_write_all_writes_every_byte(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("write") / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == data
+
+
+def test_the_sandbox_path_is_the_real_path_of_the_run_folder(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "runs").symlink_to(real)  # the runs folder is a symlink
+    (real / "linked").symlink_to(tmp_path)  # a run folder that is one
+    monkeypatch.chdir(tmp_path)
+    for runs_dir in (tmp_path / "runs", "runs", str(tmp_path / "missing")):
+        for run_id in ("0123abcd", "linked", "a/../b", "../outside", str(tmp_path / "abs"), "linked/x"):
+            for _ in range(2):  # the second time from the remembered folder
+                expected = os.path.realpath(os.path.join(runs_dir, run_id))
+                assert _sandbox_path(runs_dir, run_id) == expected, (runs_dir, run_id)

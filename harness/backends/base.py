@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.vocab import DEFAULT_THINK, Think
@@ -60,12 +60,16 @@ class GenerateOptions:
         The dict is part of every run's identity, so a setting added later enters it only when set:
         runs recorded before it existed keep their identity.
         """
-        out = asdict(self)
+        out = {name: getattr(self, name) for name in _OPTION_FIELDS}  # scalars: asdict's deep copy would copy nothing
         if self.think == DEFAULT_THINK:
             del out["think"]
         if not self.stream:
             del out["stream"]
         return out
+
+
+_OPTION_FIELDS = tuple(f.name for f in fields(GenerateOptions))
+""":class:`GenerateOptions`' field names in order (``dataclasses.fields`` walks the class on every call)."""
 
 
 @dataclass(frozen=True)
