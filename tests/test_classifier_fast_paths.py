@@ -3,17 +3,19 @@
 Plain prose (letters, digits, spaces, newlines and ``.,;!?'%*&+-`` only) skips the content analysis: these tests
 generate such texts, with the words the call finders, ReAct keywords, shell lines and vendor markers are built from,
 and require the full analysis to find exactly what the fast path returns; the corpus replies that are plain prose
-are checked too.
+are checked too. The rule-3 checks' guards (a zero-width start for the file-count pattern, a digit for a value, a
+key's letters for a keyed value) are held to the patterns without them, and the offered tools' memo to a fresh read.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.classifier import content
+from harness.classifier import content, contradiction, validate
 from harness.classifier.validate import offered_tools
 from harness.corpus import load_corpus
 from tests.helpers import FILE_TOOLS, function_tool
@@ -61,3 +63,43 @@ def test_corpus_replies_of_plain_prose_read_as_the_full_analysis() -> None:
             for known in (True, False):
                 assert content.analyse_content(text, _OFFERED if known else {}, tools_known=known) == _full(text, known)
     assert checked > 0
+
+
+_COUNTS = st.lists(
+    _WORDS | _SAFE | st.sampled_from(["file", "files", "Files", "There are", "there's", "in total", "total:", "only",
+                                      "exactly", "twelve", "Eleven", "all", "were found", ":", "  ", "\t", "ſ", "İ", "٣"]),
+    max_size=30,
+).map(" ".join)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(_COUNTS | st.text(max_size=40))
+def test_count_start_guard_changes_no_match(text: str) -> None:
+    unguarded = re.compile(contradiction._COUNT_SOURCE, re.I | re.M)
+    got = [(m.span(), m.groups()) for m in contradiction.COUNT.finditer(text)]
+    assert got == [(m.span(), m.groups()) for m in unguarded.finditer(text)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_COUNTS | st.text(max_size=40))
+def test_a_value_needs_a_digit(text: str) -> None:
+    if contradiction._DIGIT.search(text) is None:
+        assert contradiction._VALUE.search(text) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=127), max_size=30), st.sampled_from(["humidity", "temperature c", "wind", "Sky"]))
+def test_an_ascii_key_matches_an_ascii_text_only_where_lowered(text: str, key: str) -> None:
+    if key.lower() not in text.lower():
+        assert re.search(rf"\b{re.escape(key)}\b", text, re.I) is None
+
+
+def test_offered_tools_memo_sees_a_changed_list() -> None:
+    tools = [dict(t) for t in _TOOLS]
+    first = offered_tools(tools)
+    assert first == validate._offered_tools(tools) and offered_tools(tools) is first
+    tools.append(function_tool("added", "A new tool."))
+    assert "added" in offered_tools(tools)
+    tools[0] = function_tool("replaced", "Another tool.")
+    assert offered_tools(tools) == validate._offered_tools(tools) and "replaced" in offered_tools(tools)
+    assert offered_tools(list(tools)) == offered_tools(tools)

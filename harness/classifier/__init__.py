@@ -186,9 +186,7 @@ def _reasoning_calls(
     """Calls written only in the reasoning (the reasoning field, or ``<think>`` blocks in the content), if no call is outside it."""
     if structured or content.attempts:
         return None
-    field = next(
-        (get(response, k) for k in ("reasoning_content", "reasoning", "thinking") if isinstance(get(response, k), str)), ""
-    )
+    field = next((v for k in _REASONING_FIELDS if isinstance(v := get(response, k), str)), "")
     text = "\n".join(t for t in (field, content.reasoning) if t)[:MAX_SCAN_CHARS]
     if not text.strip():
         return None
@@ -198,6 +196,9 @@ def _reasoning_calls(
     for call in found.calls:
         call.source = "reasoning"
     return found
+
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 
 def _reasoning_step(reasoning: ContentResult | None) -> tuple[set[str], dict[str, Any]]:
