@@ -142,7 +142,8 @@ def _classify(
     offered = offered_tools(tools)
     known = type(tools) is list or (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)))
     content, clipped = response_content(response)
-    structured, structured_modes = structured_calls(get(response, "tool_calls"))
+    raw_calls = get(response, "tool_calls")
+    structured, structured_modes = structured_calls(raw_calls)
     result = analyse_content(content, offered, tools_known=known)
     reasoning = _reasoning_calls(response, result, structured, offered, known)
     recovered = result.calls + (reasoning.calls if reasoning else [])
@@ -152,7 +153,7 @@ def _classify(
     steps = [
         envelope_step(structured_modes, result, clipped),
         multiple_calls_step(structured, result, keys[: len(structured)]),
-        structured_cap_step(get(response, "tool_calls")),
+        structured_cap_step(raw_calls),
         _reasoning_step(reasoning),
         multiple_calls_step([], reasoning) if reasoning else (set(), {}),  # it counts calls, wherever written
         validation_step(calls, tools, offered),
@@ -173,8 +174,10 @@ def _classify(
     modes: set[str] = set()
     details: dict[str, Any] = {}
     for step_modes, evidence in steps:
-        modes |= step_modes
-        details.update(evidence)
+        if step_modes:
+            modes |= step_modes
+        if evidence:
+            details.update(evidence)
     ordered = [m for m in FAILURE_MODES if m in modes] if modes else []
     details["evidence"] = evidence_for(ordered, details, result, calls)
     return Classification(ordered, structured, recovered, _recovered_by(recovered), jsonable(details))

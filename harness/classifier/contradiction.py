@@ -63,16 +63,16 @@ def contradictions(claims: str, content: ContentResult, calls: list[ToolCall], p
     dropped and the check repeated (most final answers repeat what the tools said, so the
     costlier sentence split is rarely needed).
     """
-    known = past.known(tools)
-    found = _unexplained(claims, content, calls, past, known)
-    return _unexplained(unhedged(claims), content, calls, past, known) if found else []
+    found = _unexplained(claims, content, calls, past, tools)
+    return _unexplained(unhedged(claims), content, calls, past, tools) if found else []
 
 
-def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], past: History, known: str) -> list[str]:  # noqa: PLR0913 - the claims and what explains them
+def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], past: History, tools: object) -> list[str]:  # noqa: PLR0913 - the claims and what explains them
     """Rule 3 on the given claims: see :func:`_contradictions`."""
     texts = [claims] + [v for call in calls for v in string_values(call.arguments, skip_paths=True)]
     if not any(texts):
         return []  # every check reads a name, value, sky, count or key in the texts: empty ones state none
+    known = past.known(tools)
     own_paths = {value.replace("\\", "/").rsplit("/", 1)[-1].lower() for call in calls for _k, value in path_values(call)}
     found: list[str] = []
     seen: set[str] = set()
