@@ -14,7 +14,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.classifier import classify, contradiction, heuristics
+from harness.classifier import classify, contradiction, heuristics, validate
 from harness.classifier.validate import offered_tools
 from tests.helpers import FILE_TOOLS
 
@@ -77,6 +77,8 @@ def _forget() -> None:
     """Empty every memo the history and the tool results fill."""
     heuristics._READS.clear()
     heuristics._READ_CHARS[0] = 0
+    heuristics._escapes_sandbox.cache_clear()
+    validate._OFFERED.clear()
     for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
         memo.memo.cache_clear()
 

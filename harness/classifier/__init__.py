@@ -5,7 +5,8 @@ runs on every turn of the agent loop and behind ``harness classify``; it never r
 state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
 tuples of strings) or holding the object they were computed from, so no call can see another's
 input in its result: validators by schema text (``validate``), the offered tools' text by the list
-(``heuristics.tools_text``), calls recovered from earlier assistant messages by text digest
+(``heuristics.tools_text``) and ``{name: schema}`` by the list and its items (``validate.offered_tools``), whether a
+path leaves the sandbox by its text (``heuristics``), calls recovered from earlier assistant messages by text digest
 (``content``), each history message's reading by its role, text and call strings
 (``heuristics``: the loop hands the whole history again on every turn), and what the tool
 results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds
@@ -142,7 +143,8 @@ def _classify(
     offered = offered_tools(tools)
     known = type(tools) is list or (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)))
     content, clipped = response_content(response)
-    structured, structured_modes = structured_calls(get(response, "tool_calls"))
+    raw_calls = get(response, "tool_calls")
+    structured, structured_modes = structured_calls(raw_calls)
     result = analyse_content(content, offered, tools_known=known)
     reasoning = _reasoning_calls(response, result, structured, offered, known)
     recovered = result.calls + (reasoning.calls if reasoning else [])
@@ -152,7 +154,7 @@ def _classify(
     steps = [
         envelope_step(structured_modes, result, clipped),
         multiple_calls_step(structured, result, keys[: len(structured)]),
-        structured_cap_step(get(response, "tool_calls")),
+        structured_cap_step(raw_calls),
         _reasoning_step(reasoning),
         multiple_calls_step([], reasoning) if reasoning else (set(), {}),  # it counts calls, wherever written
         validation_step(calls, tools, offered),
@@ -173,8 +175,10 @@ def _classify(
     modes: set[str] = set()
     details: dict[str, Any] = {}
     for step_modes, evidence in steps:
-        modes |= step_modes
-        details.update(evidence)
+        if step_modes:
+            modes |= step_modes
+        if evidence:
+            details.update(evidence)
     ordered = [m for m in FAILURE_MODES if m in modes] if modes else []
     details["evidence"] = evidence_for(ordered, details, result, calls)
     return Classification(ordered, structured, recovered, _recovered_by(recovered), jsonable(details))
@@ -186,9 +190,7 @@ def _reasoning_calls(
     """Calls written only in the reasoning (the reasoning field, or ``<think>`` blocks in the content), if no call is outside it."""
     if structured or content.attempts:
         return None
-    field = next(
-        (get(response, k) for k in ("reasoning_content", "reasoning", "thinking") if isinstance(get(response, k), str)), ""
-    )
+    field = next((v for k in _REASONING_FIELDS if isinstance(v := get(response, k), str)), "")
     text = "\n".join(t for t in (field, content.reasoning) if t)[:MAX_SCAN_CHARS]
     if not text.strip():
         return None
@@ -198,6 +200,9 @@ def _reasoning_calls(
     for call in found.calls:
         call.source = "reasoning"
     return found
+
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 
 def _reasoning_step(reasoning: ContentResult | None) -> tuple[set[str], dict[str, Any]]:

@@ -352,7 +352,17 @@ def analyse_content(text: str, offered: Mapping[str, Any], *, tools_known: bool 
     """
     if not text:  # no content (a reply that only calls): what _analyse finds in "" (a test holds them equal)
         return ContentResult([], set(), 0, [], "", "", False, {})
+    if _PLAIN_PROSE.search(text) is None:  # plain prose: what _analyse finds in it (a hypothesis test holds them equal)
+        return ContentResult([], set(), 0, [], text, text, False, {})
     return _analyse(text, offered, tools_known=tools_known)
+
+
+_PLAIN_PROSE = re.compile(r"[^\w \n.,;!?'%*&+-]|_")
+"""A character outside plain prose: anything but letters, digits, spaces, newlines and ``.,;!?'%*&+-``. A text without
+one holds nothing any step of :func:`_analyse` reads: every call shape, tag, marker and fence it finds needs one of
+``{ [ < ( : = | ` ~ _`` (JSON, pythonic ``name(``, markup and vendor markers, ReAct ``Action:``, Gemma ``call:``,
+``key=value`` and ``to=``, fences, tool names with an underscore), a reasoning block needs ``<``, and a shell line
+counts only with ``$`` (then the content's visible text and prose are the text itself, and no shell block is seen)."""
 
 
 def _analyse(text: str, offered: Mapping[str, Any], *, tools_known: bool) -> ContentResult:

@@ -36,15 +36,22 @@ _VALUE = re.compile(
     r"|-?\d+(?:\.\d+)?\s?(?:°\s*[CF]?|℃|℉))",
     re.I,
 )
+_DIGIT = re.compile(r"\d")
+"""What every :data:`_VALUE` match holds (each of its forms has a digit): a text without one states no value."""
 _COUNT_WORD = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
-COUNT = re.compile(
+_COUNT_SOURCE = (
     rf"(?:^|[.!?:]\s+|\b(?:there(?:'s| is| are| were| was)|shows?|lists?|listed|contains?|holds?|has|have|had|found|total:?"
     rf"|in total,?|all)\s+)(?:only\s+|exactly\s+|just\s+)?{_COUNT_WORD}\s+files?\b"
     rf"(?!\s+(?:are|is|were|was|have|has)\s+(?!present|there|listed|found|in\b))"
     rf"|\b{_COUNT_WORD}\s+files?\s+(?:in total|in (?:the|this|that) (?:current |working )?(?:directory|folder)|were (?:found|listed)"
-    rf"|are (?:there|present|listed))\b",
-    re.I | re.M,
+    rf"|are (?:there|present|listed))\b"
 )
+_COUNT_START = r"(?=[.!?:]|\b[tslchfiaoejn\d])"
+"""Where a :data:`COUNT` match can start: at ``[.!?:]``, or at a word's start that is the first letter of one of its
+words (``there``, ``shows``, ``lists``, ``contains``, ``holds``, ``found``, ``in total``, ``all``, ``only``,
+``exactly``, ``just``, a number word) or a digit (a ``^`` start is a word's start too: a number follows). Zero-width:
+it changes no match, it only spares the other positions (a test holds it equal to the pattern without it)."""
+COUNT = re.compile(rf"{_COUNT_START}(?:{_COUNT_SOURCE})", re.I | re.M)
 """A stated total of files ("There are 3 files", "3 files in the directory"), not a part of them ("2 files are Markdown")."""
 _NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())}
 
@@ -56,15 +63,17 @@ def contradictions(claims: str, content: ContentResult, calls: list[ToolCall], p
     dropped and the check repeated (most final answers repeat what the tools said, so the
     costlier sentence split is rarely needed).
     """
-    known = past.known(tools)
-    found = _unexplained(claims, content, calls, past, known)
-    return _unexplained(unhedged(claims), content, calls, past, known) if found else []
+    found = _unexplained(claims, content, calls, past, tools)
+    return _unexplained(unhedged(claims), content, calls, past, tools) if found else []
 
 
-def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], past: History, known: str) -> list[str]:  # noqa: PLR0913 - the claims and what explains them
+def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], past: History, tools: object) -> list[str]:  # noqa: PLR0913 - the claims and what explains them
     """Rule 3 on the given claims: see :func:`_contradictions`."""
-    own_paths = {value.replace("\\", "/").rsplit("/", 1)[-1].lower() for call in calls for _k, value in path_values(call)}
     texts = [claims] + [v for call in calls for v in string_values(call.arguments, skip_paths=True)]
+    if not any(texts):
+        return []  # every check reads a name, value, sky, count or key in the texts: empty ones state none
+    known = past.known(tools)
+    own_paths = {value.replace("\\", "/").rsplit("/", 1)[-1].lower() for call in calls for _k, value in path_values(call)}
     found: list[str] = []
     seen: set[str] = set()
     results = "\n".join(past.tool_results)
@@ -78,7 +87,7 @@ def _unexplained(claims: str, content: ContentResult, calls: list[ToolCall], pas
             if token not in seen and token not in own_paths and token not in known:
                 seen.add(token)
                 found.append(m.group(1))
-        for m in _VALUE.finditer(text[:MAX_REPAIR_CHARS]):
+        for m in _VALUE.finditer(text[:MAX_REPAIR_CHARS]) if _DIGIT.search(text, 0, MAX_REPAIR_CHARS) else ():
             value, normal = m.group(), norm(m.group())
             if value in seen:
                 continue
@@ -185,8 +194,9 @@ def _keyed_mismatch(texts: list[str], past: History) -> list[str]:
         for key, v in _result_pairs(past.tool_results[index]):
             pairs.setdefault(key, set()).add(v)
     text = "\n".join(texts)[:MAX_REPAIR_CHARS]
+    lowered = text.lower() if text.isascii() else None  # ASCII: a key matches case-insensitively only where it is lowered
     for key, values in list(pairs.items())[:100]:
-        if len(values) != 1 or len(key) < 3:
+        if len(values) != 1 or len(key) < 3 or (lowered is not None and key.isascii() and key.lower() not in lowered):
             continue
         given = next(iter(values))
         m = re.search(rf"\b{re.escape(key)}\b(?:\s+(?:is|was|of|at)|\s*[:=])\s+{_FILLER}[\"']?([\w.-]+)", text, re.I)

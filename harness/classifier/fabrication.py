@@ -50,9 +50,9 @@ def fabrication_step(
     """``fabricated_tool_result``: evidence is the list of what was found (markup, ``"weather: ..."``, ``"listing: ..."``,
     unexplained ``stem.ext`` tokens, values no tool returned). ``seq``: :func:`units` of the visible text, if read."""
     seq = seq if seq is not None else units(content.visible) if content.visible else []  # a reply that only calls has none
-    known = past.known(tools)
     results = " ".join(" ".join(past.tool_results).split()) if _MARKUP.search(content.visible) else ""  # read by markup only
-    found = result_markup(content, seq, known, results) if tools != [] else []  # with no tool offered, there is no output to fake
+    # with no tool offered, there is no output to fake; with no visible text, there is no markup and no call's output
+    found = result_markup(content, seq, past.known(tools), results) if tools != [] and content.visible else []
     if past.tool_answered:
         found += contradictions(_claims(content, seq), content, calls, past, tools)
     elif isinstance(tools, list) and not calls:  # a reply that calls the tool waits for its answer

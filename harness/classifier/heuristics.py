@@ -88,6 +88,7 @@ def _path_key(key: str) -> bool:
 _DRIVE = re.compile(r"[A-Za-z]:")
 
 
+@functools.lru_cache(maxsize=1024)
 def _escapes_sandbox(path: str) -> bool:
     p = path.strip()
     if not p:

@@ -200,7 +200,9 @@ def _inline_command(text: str) -> re.Match[str] | None:
 
 def _fake_results(visible: str) -> list[tuple[int, int]]:
     """Spans of result markup the reply wrote (to its closing tag, or else to the first blank line)."""
-    spans = []
+    spans: list[tuple[int, int]] = []
+    if "<" not in visible:
+        return spans  # every result tag opens with one
     for m in _RESULT_OPEN.finditer(visible):
         close = _RESULT_CLOSE.search(visible, m.end())
         blank = re.compile(r"\n[ \t]*\n").search(visible, m.end())
