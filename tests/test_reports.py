@@ -552,3 +552,24 @@ def test_guard_reports_of_only_unfinished_or_interrupted_runs(tmp_path):
         "checks.csv",
         "runs.csv",
     }  # no empty plots
+
+
+# newcomer: the pass-rate map's title ran past both edges of a 6-inch figure
+@pytest.mark.parametrize("width", [6.0, 9.0])
+def test_a_long_plot_title_and_footer_are_wrapped_inside_the_figure(width):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from harness.report import plots
+
+    fig = Figure(figsize=(width, 3.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.add_subplot(1, 1, 1).imshow(np.zeros((2, 2)))
+    plots._suptitle(fig, "Pass rate (cell text: passes/scored runs), tool-using and restraint scenarios apart " * 2)
+    footer = "n = 5 scored runs over 3 rows; grey: no scored run; 95% Wilson intervals in the summary table; " * 2
+    fig.supxlabel(plots._fitted(fig, footer, 8.0), fontsize=8)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for text in (fig._suptitle, fig._supxlabel):
+        box = text.get_window_extent(renderer)
+        assert "\n" in text.get_text() and box.x0 >= 0 and box.x1 <= fig.bbox.x1, (text.get_text(), box, fig.bbox)

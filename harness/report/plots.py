@@ -62,8 +62,18 @@ def _figure(width: float, height: float) -> Figure:
     return fig
 
 
+def _fitted(fig: Figure, text: str, points: float) -> str:
+    """``text`` wrapped onto lines that fit the figure's width at ``points`` (an average glyph taken as 0.65 em wide)."""
+    return textwrap.fill(text, max(30, int(fig.get_figwidth() * 72 / (points * 0.65))), break_on_hyphens=False)
+
+
+def _suptitle(fig: Figure, text: str) -> None:
+    """The figure's title, wrapped to its width (a long title was cut at both edges: newcomer)."""
+    fig.suptitle(_fitted(fig, text, 12.0))
+
+
 def _save(fig: Figure, path: Path, footer: str) -> None:
-    fig.supxlabel(footer, fontsize=8, color="#555555")
+    fig.supxlabel(_fitted(fig, footer, 8.0), fontsize=8, color="#555555")
     fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
 
 
@@ -166,7 +176,7 @@ def _pass_rate(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     assert image is not None  # at least one kind has scored runs
     fig.colorbar(image, ax=fig.axes, label="pass rate (% of scored runs)", location="right", shrink=0.9)
     what = " (cell text: passes/scored runs)" if cell_texts_shown(cells) else ""
-    fig.suptitle(f"Pass rate{what}, tool-using and restraint scenarios apart")
+    _suptitle(fig, f"Pass rate{what}, tool-using and restraint scenarios apart")
     n = int(table["scored"].sum())
     footer = (f"n = {plural(n, 'scored run')} over {plural(len(rows), 'row')}; grey: no scored run; 95% Wilson intervals in "
               f"the summary table{_no_text_note(cells)}")  # fmt: skip
@@ -249,8 +259,9 @@ def _failure_multiples(failures: pd.DataFrame, row_axes: list[str], col_axes: li
         ax.set_yticks(range(len(row_labels)), row_labels if n % per_line == 0 else [""] * len(row_labels), fontsize=7)
     assert image is not None
     fig.colorbar(image, ax=fig.axes, label="runs with ≥1 occurrence (%)", location="right", shrink=0.6)
-    fig.suptitle(
-        f"Share of scored runs showing each failure mode: one panel per mode, {' × '.join(row_axes)} by {' × '.join(col_axes)}"
+    _suptitle(
+        fig,
+        f"Share of scored runs showing each failure mode: one panel per mode, {' × '.join(row_axes)} by {' × '.join(col_axes)}",
     )
     total = int(failures.drop_duplicates([*row_axes, *col_axes])["scored_runs"].sum())
     what = _no_text_note(cells) or "; cell text: runs with the mode/scored runs"
