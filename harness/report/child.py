@@ -12,6 +12,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
+from harness.errors import ReportError
+
 __all__ = ["ChildCall", "can_fork"]
 
 _T = TypeVar("_T")
@@ -42,14 +44,14 @@ class ChildCall(Generic[_T]):
 
         Raises:
             Exception: what the function raised in the child, re-raised here.
-            RuntimeError: the child died without an answer (its exit code in the message).
+            ReportError: the child died without a whole answer (killed mid-send too; its exit code in the message).
         """
         try:
             ok, value = self._conn.recv()
             self._answered = True
-        except EOFError:
+        except (EOFError, OSError):  # OSError: "got end of file during message", the child died while it sent
             self._process.join()
-            raise RuntimeError(f"a report's child process ended with exit code {self._process.exitcode}") from None
+            raise ReportError(_died("reading the ledger's turns", self._process.exitcode)) from None
         finally:
             self.close()
         if not ok:
@@ -62,6 +64,12 @@ class ChildCall(Generic[_T]):
             self._process.terminate()
         self._process.join()
         self._conn.close()
+
+
+def _died(task: str, exitcode: int | None) -> str:
+    """The sentence for a child process that ended without answering (a negative exit code: the signal's number)."""
+    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"ended with exit code {exitcode}"
+    return f"the report's child process {task} {how} before it answered; the report in that folder is incomplete: run it again."
 
 
 def _call(conn: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
