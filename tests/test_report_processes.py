@@ -103,6 +103,31 @@ def test_a_plotting_process_killed_before_it_draws_is_one_report_error(varied, t
     assert not multiprocessing.active_children()
 
 
+_FORKS: list[int] = []
+os.register_at_fork(before=lambda: _FORKS.append(os.getpid()))  # every os.fork of this process (spawn does not count)
+
+
+def test_a_report_in_a_process_running_other_threads_forks_nothing_and_writes_the_same_bytes(varied, tmp_path, monkeypatch):
+    """A thread inside SQLite when the process forks leaves SQLite's memory mutex held in the child, which then hangs
+    opening its connection (seen with a thread querying a ledger): with other threads running, no fork."""
+    alone = write_report(varied, tmp_path / "alone", formats=["md", "png", "csv"])
+    monkeypatch.setattr(report_markdown, "_PROCESS_BYTES", 0)  # counts as large: children wanted
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    before = len(_FORKS)
+    try:
+        shared = write_report(varied, tmp_path / "shared", formats=["md", "png", "csv"])
+    finally:
+        stop.set()
+        other.join()
+    assert len(_FORKS) == before  # before: two forks (the plotting process and the turns' reader)
+    assert [p.name for p in shared] == [p.name for p in alone]
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "alone", tmp_path / "shared", [p.name for p in alone], shallow=False)
+    assert (mismatch, errors) == ([], [])
+    assert not multiprocessing.active_children()
+
+
 def test_a_plot_that_cannot_be_written_raises_as_when_drawn_alone(varied, tmp_path, monkeypatch):
     raised = []
     for name, bytes_from in (("alone", None), ("shared", 0)):

@@ -8,13 +8,14 @@ separate processes do not.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
 from harness.errors import ReportError
 
-__all__ = ["ChildCall", "can_fork"]
+__all__ = ["ChildCall", "can_fork", "fork_is_safe"]
 
 _T = TypeVar("_T")
 
@@ -24,8 +25,19 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
+def fork_is_safe() -> bool:
+    """Whether a fork now gives a child that can work: the platform forks and this process runs no other thread.
+
+    A thread that is inside a C library when the process forks (SQLite, which runs without the interpreter lock, holds
+    its memory mutex in every call) leaves that lock held for ever in the child, which then hangs on its first call
+    into the library (seen: a report forked while another thread queried a ledger hung opening its connection).
+    """
+    return can_fork() and threading.active_count() == 1
+
+
 class ChildCall(Generic[_T]):
-    """``function(*args)`` in a forked child, started by the constructor (requires :func:`can_fork`).
+    """``function(*args)`` in a forked child, started by the constructor (requires :func:`can_fork`; use it where
+    :func:`fork_is_safe`).
 
     The value must pickle; so must the exception, else its text comes back as a :class:`RuntimeError`. Call
     :meth:`result` or :meth:`close` (in ``finally``): the child is waited for either way.
