@@ -7,6 +7,7 @@ Hierarchy::
     ├── ScenarioError               a scenario file is missing, unreadable or has a wrong field
     ├── LedgerError                 the ledger cannot be opened, is corrupt, or fails verification
     ├── ModelCacheError             the embedded model cannot be fetched, extracted or verified
+    ├── ReportError                 a report's child process died before it answered
     ├── BackendError                the model server failed: ends a run as ``infra_error``
     │   ├── BackendUnavailable      connection refused / DNS / server not running
     │   ├── BackendTimeout          no answer within the timeout
@@ -37,6 +38,7 @@ __all__ = [
     "LedgerError",
     "ModelCacheError",
     "ModelNotFound",
+    "ReportError",
     "ScenarioError",
     "ServerConfigError",
     "TokenLimitExceeded",
@@ -71,6 +73,11 @@ class LedgerError(HarnessError):
 
 class ModelCacheError(HarnessError):
     """The embedded model could not be downloaded, extracted, or its SHA-256 does not match."""
+
+
+class ReportError(HarnessError):
+    """A child process of ``harness report`` (the turns' reader or the plotting process) died before it answered,
+    e.g. killed by a signal or by the out-of-memory killer; the files it was to give are not written."""
 
 
 class BackendError(HarnessError):

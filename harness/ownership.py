@@ -32,8 +32,10 @@ identity; while it holds the lock, any unfinished run of the identity is a dead 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,17 +135,20 @@ def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = N
 
     Raises:
         ValueError: ``identity`` is not lowercase hex.
-        OSError: the lock folder or file cannot be created or opened (e.g. a read-only folder).
+        OSError: the lock folder or file cannot be created or opened (e.g. a read-only folder), or the lock file is
+            not a regular file (a FIFO or a device put in its place).
     """
     offset = lock_byte(identity)
     path = lock_path(folder or lock_folder(ledger_path), identity)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO put there must not block
     try:
         fd = os.open(path, flags, 0o644)
     except FileNotFoundError:  # the first lock, or the folder was deleted: make it (once, not on every run)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         if _OFD:
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
         elif not _flock_owner(fd):
@@ -177,14 +182,17 @@ def owned_elsewhere(ledger_path: str | Path, identity: str) -> bool:
     creates nothing (``--dry-run``).
 
     Returns:
-        True when an owner holds it; False when the lock is free or was never made.
+        True when an owner holds it; False when the lock is free or was never made, or the lock file is not a regular
+        file (a run then refuses it: :func:`take_lock`).
     """
     offset = lock_byte(identity)
-    try:
-        fd = os.open(lock_path(lock_folder(ledger_path), identity), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # O_NONBLOCK: opening a FIFO put in the lock file's place for reading would wait for a writer forever
+        fd = os.open(lock_path(lock_folder(ledger_path), identity), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         if _OFD:
             asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
             return _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_OFD_GETLK, asked))[0] != fcntl.F_UNLCK

@@ -119,7 +119,7 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         except OSError as exc:
             file = lock_path(folder, identity)
             if file.is_symlink() or (file.exists() and not file.is_file()):
-                raise LedgerError(f"{file} is not a lock file (a folder or a symlink); delete it and run again.") from exc
+                raise LedgerError(f"{file} is not a lock file (a folder, a symlink or a FIFO); delete it and run again.") from exc
             raise LedgerError(
                 f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); "
                 "check that the ledger's folder is writable."

@@ -94,12 +94,12 @@ def test_an_ascii_key_matches_an_ascii_text_only_where_lowered(text: str, key: s
         assert re.search(rf"\b{re.escape(key)}\b", text, re.I) is None
 
 
-def test_offered_tools_memo_sees_a_changed_list() -> None:
+def test_offered_tools_follow_a_list_edited_in_place() -> None:
     tools = [dict(t) for t in _TOOLS]
-    first = offered_tools(tools)
-    assert first == validate._offered_tools(tools) and offered_tools(tools) is first
+    assert offered_tools(tools) == validate._offered_tools(tools)
     tools.append(function_tool("added", "A new tool."))
     assert "added" in offered_tools(tools)
     tools[0] = function_tool("replaced", "Another tool.")
-    assert offered_tools(tools) == validate._offered_tools(tools) and "replaced" in offered_tools(tools)
-    assert offered_tools(list(tools)) == offered_tools(tools)
+    assert "replaced" in offered_tools(tools)
+    tools[0]["function"]["name"] = "renamed"  # one tool edited in place: no stale name
+    assert "renamed" in offered_tools(tools) and "replaced" not in offered_tools(tools)

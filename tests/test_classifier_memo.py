@@ -8,13 +8,14 @@ same result; a message changed after it was read must be read afresh.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.classifier import classify, contradiction, heuristics, validate
+from harness.classifier import classify, contradiction, heuristics
 from harness.classifier.validate import offered_tools
 from tests.helpers import FILE_TOOLS
 
@@ -78,7 +79,6 @@ def _forget() -> None:
     heuristics._READS.clear()
     heuristics._READ_CHARS[0] = 0
     heuristics._escapes_sandbox.cache_clear()
-    validate._OFFERED.clear()
     for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
         memo.memo.cache_clear()
 
@@ -134,3 +134,24 @@ def test_the_history_memo_stays_bounded():
     big = "x" * (heuristics._MAX_READ_CHARS // 3)
     heuristics.scan_history([{"role": "tool", "content": big + str(k)} for k in range(4)], _OFFERED)
     assert heuristics._READ_CHARS[0] <= heuristics._MAX_READ_CHARS
+
+
+def test_tools_changed_in_place_after_a_call_are_read_afresh():
+    tools = copy.deepcopy(FILE_TOOLS)
+    history = [
+        {"role": "user", "content": "Summarize the project."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "notes.txt"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "The project is fine."},
+    ]
+    reply = {"content": "I read notes.txt and budget_2031.xlsx: the project is fine."}
+    assert classify(reply, tools=tools, history=history).failure_modes == ["fabricated_tool_result"]
+    tools[1]["function"]["description"] = "Read a text file such as budget_2031.xlsx."  # the same list, edited
+    fresh = classify(reply, tools=copy.deepcopy(tools), history=history)
+    assert fresh.failure_modes == []
+    assert _whole(classify(reply, tools=tools, history=history)) == _whole(fresh)  # before: the old text, a fabrication

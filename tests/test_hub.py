@@ -286,3 +286,19 @@ def test_a_dry_run_learns_an_unpinned_files_digest_without_downloading_it(hub, t
         hub_fetch.plan_model(f"hf:{REPO}/other.gguf")
     assert hub_fetch.plan_model("smollm2-135m") == models.pinned("smollm2-135m")  # a pin needs no request
     assert hub_fetch.plan_model(str(tmp_path / "local.gguf")) is None
+
+
+def test_a_sidecar_that_names_no_sha256_is_not_trusted_by_a_dry_run_or_a_run(hub, tmp_path, smollm2_bytes):
+    from harness.backends import hub_fetch
+
+    sha = hashlib.sha256(smollm2_bytes).hexdigest()
+    path, digest = models.resolve(REF, progress=False)
+    assert digest == sha
+    sidecar = path.parent / f"{FILE}.sha256"
+    sidecar.write_text(f"{'Z' * 64}  {FILE}\n")  # tampered: 64 characters, not a SHA-256
+    count = len(hub.served)
+    assert hub_fetch.plan_model(REF) == (path, sha)  # before: the digest 'ZZZ…', planned from the sidecar
+    assert [(s.method, s.sent) for s in hub.served[count:]] == [("HEAD", 0)]  # the hub's word, nothing downloaded
+    sidecar.write_text(f"{sha.upper()}  {FILE}\n")
+    assert models.resolve(REF, progress=False) == (path, sha)  # before: the upper-case text recorded as the digest
+    assert sidecar.read_text() == f"{sha}  {FILE}\n"

@@ -533,3 +533,24 @@ def test_a_lock_file_that_is_a_folder_or_symlink_is_named_as_such(tmp_path, caps
     assert f"{lock} is not a lock file" in err and not (tmp_path / "elsewhere").exists()
     lock.unlink()
     assert cli(capsys, *argv)[0] == 0
+
+
+def test_a_lock_file_that_is_a_fifo_is_refused_by_a_run_and_never_blocks_a_dry_run(tmp_path):
+    from tests.helpers import IDEAL, write_cassette
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    cassette = tmp_path / "c.jsonl"
+    write_cassette(cassette, IDEAL)
+    argv = ["run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", *ARGS, "--ledger", str(ledger_path), "--repeats"]
+    assert _finish(_harness(*argv, "1"))[0] == 0
+    lock = lock_folder(ledger_path) / "runs.lock"
+    lock.unlink()
+    os.mkfifo(lock)
+    rc, out, err = _finish(_harness(*argv, "2", "--dry-run"), timeout=60)  # before: blocked opening the FIFO
+    assert (rc, err) == (0, "")
+    assert "1 to run" in " ".join(out.split()) and "running" not in out
+    rc, _out, err = _finish(_harness(*argv, "2"), timeout=60)  # before: ran, a FIFO for its lock
+    assert rc == 1 and "Traceback" not in err
+    assert f"harness: {lock} is not a lock file" in err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert len(ledger.runs_frame()) == 1

@@ -4,15 +4,22 @@ files and frames are the same as when one process does everything, and errors st
 from __future__ import annotations
 
 import filecmp
+import multiprocessing
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from harness.errors import LedgerError
-from harness.report import load_frames, write_report
+from harness.errors import LedgerError, ReportError
+from harness.report import failure_mode_table, load_frames, write_report
 from harness.report import markdown as report_markdown
 from harness.report.child import ChildCall, can_fork
+from harness.report.plot_data import plot_data
+from harness.report.plot_worker import PlotWorker
 from tests.test_report_aggregates import _varied_ledger
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="the child processes are used where the platform forks")
@@ -60,6 +67,65 @@ def test_a_childs_exception_is_raised_in_the_parent():
     with pytest.raises(ValueError, match="invalid literal"):
         ChildCall(int, "twelve").result()
     assert ChildCall(sum, [1, 2, 3]).result() == 6
+
+
+def _killed_itself() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _killed_while_sending() -> bytes:
+    """Dies 0.1 s after returning an answer too large for a pipe: killed part-way through sending it."""
+    threading.Timer(0.1, _killed_itself).start()
+    return b"x" * (64 * 2**20)
+
+
+@pytest.mark.parametrize("function", [_killed_itself, _killed_while_sending])
+def test_a_child_killed_before_or_while_it_answers_is_one_report_error(function):
+    call = ChildCall(function)
+    time.sleep(1.0)  # the child is dead by now, the second one with part of its answer in the pipe
+    with pytest.raises(ReportError, match="killed by signal 9 before it answered") as caught:
+        call.result()
+    assert "\n" not in str(caught.value)
+    assert not multiprocessing.active_children()
+
+
+def test_a_plotting_process_killed_before_it_draws_is_one_report_error(varied, tmp_path):
+    frames = load_frames(varied)
+    data = plot_data(frames, ["model"], failure_mode_table(frames, ["model"]))
+    worker = PlotWorker()
+    (child,) = multiprocessing.active_children()
+    os.kill(child.pid, signal.SIGKILL)  # e.g. the out-of-memory killer
+    child.join()
+    worker.draw(data, tmp_path)  # before: BrokenPipeError, which the CLI takes for its stdout closed (exit 0)
+    with pytest.raises(ReportError, match="drawing the plots was killed by signal 9"):
+        worker.result()
+    assert not list(tmp_path.iterdir())
+    assert not multiprocessing.active_children()
+
+
+_FORKS: list[int] = []
+os.register_at_fork(before=lambda: _FORKS.append(os.getpid()))  # every os.fork of this process (spawn does not count)
+
+
+def test_a_report_in_a_process_running_other_threads_forks_nothing_and_writes_the_same_bytes(varied, tmp_path, monkeypatch):
+    """A thread inside SQLite when the process forks leaves SQLite's memory mutex held in the child, which then hangs
+    opening its connection (seen with a thread querying a ledger): with other threads running, no fork."""
+    alone = write_report(varied, tmp_path / "alone", formats=["md", "png", "csv"])
+    monkeypatch.setattr(report_markdown, "_PROCESS_BYTES", 0)  # counts as large: children wanted
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    before = len(_FORKS)
+    try:
+        shared = write_report(varied, tmp_path / "shared", formats=["md", "png", "csv"])
+    finally:
+        stop.set()
+        other.join()
+    assert len(_FORKS) == before  # before: two forks (the plotting process and the turns' reader)
+    assert [p.name for p in shared] == [p.name for p in alone]
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "alone", tmp_path / "shared", [p.name for p in alone], shallow=False)
+    assert (mismatch, errors) == ([], [])
+    assert not multiprocessing.active_children()
 
 
 def test_a_plot_that_cannot_be_written_raises_as_when_drawn_alone(varied, tmp_path, monkeypatch):

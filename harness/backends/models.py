@@ -42,7 +42,7 @@ from typing import IO
 
 import platformdirs
 
-from harness.backends.hub import HUB_PREFIX, HubSource, parse_hub_spec
+from harness.backends.hub import HUB_PREFIX, HubSource, is_sha256, parse_hub_spec
 from harness.backends.ladder import LADDER
 from harness.errors import ModelCacheError, UsageError
 
@@ -316,8 +316,8 @@ def recorded_sha256(path: Path, sha256: str | None = None, size: int | None = No
         stat, written = path.stat(), sidecar.stat().st_mtime_ns
     except (OSError, IndexError):
         return None
-    if len(recorded) != 64 or (sha256 is not None and recorded != sha256) or (size is not None and stat.st_size != size):
-        return None
+    if not is_sha256(recorded) or (sha256 is not None and recorded != sha256) or (size is not None and stat.st_size != size):
+        return None  # not lowercase hex: a sidecar this harness did not write, trusted for nothing
     return recorded if stat.st_mtime_ns <= written else None
 
 
@@ -332,7 +332,7 @@ def recheck_recorded(path: Path, sha256: str | None = None, size: int | None = N
         recorded = _sidecar(path).read_text(encoding="utf-8").split()[0]
         if (sha256 is not None and recorded != sha256) or (size is not None and path.stat().st_size != size):
             return None
-        if file_sha256(path) != recorded:
+        if file_sha256(path) != recorded:  # lowercase hex: a sidecar naming anything else never matches
             return None
         write_sidecar(path, recorded)
     except (OSError, IndexError):

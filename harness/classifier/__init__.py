@@ -5,8 +5,8 @@ runs on every turn of the agent loop and behind ``harness classify``; it never r
 state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
 tuples of strings) or holding the object they were computed from, so no call can see another's
 input in its result: validators by schema text (``validate``), the offered tools' text by the list
-(``heuristics.tools_text``) and ``{name: schema}`` by the list and its items (``validate.offered_tools``), whether a
-path leaves the sandbox by its text (``heuristics``), calls recovered from earlier assistant messages by text digest
+and a copy of it (``heuristics.tools_text``: a list edited in place is read afresh), whether a path leaves the sandbox by its text (``heuristics``), calls
+recovered from earlier assistant messages by text digest
 (``content``), each history message's reading by its role, text and call strings
 (``heuristics``: the loop hands the whole history again on every turn), and what the tool
 results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds

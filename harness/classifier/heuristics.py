@@ -131,26 +131,51 @@ def string_values(value: Any, skip_paths: bool, depth: int = 0) -> list[str]:
     return []
 
 
-_TOOLS_TEXT: dict[int, tuple[Any, str]] = {}
+_TOOLS_TEXT: dict[int, tuple[Any, Any, str]] = {}
 
 
 def tools_text(tools: Any) -> str:
     """The offered tool definitions as JSON text (names a model may legitimately repeat).
 
-    Memoised by object identity (the loop passes the same list on every turn of a run); the
-    cached object is kept alongside, so a recycled id can never return another list's text.
+    Memoised by object identity (the loop passes the same list on every turn of a run) for plain JSON data only: the
+    cached object is kept alongside, so a recycled id can never return another list's text, and a copy of it, so a
+    list changed in place since (a tool added, a description edited) is read afresh.
     """
     hit = _TOOLS_TEXT.get(id(tools))
-    if hit is not None and hit[0] is tools:
-        return hit[1]
+    if hit is not None and hit[0] is tools and hit[1] == tools:
+        return hit[2]
     try:
         text = json.dumps(jsonable(tools), ensure_ascii=False)[:MAX_HISTORY_TEXT]
     except (TypeError, ValueError):
         text = ""
-    if len(_TOOLS_TEXT) >= 64:
-        _TOOLS_TEXT.clear()
-    _TOOLS_TEXT[id(tools)] = (tools, text)
+    snapshot = _plain_copy(tools)
+    if snapshot is not None:
+        if len(_TOOLS_TEXT) >= 64:
+            _TOOLS_TEXT.clear()
+        _TOOLS_TEXT[id(tools)] = (tools, snapshot, text)
     return text
+
+
+_PLAIN_LEAVES = (str, int, float, bool, type(None))
+
+
+def _plain_copy(value: Any, depth: int = 0) -> Any:
+    """A deep copy of ``value`` when it is made of plain lists, dicts with str keys, strings, numbers, booleans and
+    None only (at most 32 levels), else None: what :func:`tools_text` compares a cached list with."""
+    kind = type(value)
+    if kind in _PLAIN_LEAVES:
+        return value
+    if depth > 32:
+        return None
+    if kind is list:
+        items = [_plain_copy(v, depth + 1) for v in value]
+        return None if any(v is None and w is not None for v, w in zip(items, value, strict=True)) else items
+    if kind is dict:
+        copied = {k: _plain_copy(v, depth + 1) for k, v in value.items() if type(k) is str}
+        if len(copied) != len(value) or any(copied[k] is None and value[k] is not None for k in copied):
+            return None
+        return copied
+    return None
 
 
 # --------------------------------------------------------------------------- history

@@ -8,11 +8,14 @@ separate processes do not.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
-__all__ = ["ChildCall", "can_fork"]
+from harness.errors import ReportError
+
+__all__ = ["ChildCall", "can_fork", "fork_is_safe"]
 
 _T = TypeVar("_T")
 
@@ -22,8 +25,19 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
+def fork_is_safe() -> bool:
+    """Whether a fork now gives a child that can work: the platform forks and this process runs no other thread.
+
+    A thread that is inside a C library when the process forks (SQLite, which runs without the interpreter lock, holds
+    its memory mutex in every call) leaves that lock held for ever in the child, which then hangs on its first call
+    into the library (seen: a report forked while another thread queried a ledger hung opening its connection).
+    """
+    return can_fork() and threading.active_count() == 1
+
+
 class ChildCall(Generic[_T]):
-    """``function(*args)`` in a forked child, started by the constructor (requires :func:`can_fork`).
+    """``function(*args)`` in a forked child, started by the constructor (requires :func:`can_fork`; use it where
+    :func:`fork_is_safe`).
 
     The value must pickle; so must the exception, else its text comes back as a :class:`RuntimeError`. Call
     :meth:`result` or :meth:`close` (in ``finally``): the child is waited for either way.
@@ -42,14 +56,14 @@ class ChildCall(Generic[_T]):
 
         Raises:
             Exception: what the function raised in the child, re-raised here.
-            RuntimeError: the child died without an answer (its exit code in the message).
+            ReportError: the child died without a whole answer (killed mid-send too; its exit code in the message).
         """
         try:
             ok, value = self._conn.recv()
             self._answered = True
-        except EOFError:
+        except (EOFError, OSError):  # OSError: "got end of file during message", the child died while it sent
             self._process.join()
-            raise RuntimeError(f"a report's child process ended with exit code {self._process.exitcode}") from None
+            raise ReportError(_died("reading the ledger's turns", self._process.exitcode)) from None
         finally:
             self.close()
         if not ok:
@@ -62,6 +76,12 @@ class ChildCall(Generic[_T]):
             self._process.terminate()
         self._process.join()
         self._conn.close()
+
+
+def _died(task: str, exitcode: int | None) -> str:
+    """The sentence for a child process that ended without answering (a negative exit code: the signal's number)."""
+    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"ended with exit code {exitcode}"
+    return f"the report's child process {task} {how} before it answered; the report in that folder is incomplete: run it again."
 
 
 def _call(conn: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:

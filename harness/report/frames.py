@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.ledger import Ledger, decode_labels
-from harness.report.child import ChildCall, can_fork
+from harness.report.child import ChildCall, fork_is_safe
 from harness.report.grouping import RunGroups, sort_by_group
 from harness.vocab import SCORED_OUTCOMES
 
@@ -226,8 +226,9 @@ def load_frames(ledger_path: str | Path, *, processes: bool = False) -> LedgerFr
     Args:
         ledger_path: the ledger file.
         processes: read the turns (failure modes, latencies) in a forked child process while this one reads the
-            runs, where the platform forks (``harness report`` does for a large ledger: 1.2 s less on a million turns
-            with two cores); the frames are the same.
+            runs, where the platform forks and this process runs no other thread (:func:`~harness.report.child.fork_is_safe`;
+            ``harness report`` does for a large ledger: 1.2 s less on a million turns with two cores); the frames are
+            the same.
 
     Returns:
         :class:`LedgerFrames` (runs, run × mode, the shortest reply of each mode, the turns' latencies).
@@ -238,7 +239,7 @@ def load_frames(ledger_path: str | Path, *, processes: bool = False) -> LedgerFr
     path = Path(ledger_path)
     # Reads take turns on one connection: in threads (SQLite gives up the interpreter lock for every row it steps)
     # they convoyed on that lock, 6-7 s of wall for 3.6 s of CPU on the 1,000,000-turn benchmark; a child does not.
-    turn_reads = ChildCall(_read_turns, path) if processes and can_fork() and path.is_file() else None
+    turn_reads = ChildCall(_read_turns, path) if processes and fork_is_safe() and path.is_file() else None
     try:
         with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
             head = ledger.chain_head("runs")

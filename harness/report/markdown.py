@@ -20,6 +20,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.errors import UsageError
+from harness.report.child import fork_is_safe
 from harness.report.frames import LedgerFrames, load_frames
 from harness.report.models import model_header_lines
 from harness.report.plot_data import plot_data
@@ -185,7 +186,7 @@ def write_report(
     if unknown or not formats:
         raise UsageError(f"--format: unknown format '{unknown[0] if unknown else ''}'; choose from md, png, csv.")
     by = list(parse_axes(",".join(by)))
-    large = _large(ledger_path)
+    large = _large(ledger_path) and fork_is_safe()  # with other threads running, a forked child could hang
     worker = PlotWorker() if large and "png" in formats else None
     try:
         return _write_files(load_frames(ledger_path, processes=large), Path(out_dir), by, formats, worker)
@@ -195,7 +196,8 @@ def write_report(
 
 
 _PROCESS_BYTES = 16 * 2**20
-"""From this ledger size (bytes; about 15,000 turns) a report works in three processes on a machine that forks: the
+"""From this ledger size (bytes; about 15,000 turns) a report works in three processes on a machine that forks, when
+the process runs no other thread (:func:`harness.report.child.fork_is_safe`): the
 plots are drawn in a child (:mod:`harness.report.plot_worker`), started before the ledger is read, and the turns are
 read in another (:func:`harness.report.frames.load_frames`); a smaller report does it all itself, faster than a
 second process would start."""

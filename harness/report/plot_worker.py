@@ -13,7 +13,8 @@ import multiprocessing
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from harness.report.child import can_fork
+from harness.errors import ReportError
+from harness.report.child import _died, can_fork
 from harness.report.plot_data import PlotData
 
 __all__ = ["PlotWorker"]
@@ -37,23 +38,27 @@ class PlotWorker:
         self._answered = False
 
     def draw(self, data: PlotData, out: Path) -> None:
-        """Hand the child the tables to draw into ``out`` (once)."""
-        self._conn.send((data, out))
+        """Hand the child the tables to draw into ``out`` (once); a child already gone is reported by :meth:`result`."""
         self._sent = True
+        try:
+            self._conn.send((data, out))
+        except OSError:  # BrokenPipeError: the child died (the CLI would take that for its own stdout closed)
+            pass
 
     def result(self) -> dict[str, tuple[str, str]]:
         """The plots drawn, as :func:`harness.report.plots.draw_all` returns them; waits for the child.
 
         Raises:
-            OSError: a file could not be written (or the child died: its exit code is in the message).
+            OSError: a file could not be written.
+            ReportError: the child died before it answered (its exit code or signal in the message).
             Exception: whatever drawing raised in the child, re-raised here.
         """
         try:
             ok, value = self._conn.recv()
             self._answered = True
-        except EOFError:
+        except (EOFError, OSError):  # OSError: the child died while it sent
             self._process.join()
-            raise OSError(f"the plotting process ended with exit code {self._process.exitcode} before drawing") from None
+            raise ReportError(_died("drawing the plots", self._process.exitcode)) from None
         finally:
             self.close()
         if not ok:
