@@ -172,11 +172,6 @@ def offered_tools(tools: Any) -> dict[str, Any]:
     Not memoised: computing it costs about 0.6 µs for three tools, and a memo keyed by the list's identity returned
     stale schemas when a tool was edited in place (red team, on ``tools_text``'s memo). The schemas returned are
     the definitions' own objects: read them, never change them."""
-    return _offered_tools(tools)
-
-
-def _offered_tools(tools: Any) -> dict[str, Any]:
-    """:func:`offered_tools`."""
     offered: dict[str, Any] = {}
     if type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
         return offered

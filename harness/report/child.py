@@ -11,11 +11,12 @@ import multiprocessing
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
 from harness.errors import ReportError
 
-__all__ = ["ChildCall", "can_fork", "fork_is_safe"]
+__all__ = ["ChildCall", "can_fork", "fork_is_safe", "receive"]
 
 _T = TypeVar("_T")
 
@@ -59,11 +60,8 @@ class ChildCall(Generic[_T]):
             ReportError: the child died without a whole answer (killed mid-send too; its exit code in the message).
         """
         try:
-            ok, value = self._conn.recv()
+            ok, value = receive(self._conn, self._process, "reading the ledger's turns")
             self._answered = True
-        except (EOFError, OSError):  # OSError: "got end of file during message", the child died while it sent
-            self._process.join()
-            raise ReportError(_died("reading the ledger's turns", self._process.exitcode)) from None
         finally:
             self.close()
         if not ok:
@@ -76,6 +74,21 @@ class ChildCall(Generic[_T]):
             self._process.terminate()
         self._process.join()
         self._conn.close()
+
+
+def receive(conn: Connection, process: BaseProcess, task: str) -> tuple[bool, Any]:
+    """A child's answer, ``(True, value)`` or ``(False, the exception it raised)``, read from ``conn``.
+
+    Raises:
+        ReportError: the child died before its whole answer arrived (it is waited for; ``task`` names what it was
+            doing, its exit code or signal is in the message).
+    """
+    try:
+        answer: tuple[bool, Any] = conn.recv()
+    except (EOFError, OSError):  # OSError: "got end of file during message", the child died while it sent
+        process.join()
+        raise ReportError(_died(task, process.exitcode)) from None
+    return answer
 
 
 def _died(task: str, exitcode: int | None) -> str:

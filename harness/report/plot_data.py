@@ -45,8 +45,7 @@ class PlotData:
             and its caption note.
         outcomes: counted runs per group of ``outcome_axes[0]`` (sorted index) × outcome (columns), a count each.
         outcome_runs: counted runs, and how many of them ended ``infra_error``.
-        pass_k_axes: like ``outcome_axes``, for pass^k.
-        pass_k: :func:`~harness.report.tables.summary_table` by ``pass_k_axes[0]``, groups with scored runs only.
+        pass_k: :func:`~harness.report.tables.summary_table` by ``outcome_axes[0]``, groups with scored runs only.
     """
 
     axes: list[str]
@@ -55,7 +54,6 @@ class PlotData:
     outcome_axes: tuple[list[str], str]
     outcomes: pd.DataFrame
     outcome_runs: tuple[int, int]
-    pass_k_axes: tuple[list[str], str]
     pass_k: pd.DataFrame
 
 
@@ -84,7 +82,6 @@ def plot_data(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame,
         outcome_axes=outcome_axes,
         outcomes=counts,
         outcome_runs=(len(runs), int((runs["outcome"] == "infra_error").sum())),
-        pass_k_axes=outcome_axes,
         pass_k=table[table["scored"] > 0].reset_index(drop=True),
     )
 

@@ -13,8 +13,7 @@ import multiprocessing
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from harness.errors import ReportError
-from harness.report.child import _died, can_fork
+from harness.report.child import receive
 from harness.report.plot_data import PlotData
 
 __all__ = ["PlotWorker"]
@@ -23,13 +22,13 @@ __all__ = ["PlotWorker"]
 class PlotWorker:
     """One child process that draws one report's plots (:func:`harness.report.plots.draw_all`).
 
-    Started by the constructor (``fork`` where the platform has it, else ``spawn``); :meth:`draw` hands it the tables,
+    Started by the constructor (forked: made only where :func:`harness.report.child.fork_is_safe`); :meth:`draw` hands it the tables,
     :meth:`result` waits for the captions, :meth:`close` ends it without drawing (idempotent; the parent must call
     :meth:`result` or :meth:`close`, e.g. in ``finally``).
     """
 
     def __init__(self) -> None:
-        context = multiprocessing.get_context("fork") if can_fork() else multiprocessing.get_context("spawn")
+        context = multiprocessing.get_context("fork")  # made only where forking is safe (child.fork_is_safe)
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child,), name="harness-report-plots", daemon=True)
         self._process.start()
@@ -54,11 +53,8 @@ class PlotWorker:
             Exception: whatever drawing raised in the child, re-raised here.
         """
         try:
-            ok, value = self._conn.recv()
+            ok, value = receive(self._conn, self._process, "drawing the plots")
             self._answered = True
-        except (EOFError, OSError):  # OSError: the child died while it sent
-            self._process.join()
-            raise ReportError(_died("drawing the plots", self._process.exitcode)) from None
         finally:
             self.close()
         if not ok:

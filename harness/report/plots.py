@@ -25,11 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
-from harness.report.frames import LedgerFrames
-from harness.report.plot_data import MAX_CELL_TEXTS, MAX_ROWS, PlotData, cell_texts_shown, plot_data
+from harness.report.plot_data import MAX_CELL_TEXTS, MAX_ROWS, PlotData, cell_texts_shown
 from harness.vocab import OUTCOMES, plural
 
-__all__ = ["draw_all", "write_all"]
+__all__ = ["draw_all"]
 
 _OUTCOME_ORDER = (*OUTCOMES, "unfinished")
 _OUTCOME_COLOURS = {"pass": "#2ca02c", "task_failed": "#d62728", "turn_limit": "#ff7f0e", "token_limit": "#e377c2",
@@ -75,24 +74,6 @@ def _suptitle(fig: Figure, text: str) -> None:
 def _save(fig: Figure, path: Path, footer: str) -> None:
     fig.supxlabel(_fitted(fig, footer, 8.0), fontsize=8, color="#555555")
     fig.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
-
-
-def write_all(
-    frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame, out: Path, grouped: pd.DataFrame | None = None
-) -> dict[str, tuple[str, str]]:
-    """Draw every plot that has data into ``out``.
-
-    Args:
-        frames: :class:`harness.report.frames.LedgerFrames`.
-        axes: the ``--by`` axes that vary (:func:`harness.report.sections.shown_axes`): one row per group of them.
-        failures: :func:`harness.report.tables.failure_mode_table` by ``axes``.
-        out: folder to write into.
-        grouped: :func:`harness.report.tables.summary_table` by ``axes``, when already computed.
-
-    Returns:
-        ``{file name: (alt text, caption)}`` in drawing order, for the markdown.
-    """
-    return draw_all(plot_data(frames, axes, failures, grouped), out)
 
 
 def draw_all(data: PlotData, out: Path) -> dict[str, tuple[str, str]]:
@@ -300,7 +281,7 @@ def _outcomes(data: PlotData, out: Path) -> tuple[str, str, str] | None:
 
 def _pass_k(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = the ``--by`` groups, columns = k; pass^k as tau-bench defines it (mean over the group's cells)."""
-    (axes, pooled), table = data.pass_k_axes, data.pass_k
+    (axes, pooled), table = data.outcome_axes, data.pass_k
     ks = [c for c in table.columns if c.startswith("pass^")]
     if table.empty or not ks:
         return None
