@@ -16,7 +16,7 @@ import pandas as pd
 from harness.report.frames import LedgerFrames
 from harness.report.tables import summary_table
 
-__all__ = ["MAX_CELL_TEXTS", "MAX_ROWS", "PlotData", "cell_texts_shown", "plot_data"]
+__all__ = ["MAX_CELL_TEXTS", "MAX_ROWS", "PlotData", "cell_texts_shown", "plot_data", "row_axes"]
 
 MAX_ROWS = 40
 """A plot with more groups than this draws one row per model (the first axis) instead: small multiples per failure
@@ -67,9 +67,8 @@ def plot_data(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame,
         grouped: :func:`harness.report.tables.summary_table` by ``axes``, when already computed.
     """
     axes = list(axes)
-    row_axes = ["model"] if "model" in axes else axes[:1]
-    col_axes = [a for a in axes if a not in row_axes]
-    rates = summary_table(frames, [*row_axes, *col_axes, "task_kind"], latency=False)
+    rows = row_axes(axes)
+    rates = summary_table(frames, [*rows, *(a for a in axes if a not in rows), "task_kind"], latency=False)
     outcome_axes = _few_rows(frames, axes)
     runs = frames.runs[[*outcome_axes[0], "outcome"]][frames.runs["counted"]]
     counts = runs.groupby([*outcome_axes[0], "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
@@ -86,6 +85,11 @@ def plot_data(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame,
     )
 
 
+def row_axes(axes: Sequence[str]) -> list[str]:
+    """The axes a plot puts on its rows: the model when it varies, else the first axis (none for no axes)."""
+    return ["model"] if "model" in axes else list(axes[:1])
+
+
 def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
     """``axes``, or only the model (first axis) when that gives more than :data:`MAX_ROWS` rows; and a caption note.
 
@@ -94,5 +98,5 @@ def _few_rows(frames: LedgerFrames, axes: list[str]) -> tuple[list[str], str]:
     ``drop_duplicates``, which counted such runs as one more row that was never drawn.)"""
     if len(frames.groups.ids(axes)[1]) <= MAX_ROWS or len(axes) < 2:
         return axes, ""
-    rows = ["model"] if "model" in axes else axes[:1]
+    rows = row_axes(axes)
     return rows, f" (pooled over {' × '.join(a for a in axes if a not in rows)}: {MAX_ROWS}+ rows would not be readable)"

@@ -26,6 +26,7 @@ from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
 from harness.report.plot_data import MAX_CELL_TEXTS, MAX_ROWS, PlotData, cell_texts_shown
+from harness.report.plot_data import row_axes as rows_of
 from harness.vocab import OUTCOMES, plural
 
 __all__ = ["draw_all"]
@@ -115,7 +116,7 @@ def _heat(ax: Axes, values: np.ndarray, texts: list[list[str]], cmap: str) -> Ax
 def _pass_rate(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     """Heat map: rows = model (or the first axis), columns = the other axes, one panel per scenario kind."""
     axes, table = data.axes, data.pass_rate
-    row_axes = ["model"] if "model" in axes else axes[:1]
+    row_axes = rows_of(axes)
     col_axes = [a for a in axes if a not in row_axes]
     rows = table.drop_duplicates(row_axes)[row_axes].sort_values(row_axes, kind="stable")
     row_labels = [_label(x) for x in _group_labels(rows, row_axes)]
@@ -174,7 +175,7 @@ def _failure_heatmap(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     axes, failures = data.axes, data.failures
     if failures.empty:
         return None
-    row_axes = ["model"] if "model" in axes else axes[:1]
+    row_axes = rows_of(axes)
     if len(failures.drop_duplicates(axes)) > MAX_ROWS and len(axes) > 1:
         return _failure_multiples(failures, row_axes, [a for a in axes if a not in row_axes], out)
     modes = list(dict.fromkeys(failures["mode"]))
