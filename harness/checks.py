@@ -35,7 +35,6 @@ columns ``ticket`` and ``category``).
 from __future__ import annotations
 
 import csv
-import errno
 import functools
 import io
 import json
@@ -49,7 +48,7 @@ from typing import Any
 
 import regex
 
-from harness.tools import is_within, read_at_most, real_path_within
+from harness.tools import NO_SUCH_FILE, is_within, read_at_most, real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -151,10 +150,6 @@ def validate_check(check: Any) -> str | None:
     return None
 
 
-#: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)
-_NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
-
-
 def _read(ctx: CheckContext, rel: str) -> str | None:
     """The text of the sandbox file ``rel`` (``ctx.sandbox`` is a real path), or None when it is no regular file inside it.
 
@@ -167,18 +162,12 @@ def _read(ctx: CheckContext, rel: str) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in _NO_SUCH_FILE:
+        if exc.errno in NO_SUCH_FILE:
             return None
         raise
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except BaseException:
-        os.close(fd)
-        raise
-    if not regular:
-        os.close(fd)
-        return None
-    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         return read_at_most(fd, _MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
     finally:
         os.close(fd)

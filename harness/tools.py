@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_WRITE_LIMIT_BYTES",
     "MAX_READ_BYTES",
     "MAX_WRITE_BYTES",
+    "NO_SUCH_FILE",
     "TICKETS_DATA_SCHEMA",
     "WEATHER_DATA_SCHEMA",
     "Sandbox",
@@ -332,14 +333,14 @@ def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
     try:  # no stat first: listdir says "not a directory" as Path.is_dir would (the path is resolved: no symlink)
         names = os.listdir(target)  # the names Path.iterdir gives
     except OSError as exc:
-        if exc.errno in _NO_SUCH_FILE:
+        if exc.errno in NO_SUCH_FILE:
             raise ToolError(f"{path!r} is not a directory") from None
         raise
     return json.dumps(sorted(names))
 
 
-#: the errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)
-_NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+"""The errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)."""
 
 
 def _read_file(sandbox: Sandbox, path: Any) -> str:
@@ -347,7 +348,7 @@ def _read_file(sandbox: Sandbox, path: Any) -> str:
     try:
         info: os.stat_result | None = target.stat()  # one stat for "is it a file" and "how large"
     except OSError as exc:
-        if exc.errno not in _NO_SUCH_FILE:
+        if exc.errno not in NO_SUCH_FILE:
             raise
         info = None
     except ValueError:  # as Path.is_file

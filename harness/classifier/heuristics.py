@@ -31,7 +31,6 @@ from harness.classifier.types import (
     unparsed_key,
 )
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, pairs_in, structured_calls
-from harness.classifier.values import result_value
 from harness.tool_protocol import is_tool_result
 
 __all__ = [
@@ -201,7 +200,6 @@ class History:
     prompt_parts: list[str] = field(default_factory=list)
     tool_results: list[str] = field(default_factory=list)
     user_code: bool = False
-    _values: dict[int, object] = field(default_factory=dict, repr=False, compare=False)
     _known: str | None = field(default=None, repr=False, compare=False)
 
     def known(self, tools: Any) -> str:
@@ -210,15 +208,6 @@ class History:
         if self._known is None:
             self._known = "\n".join([*self.known_parts, tools_text(tools)]).lower()
         return self._known
-
-    def result_value(self, index: int) -> object | None:
-        """:func:`~harness.classifier.values.result_value` of ``tool_results[index]`` (read once per classification;
-        the value is shared: read it, never change it)."""
-        if index < 0:
-            index += len(self.tool_results)
-        if index not in self._values:
-            self._values[index] = result_value(self.tool_results[index])
-        return self._values[index]
 
 
 _USER_CODE = re.compile(r"```|^[ \t]*(?:def |class |function |import |#include)", re.M)

@@ -220,7 +220,8 @@ def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequen
     failures = failure_mode_table(frames, axes)
     grouped = summary_table(frames, axes) if not frames.runs.empty else None
     figures: dict[str, tuple[str, str]] = {}
-    if "png" in formats and frames.runs["scored"].any():  # first, so that a worker draws while the rest is written
+    draw = "png" in formats and bool(frames.runs["scored"].any())
+    if draw:  # first, so that a worker draws while the rest is written
         data = plot_data(frames, axes, failures, grouped)
         if worker is None:
             from harness.report import plots
@@ -236,7 +237,7 @@ def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequen
                             ("checks.csv", check_failure_table(frames, axes)), ("runs.csv", runs_csv)):  # fmt: skip
             write_csv(table, out / name)
             written.append(out / name)
-    if worker is not None and "png" in formats and frames.runs["scored"].any():
+    if worker is not None and draw:
         figures = worker.result()
     if "md" in formats:
         text = _markdown(frames, summary, by, figures, (grouped, failures))

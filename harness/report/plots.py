@@ -176,10 +176,11 @@ def _failure_heatmap(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     if failures.empty:
         return None
     row_axes = rows_of(axes)
-    if len(failures.drop_duplicates(axes)) > MAX_ROWS and len(axes) > 1:
+    firsts = failures.drop_duplicates(axes)  # one row per group
+    if len(firsts) > MAX_ROWS and len(axes) > 1:
         return _failure_multiples(failures, row_axes, [a for a in axes if a not in row_axes], out)
     modes = list(dict.fromkeys(failures["mode"]))
-    groups = failures.drop_duplicates(axes)[axes].sort_values(axes, kind="stable")
+    groups = firsts[axes].sort_values(axes, kind="stable")
     labels = [_label(x) for x in _group_labels(groups, axes)]
     keyed = {(str(r["mode"]), *(r[a] for a in axes)): r for r in failures.to_dict("records")}
     values = np.full((len(groups), len(modes)), np.nan)
@@ -202,7 +203,7 @@ def _failure_heatmap(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     what = " (cell text: runs with it/scored runs)" if cell_texts_shown(values.size) else ""
     ax.set_title(f"Share of scored runs showing each failure mode{what}")
     fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)", location="right", shrink=0.9)
-    total = int(groups.merge(failures.drop_duplicates(axes), on=axes)["scored_runs"].sum())
+    total = int(groups.merge(firsts, on=axes)["scored_runs"].sum())
     footer = f"n = {plural(total, 'scored run')} over {plural(len(groups), 'row')}; Wilson intervals in the report's table{_no_text_note(values.size)}"
     _save(fig, out / "failure_modes.png", footer)
     return (
