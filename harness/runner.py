@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
     "expand_matrix",
-    "check_executor", "claim_identity", "end_from_totals", "identity_free", "plan_matrix", "run_matrix",
+    "check_executor", "claim_identity", "end_from_totals", "identity_free", "plan_matrix", "run_config", "run_matrix",
 ]  # fmt: skip
 
 MAX_PLANNED_RUNS = 1_000_000
@@ -328,6 +328,12 @@ def _start_models(endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedR
             endpoint.start_config = start_model(endpoint.backend, db)
 
 
+def run_config(options: RunOptions, endpoint: Endpoint) -> dict[str, Any]:
+    """What each run of ``endpoint`` records in its start row's config beside its plan: ``jobs``, the endpoint's
+    ``endpoint_parallel`` and what its model's start recorded (:func:`start_model`)."""
+    return {"jobs": options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
+
+
 def _executor(db: Ledger, options: RunOptions, result: MatrixResult, events: MatrixEvents,
               backend_factory: BackendFactory) -> _MatrixRun | ProcessMatrixRun:  # fmt: skip
     """The executor ``options.executor`` names; worker processes are imported only when chosen."""
@@ -354,7 +360,6 @@ class _MatrixRun:
         self.ledger, self.options, self.result, self.events, self.stop = ledger, options, result, events, options.stop
         self.lock = threading.Lock()
         self.running: dict[str, RunPlan] = {}  # run id -> its plan, for the runs in flight
-        self.run_options: dict[int, RunOptions] = {}  # id(endpoint) -> the options of its runs (made once)
         self.pools: list[ThreadPoolExecutor] = []
         self.futures: list[Future[None]] = []
         self.quitting = False
@@ -366,7 +371,8 @@ class _MatrixRun:
                     continue
                 pool = ThreadPoolExecutor(max_workers=self.options.jobs * endpoint.replicas, thread_name_prefix="run")
                 self.pools.append(pool)
-                self.futures.extend(pool.submit(self.execute, p, endpoint) for p in todos[model])
+                options = replace(self.options, extra_config=run_config(self.options, endpoint), on_retry=self.retrying)
+                self.futures.extend(pool.submit(self.execute, p, endpoint, options) for p in todos[model])
             finished: queue.SimpleQueue[Future[None]] = queue.SimpleQueue()
             for future in self.futures:  # each run reports its end: no scan of every run in flight per wake-up
                 future.add_done_callback(finished.put)
@@ -400,17 +406,13 @@ class _MatrixRun:
             for pool in self.pools:  # after a second Ctrl-C, do not wait for the model calls in flight
                 pool.shutdown(wait=not self.quitting, cancel_futures=True)
 
-    def execute(self, planned: PlannedRun, endpoint: Endpoint) -> None:
+    def execute(self, planned: PlannedRun, endpoint: Endpoint, options: RunOptions) -> None:
         if self.stop.is_set():
             return
         handle = endpoint.backend.for_run()
         run_id = uuid.uuid4().hex
         with self.lock:
             self.running[run_id] = planned.plan
-            options = self.run_options.get(id(endpoint))
-            if options is None:
-                extra = {"jobs": self.options.jobs, "endpoint_parallel": endpoint.parallel, **endpoint.start_config}
-                options = self.run_options[id(endpoint)] = replace(self.options, extra_config=extra, on_retry=self.retrying)
         try:
             summary = run_once(planned.plan, handle, self.ledger, options, run_id=run_id)
         except IdentityTaken as taken:  # another matrix on this ledger finished it or is running it now

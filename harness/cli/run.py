@@ -127,7 +127,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[str, float]]:
-    """``--ray-resources`` parsed (:func:`harness.executors.ray_cluster.parse_ray_resources`) without importing Ray."""
+    """``--ray-resources`` parsed (:func:`harness.executors.resources.parse_ray_resources`) without importing Ray."""
     if not values:
         return {}
     from harness.executors.resources import parse_ray_resources

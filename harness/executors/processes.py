@@ -45,7 +45,7 @@ from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, 
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
 from harness.loop import RunOptions, RunSummary
 from harness.ownership import Claim
-from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned, end_from_totals
+from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned, end_from_totals, run_config
 from harness.vocab import Outcome
 
 __all__ = ["ProcessMatrixRun", "Worker", "WorkerFailed"]
@@ -123,8 +123,7 @@ class ProcessMatrixRun:
         self.queues = {model: deque(plans) for model, plans in todos.items() if plans}
         self.in_flight = dict.fromkeys(self.queues, 0)
         self.recipes = {model: recipe_for(model, endpoints[model], self.factory) for model in self.queues}
-        self.extra = {model: {"jobs": self.options.jobs, "endpoint_parallel": endpoints[model].parallel,
-                              **endpoints[model].start_config} for model in self.queues}  # fmt: skip
+        self.extra = {model: run_config(self.options, endpoints[model]) for model in self.queues}
         total = sum(len(q) for q in self.queues.values())
         try:
             self.workers.extend(self._start_workers(total))

@@ -53,9 +53,6 @@ _HANDSHAKE_TIMEOUT_S = 10  # a connection silent this long at a read of the key 
 class _Actor:
     """One worker of the driver's matrix, living in a Ray worker process."""
 
-    def pid(self) -> tuple[int, str]:
-        return os.getpid(), ray.get_runtime_context().get_node_id()
-
     def serve(self, address: tuple[str, int], key: bytes, recipes: dict[str, BackendRecipe], max_runs: int,
               driver_node: str, tag: int) -> None:  # fmt: skip
         conn = Client(address, authkey=key)

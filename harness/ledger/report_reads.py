@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerError
 from harness.ledger.blobs import content_length_sql, resolve_rows
+from harness.ledger.migrations import INDEXED_REPLY_CHARS
 from harness.ledger.queries import NEWEST_LABELS, axis_sql, runs_frame_sql
 from harness.ledger.records import decode_labels
 
@@ -167,8 +168,6 @@ class ReportReads:
         Raises:
             LedgerError: the file cannot be read, or a turn's labels are not JSON (the file was edited).
         """
-        from harness.ledger.migrations import INDEXED_REPLY_CHARS
-
         exact = content_length_sql(self._has_blobs())
         chars = INDEXED_REPLY_CHARS if self._has_blobs() else exact
         try:
