@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -70,9 +71,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted; everything finished so far is in the ledger.", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `harness classify x.json | head`: the reader left, which is fine
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError as exc:
+        return broken_pipe_exit(exc)
+
+
+def broken_pipe_exit(exc: BrokenPipeError) -> int:
+    """The exit code for a broken pipe: 0 when stdout's reader left (``harness ... | head``), else 1 with a sentence.
+
+    Stdout is then pointed at ``/dev/null`` so the interpreter's final flush does not raise again.
+    """
+    if not stdout_reader_gone():  # some other pipe broke: a failure, never taken for `| head` leaving
+        print(f"harness: a pipe closed unexpectedly ({printable(str(exc))}); nothing more was written.", file=sys.stderr)
+        return 1
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def stdout_reader_gone() -> bool:
+    """Whether ``sys.stdout`` is a pipe whose reading end is closed (``poll`` reports ``POLLERR`` on it).
+
+    False for a terminal, a file, an open pipe, or a ``sys.stdout`` that has no file descriptor.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 if __name__ == "__main__":  # pragma: no cover
