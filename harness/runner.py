@@ -377,8 +377,8 @@ class _MatrixRun:
             watch = _EndWatch(len(self.futures), finished.put)
             for future in self.futures:  # a run wakes this thread only when it failed or was the last
                 future.add_done_callback(watch.ended)
-            while (future := self._next_end(finished)) is not None:
-                future.result()  # re-raise LedgerError or a harness bug from a worker
+            while (failed := self._next_end(finished)) is not None:
+                failed.result()  # re-raise LedgerError or a harness bug from a worker
         except KeyboardInterrupt as interrupt:
             self.stop.set()
             try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
