@@ -7,6 +7,7 @@ module holds the folder (:class:`Sandbox`), how a model-given path is resolved i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -120,12 +121,15 @@ class Sandbox:
         escape_attempts: paths refused for pointing outside, in order.
         written: sandbox-relative paths written by tools, in order (duplicates kept once).
         bytes_written: bytes written by tools so far.
+        made: this call made the folder (it was not there).
     """
 
     def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES, real: bool = False):
+        self.made = True
         try:
             os.mkdir(root)  # the usual case, a fresh run folder: one system call
         except OSError:  # its parent is missing, or it exists: as Path.mkdir(parents=True, exist_ok=True)
+            self.made = not os.path.lexists(root)
             Path(root).mkdir(parents=True, exist_ok=True)
             real = False  # not made here: it may be a symlink
         self.root = Path(root) if real else Path(os.path.realpath(root))
@@ -133,6 +137,12 @@ class Sandbox:
         self.written: list[str] = []
         self.write_limit = write_limit
         self.bytes_written = 0
+
+    def discard(self) -> None:
+        """Remove the folder again if this sandbox made it and nothing was put in it since (a run that did not start)."""
+        if self.made:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.root)
 
     def seed(self, files: Mapping[str, str]) -> None:
         """Write fixture files (sandbox-relative path -> text) before the run starts.
