@@ -23,6 +23,7 @@ is :mod:`harness.tool_protocol`'s business; what the run is (:class:`RunPlan`) i
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -37,7 +38,7 @@ from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Rep
 from harness.backends.replay import CassetteRecorder
 from harness.backends.streaming import stored_stream
 from harness.breaker import CircuitBreaker
-from harness.canonical import sha256_of
+from harness.canonical import canonical_json
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
@@ -141,11 +142,11 @@ class RunPlan:
         return memo[key]
 
     def _identity(self, model_digest: str | None, slots: int | None) -> str:
+        """:func:`~harness.canonical.sha256_of` the payload below, with the scenario's tools and system prompt encoded once
+        per scenario and tool mode (:func:`_scenario_texts`), not once per plan: the same text, so the same hash."""
         payload: dict[str, Any] = {
             "v": IDENTITY_VERSION,
             "scenario": self.scenario.content_hash,
-            "tools": self.scenario.tool_schemas(),
-            "system": self.scenario.system_message(self.tool_mode),
             "model": self.named_model,
             "digest": model_digest,
             "options": self.options().as_dict(),
@@ -155,7 +156,22 @@ class RunPlan:
         }
         if slots is not None and slots != 1:
             payload["slots"] = slots
-        return sha256_of(payload)
+        texts = {key: canonical_json(value) for key, value in payload.items()} | _scenario_texts(self.scenario, self.tool_mode)
+        text = "{" + ",".join(f"{canonical_json(key)}:{texts[key]}" for key in sorted(texts)) + "}"  # canonical_json's
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _scenario_texts(scenario: Scenario, tool_mode: ToolMode) -> dict[str, str]:
+    """The canonical JSON of the identity's ``tools`` (the scenario's tool schemas) and ``system`` (its system message
+    in ``tool_mode``), remembered on the (frozen) scenario: the largest parts of every plan's identity payload."""
+    memo = scenario.__dict__.setdefault("_identity_texts", {})
+    texts = memo.get(tool_mode)
+    if texts is None:
+        texts = memo[tool_mode] = {
+            "tools": canonical_json(scenario.tool_schemas()),
+            "system": canonical_json(scenario.system_message(tool_mode)),
+        }
+    return dict(texts)
 
 
 @dataclass
