@@ -20,7 +20,9 @@ Confinement (nothing the model sends may touch anything outside its run's sandbo
   stay inside the root; ``..`` escapes, absolute paths and symlinks
   pointing out are refused with ``ToolError(escape_attempt=True)`` before any I/O;
 * the final path component is opened with ``O_NOFOLLOW`` so a symlink swapped in after the
-  check is not followed either;
+  check is not followed either; ``write_file`` opens a plain name (:func:`plain_name`: no ``/``) in the root at once
+  that way, the resolved path being the same unless a symlink is there, and resolves it as above when the open says
+  one is (``ELOOP``);
 * writes above :data:`MAX_WRITE_BYTES` (1 MiB) and reads above :data:`MAX_READ_BYTES` are
   refused, and so is a write that would take the run past its total write limit (the
   scenario's ``write_limit_bytes``, default :data:`DEFAULT_WRITE_LIMIT_BYTES`, 16 MiB);
