@@ -35,6 +35,7 @@ columns ``ticket`` and ``category``).
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import io
 import json
@@ -48,7 +49,7 @@ from typing import Any
 
 import regex
 
-from harness.tools import NO_SUCH_FILE, is_within, read_at_most, real_path_within
+from harness.tools import NO_SUCH_FILE, is_within, plain_name, read_at_most, real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -156,21 +157,41 @@ def _read(ctx: CheckContext, rel: str) -> str | None:
     One open and one ``fstat`` (not a ``stat`` and then an open): non-blocking, so a FIFO is not waited on, and
     without following a symlink (the path is resolved: a symlink there now was swapped in since).
     """
-    path = real_path_within(ctx.sandbox, rel)
-    if path == ctx.sandbox or not is_within(ctx.sandbox, path):
-        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = _open_inside(ctx.sandbox, rel)
     except OSError as exc:
         if exc.errno in NO_SUCH_FILE:
             return None
         raise
+    if fd is None:
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return None
-        return read_at_most(fd, _MAX_CHECK_BYTES).decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
+        text = read_at_most(fd, _MAX_CHECK_BYTES, info.st_size)
+        return text.decode("utf-8-sig", errors="replace")  # -sig: drop a byte-order mark
     finally:
         os.close(fd)
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_inside(root: Path, rel: str) -> int | None:
+    """Open the sandbox file ``rel`` for reading; None when it resolves to the root or outside it. A plain name
+    (:func:`~harness.tools.plain_name`) is opened at once, unless a symlink is there (``ELOOP``): that and any other
+    path are resolved first (:func:`~harness.tools.real_path_within`). Raises OSError as ``os.open`` does."""
+    if plain_name(rel):
+        try:
+            return os.open(f"{root}/{rel}", _READ)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+    path = real_path_within(root, rel)
+    if path == root or not is_within(root, path):
+        return None
+    return os.open(path, _READ)
 
 
 def _existing_names(root: Path) -> set[str]:

@@ -23,8 +23,7 @@ is :mod:`harness.tool_protocol`'s business; what the run is (:class:`RunPlan`) i
 
 from __future__ import annotations
 
-import os
-import socket
+import hashlib
 import threading
 import time
 import uuid
@@ -39,7 +38,7 @@ from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Rep
 from harness.backends.replay import CassetteRecorder
 from harness.backends.streaming import stored_stream
 from harness.breaker import CircuitBreaker
-from harness.canonical import sha256_of
+from harness.canonical import canonical_json
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
@@ -48,10 +47,11 @@ from harness.ledger import Attempt, RunEnd, RunLedger, RunStart, TurnRecord, utc
 from harness.ownership import Claim
 from harness.provenance import git_revision as _git_revision
 from harness.retry import DEFAULT_RETRY, RetryPolicy
+from harness.run_facts import process_facts, resolved_text, run_folder
 from harness.run_options import RunOptions
 from harness.scenarios import Scenario
 from harness.tool_protocol import RequestHasher, assistant_message, refusal_text, result_message
-from harness.tools import Sandbox, ToolResult, real_path_within
+from harness.tools import Sandbox, ToolResult
 from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
 __all__ = [
@@ -142,11 +142,11 @@ class RunPlan:
         return memo[key]
 
     def _identity(self, model_digest: str | None, slots: int | None) -> str:
+        """:func:`~harness.canonical.sha256_of` the payload below, with the scenario's tools and system prompt encoded once
+        per scenario and tool mode (:func:`_scenario_texts`), not once per plan: the same text, so the same hash."""
         payload: dict[str, Any] = {
             "v": IDENTITY_VERSION,
             "scenario": self.scenario.content_hash,
-            "tools": self.scenario.tool_schemas(),
-            "system": self.scenario.system_message(self.tool_mode),
             "model": self.named_model,
             "digest": model_digest,
             "options": self.options().as_dict(),
@@ -156,7 +156,22 @@ class RunPlan:
         }
         if slots is not None and slots != 1:
             payload["slots"] = slots
-        return sha256_of(payload)
+        texts = {key: canonical_json(value) for key, value in payload.items()} | _scenario_texts(self.scenario, self.tool_mode)
+        text = "{" + ",".join(f"{canonical_json(key)}:{texts[key]}" for key in sorted(texts)) + "}"  # canonical_json's
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _scenario_texts(scenario: Scenario, tool_mode: ToolMode) -> dict[str, str]:
+    """The canonical JSON of the identity's ``tools`` (the scenario's tool schemas) and ``system`` (its system message
+    in ``tool_mode``), remembered on the (frozen) scenario: the largest parts of every plan's identity payload."""
+    memo = scenario.__dict__.setdefault("_identity_texts", {})
+    texts = memo.get(tool_mode)
+    if texts is None:
+        texts = memo[tool_mode] = {
+            "tools": canonical_json(scenario.tool_schemas()),
+            "system": canonical_json(scenario.system_message(tool_mode)),
+        }
+    return dict(texts)
 
 
 @dataclass
@@ -186,37 +201,6 @@ class RunSummary:
     sandbox: Path
     error: str | None = None
     elapsed_s: float | None = None
-
-
-_RESOLVED: dict[tuple[Path, str | None], str] = {}
-
-
-def _resolved(path: Path) -> str:
-    """``str(path.resolve())``, remembered per path (and working folder, for a relative one): every run of a
-    scenario records its file's absolute path."""
-    key = (path, None if path.is_absolute() else os.getcwd())
-    text = _RESOLVED.get(key)
-    if text is None:
-        text = _RESOLVED[key] = str(path.resolve())
-    return text
-
-
-_REAL_FOLDERS: dict[tuple[str, str | None], Path] = {}
-
-
-def _sandbox_path(runs_dir: str | os.PathLike[str], run_id: str) -> str:
-    """``os.path.realpath(os.path.join(runs_dir, run_id))``, with the runs folder's real path remembered once it exists
-    (per folder, and working folder for a relative one): each run then looks at its own folder only (one ``lstat``),
-    not at every folder from ``/`` down."""
-    folder = os.fspath(runs_dir)
-    key = (folder, None if os.path.isabs(folder) else os.getcwd())
-    real = _REAL_FOLDERS.get(key)
-    if real is None:
-        text = os.path.realpath(folder)
-        if not os.path.isdir(text):  # not made yet (the first run's sandbox makes it): nothing to remember
-            return os.path.realpath(os.path.join(folder, run_id))
-        real = _REAL_FOLDERS[key] = Path(text)
-    return str(real_path_within(real, run_id))
 
 
 def _execute(call: ToolCall, scenario: Scenario, sandbox: Sandbox, *, refused: bool = False) -> ToolResult:
@@ -335,8 +319,6 @@ class _Run:
     def _start(self) -> tuple[str | None, str | None]:
         """Append the start row and seed the sandbox; returns ``(outcome, error)`` when the server already failed."""
         plan, scenario = self.plan, self.plan.scenario
-        options = self.generate_options
-        sandbox_path = _sandbox_path(self.options.runs_dir, self.run_id)
         outcome = error = None
         try:
             ident = self.backend.identity()
@@ -345,34 +327,45 @@ class _Run:
             outcome, error = "infra_error", str(exc)
         git_sha, git_dirty = _git_revision()
         self.identity = plan.identity(ident.identity_digest, ident.identity_slots)
-        tools = self.tool_schemas if plan.tool_mode == "native" else None
         if self.options.claim is not None:
             self.claim = self.options.claim(self.identity)
             if self.claim is None:
                 raise IdentityTaken(self.identity, in_flight=True)
-        started = self.ledger.start_run(
+        sandbox = Sandbox(run_folder(self.options.runs_dir, self.run_id), write_limit=scenario.write_limit_bytes, real=True)
+        try:
+            started = self._append_start(sandbox, ident, git_sha, git_dirty)
+        except BaseException:
+            sandbox.discard()
+            raise
+        if not started:
+            sandbox.discard()
+            raise IdentityTaken(self.identity)
+        self.sandbox = sandbox
+        self.sandbox.seed(scenario.fixtures)
+        self.breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
+        return outcome, error
+
+    def _append_start(self, sandbox: Sandbox, ident: BackendIdentity, git_sha: str | None, git_dirty: bool | None) -> bool:
+        """Append the run's start row (the claim's policy applied in its transaction); False: the identity is taken."""
+        plan, scenario, options = self.plan, self.plan.scenario, self.generate_options
+        tools = self.tool_schemas if plan.tool_mode == "native" else None
+        return self.ledger.start_run(
             RunStart(
                 run_id=self.run_id, identity=self.identity, scenario=scenario.name,
-                scenario_path=_resolved(scenario.path), scenario_hash=scenario.content_hash, model=plan.named_model,
+                scenario_path=resolved_text(scenario.path), scenario_hash=scenario.content_hash, model=plan.named_model,
                 backend=ident.backend, base_url=ident.base_url, server_version=ident.server_version,
                 model_digest=ident.model_digest, manifest_digest=ident.manifest_digest, think=plan.think, temperature=plan.temperature, seed=options.seed,
                 max_tokens=options.max_tokens, num_ctx=options.num_ctx, tool_mode=plan.tool_mode, parser=plan.parser,
                 repetition=plan.repetition, turn_limit=scenario.turn_limit, token_limit=scenario.token_limit,
-                harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=sandbox_path,
+                harness_version=__version__, git_sha=git_sha, git_dirty=git_dirty, sandbox=str(sandbox.root),
                 config={"system_prompt": self.system, "task": scenario.task, "tool_schemas": self.tool_schemas,
                         "requires_tool": scenario.requires_tool,
                         "request_settings": self.backend.request_settings(options, tools=bool(tools)),
-                        "pid": os.getpid(), "host": socket.gethostname(), **self.backend.run_facts(), **self.options.extra_config,
+                        **process_facts(), **self.backend.run_facts(), **self.options.extra_config,
                         **(self.claim.facts if self.claim else {})}, stream=plan.stream,
             ),
             claim=self.claim.policy if self.claim else None,
         )  # fmt: skip
-        if not started:
-            raise IdentityTaken(self.identity)
-        self.sandbox = Sandbox(sandbox_path, write_limit=scenario.write_limit_bytes, real=True)
-        self.sandbox.seed(scenario.fixtures)
-        self.breaker = CircuitBreaker(turn_limit=scenario.turn_limit, token_limit=scenario.token_limit)
-        return outcome, error
 
     def _turn(self) -> str | None:
         """One model call and its tool calls; returns ``"ended"`` when the reply holds no call or the server refused it."""

@@ -373,17 +373,12 @@ class _MatrixRun:
                 self.pools.append(pool)
                 options = replace(self.options, extra_config=run_config(self.options, endpoint), on_retry=self.retrying)
                 self.futures.extend(pool.submit(self.execute, p, endpoint, options) for p in todos[model])
-            finished: queue.SimpleQueue[Future[None]] = queue.SimpleQueue()
-            for future in self.futures:  # each run reports its end: no scan of every run in flight per wake-up
-                future.add_done_callback(finished.put)
-            ended = 0
-            while ended < len(self.futures):
-                try:
-                    future = finished.get(timeout=0.2)  # where Ctrl-C lands
-                except queue.Empty:
-                    continue
-                ended += 1
-                future.result()  # re-raise LedgerError or a harness bug from a worker
+            finished: queue.SimpleQueue[Future[None] | None] = queue.SimpleQueue()
+            watch = _EndWatch(len(self.futures), finished.put)
+            for future in self.futures:  # a run wakes this thread only when it failed or was the last
+                future.add_done_callback(watch.ended)
+            while (failed := self._next_end(finished)) is not None:
+                failed.result()  # re-raise LedgerError or a harness bug from a worker
         except KeyboardInterrupt as interrupt:
             self.stop.set()
             try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
@@ -405,6 +400,15 @@ class _MatrixRun:
         finally:
             for pool in self.pools:  # after a second Ctrl-C, do not wait for the model calls in flight
                 pool.shutdown(wait=not self.quitting, cancel_futures=True)
+
+    @staticmethod
+    def _next_end(finished: queue.SimpleQueue[Future[None] | None]) -> Future[None] | None:
+        """The next failed run's future, or None once every run has ended; waits in slices of 0.2 s (where Ctrl-C lands)."""
+        while True:
+            try:
+                return finished.get(timeout=0.2)
+            except queue.Empty:
+                continue
 
     def execute(self, planned: PlannedRun, endpoint: Endpoint, options: RunOptions) -> None:
         if self.stop.is_set():
@@ -432,6 +436,27 @@ class _MatrixRun:
     def retrying(self, attempt: Attempt) -> None:
         with self.lock:  # events are called from one thread at a time
             self.events.retrying(self.running[attempt.run_id], attempt, self.options.retry.max_attempts)
+
+
+class _EndWatch:
+    """Counts the runs' ends (a future's done callback, in the worker's thread) and hands on only what the waiting
+    thread must act on: a run that failed or was cancelled (its future) and, after the last run, None. Waking the
+    waiting thread at every run's end would make it contend for the interpreter lock with the runs still going."""
+
+    def __init__(self, runs: int, put: Callable[[Future[None] | None], None]) -> None:
+        self._left, self._put, self._lock = runs, put, threading.Lock()
+        if runs == 0:
+            put(None)
+
+    def ended(self, future: Future[None]) -> None:
+        """A run's future is done (successfully, failed or cancelled)."""
+        if future.cancelled() or future.exception() is not None:
+            self._put(future)
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._put(None)
 
 
 def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> int:

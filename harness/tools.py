@@ -20,7 +20,9 @@ Confinement (nothing the model sends may touch anything outside its run's sandbo
   stay inside the root; ``..`` escapes, absolute paths and symlinks
   pointing out are refused with ``ToolError(escape_attempt=True)`` before any I/O;
 * the final path component is opened with ``O_NOFOLLOW`` so a symlink swapped in after the
-  check is not followed either;
+  check is not followed either; ``write_file`` opens a plain name (:func:`plain_name`: no ``/``) in the root at once
+  that way, the resolved path being the same unless a symlink is there, and resolves it as above when the open says
+  one is (``ELOOP``);
 * writes above :data:`MAX_WRITE_BYTES` (1 MiB) and reads above :data:`MAX_READ_BYTES` are
   refused, and so is a write that would take the run past its total write limit (the
   scenario's ``write_limit_bytes``, default :data:`DEFAULT_WRITE_LIMIT_BYTES`, 16 MiB);
@@ -35,10 +37,10 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from harness.errors import ToolError
+from harness.sandbox import DEFAULT_WRITE_LIMIT_BYTES, Sandbox, is_within, plain_name, read_at_most, real_path_within, write_all
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -50,6 +52,7 @@ __all__ = [
     "WEATHER_DATA_SCHEMA",
     "Sandbox",
     "is_within",
+    "plain_name",
     "read_at_most",
     "write_all",
     "real_path_within",
@@ -59,177 +62,6 @@ __all__ = [
 
 MAX_WRITE_BYTES = 1024 * 1024
 MAX_READ_BYTES = 1024 * 1024
-DEFAULT_WRITE_LIMIT_BYTES = 16 * 1024 * 1024
-
-
-def real_path_within(root: Path, path: str) -> Path:
-    """``os.path.realpath(root / path)`` for a ``root`` that is a real path itself (absolute, free of symlinks).
-
-    The result is the same, but only the components below ``root`` are looked at (one ``lstat`` each) instead of
-    every folder from ``/`` down, which a sandbox several folders deep pays on every tool call. At the first symlink,
-    an absolute ``path`` or a ``..`` that climbs above ``root``, it hands the whole path to ``os.path.realpath``.
-
-    Args:
-        root: the real path the relative ``path`` is resolved against (e.g. :attr:`Sandbox.root`).
-        path: a path, ``/``-separated.
-
-    Returns:
-        The absolute, symlink-free path, as ``os.path.realpath`` (non-strict) gives it.
-    """
-    if path.startswith("/"):
-        return Path(os.path.realpath(path))
-    parts: list[str] = []
-    base = str(root)
-    for part in path.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not parts:
-                return Path(os.path.realpath(root / path))
-            parts.pop()
-            continue
-        parts.append(part)
-        try:
-            link = stat.S_ISLNK(os.lstat(os.path.join(base, *parts)).st_mode)
-        except OSError:
-            link = False  # as realpath: a missing component is taken as it is
-        if link:
-            return Path(os.path.realpath(root / path))
-    return root.joinpath(*parts)
-
-
-def read_at_most(fd: int, limit: int) -> bytes:
-    """The bytes of the open file ``fd`` from its offset, up to ``limit`` of them or its end (it stays open).
-
-    What ``os.fdopen(fd, "rb").read(limit)`` gives, without the file object (and its ``fstat``, ``ioctl`` and
-    ``lseek``): ``os.read`` until ``limit`` bytes or the end. Raises OSError as ``os.read`` does.
-    """
-    chunks = []
-    while limit > 0:
-        chunk = os.read(fd, limit)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        limit -= len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` to the open file ``fd`` (``os.write`` until none is left; it stays open), as an
-    unbuffered file object's ``write`` would, without making one. Raises OSError as ``os.write`` does."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def is_within(root: Path, path: Path) -> bool:
-    """Whether ``path`` is ``root`` or below it (both absolute and normalized, as :func:`real_path_within` gives them).
-
-    The same as ``path == root or root in path.parents``, compared as text (no ``parents`` sequence is built).
-    """
-    text, prefix = str(path), str(root)
-    return text == prefix or text.startswith(prefix if prefix.endswith("/") else prefix + "/")
-
-
-class Sandbox:
-    """A folder that one run's tools are confined to.
-
-    Args:
-        root: the sandbox folder; created if missing.
-        write_limit: bytes the run's tools may write in total (every write counts, rewrites too).
-        real: ``root`` is a real path already (absolute, normalized, no symlink in it: as ``os.path.realpath`` gives
-            it); a folder this call makes there is then taken as it is, without resolving it again.
-
-    Attributes:
-        root: the resolved absolute sandbox path.
-        escape_attempts: paths refused for pointing outside, in order.
-        written: sandbox-relative paths written by tools, in order (duplicates kept once).
-        bytes_written: bytes written by tools so far.
-    """
-
-    def __init__(self, root: str | os.PathLike[str], *, write_limit: int = DEFAULT_WRITE_LIMIT_BYTES, real: bool = False):
-        try:
-            os.mkdir(root)  # the usual case, a fresh run folder: one system call
-        except OSError:  # its parent is missing, or it exists: as Path.mkdir(parents=True, exist_ok=True)
-            Path(root).mkdir(parents=True, exist_ok=True)
-            real = False  # not made here: it may be a symlink
-        self.root = Path(root) if real else Path(os.path.realpath(root))
-        self.escape_attempts: list[str] = []
-        self.written: list[str] = []
-        self.write_limit = write_limit
-        self.bytes_written = 0
-
-    def seed(self, files: Mapping[str, str]) -> None:
-        """Write fixture files (sandbox-relative path -> text) before the run starts.
-
-        Raises:
-            ToolError: a fixture path points outside the sandbox.
-        """
-        root = str(self.root)
-        for rel, text in files.items():
-            fd = self._open_simple(root, rel)
-            if fd is None:
-                target = self.resolve(rel)
-                if target.parent != self.root:  # the root exists
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
-            try:
-                write_all(fd, text.encode("utf-8"))
-            finally:
-                os.close(fd)
-
-    @staticmethod
-    def _open_simple(root: str, rel: str) -> int | None:
-        """Open the fixture ``rel`` for writing when it is a plain name in the root (no ``/``, not ``.`` or ``..``) that is
-        no symlink: :meth:`resolve` would give ``root/rel`` itself, so one ``open`` (``O_NOFOLLOW``) does. None otherwise
-        (a path, a symlink there, an error): :meth:`seed` then resolves it as any path."""
-        if not rel.strip() or "/" in rel or rel in (".", "..") or "\x00" in rel:
-            return None
-        try:
-            return os.open(f"{root}/{rel}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError:
-            return None
-
-    def resolve(self, path: Any) -> Path:
-        """Resolve a model-given path to an absolute path inside the sandbox.
-
-        Args:
-            path: the path argument as the model sent it (any type).
-
-        Returns:
-            The absolute, symlink-free path inside :attr:`root`.
-
-        Raises:
-            ToolError: not a non-empty string, contains NUL, or resolves outside the sandbox
-                (``escape_attempt=True``; the attempt is appended to :attr:`escape_attempts`).
-        """
-        if not isinstance(path, str) or not path.strip():
-            raise ToolError(f"path must be a non-empty string, got {json.dumps(path)[:80]}")
-        if "\x00" in path:
-            raise ToolError("path must not contain NUL bytes")
-        candidate = real_path_within(self.root, path)
-        if not is_within(self.root, candidate):
-            self.escape_attempts.append(path)
-            raise ToolError(f"path {path!r} is outside the working directory; use paths relative to it", escape_attempt=True)
-        return candidate
-
-    def relative(self, path: Path) -> str:
-        """Return ``path`` relative to the sandbox root, with ``/`` separators."""
-        text, root = str(path), str(self.root)
-        if text == root:
-            return "."
-        if text.startswith(root + "/"):
-            return text[len(root) + 1 :]
-        return path.relative_to(self.root).as_posix()  # raises ValueError: not below the root
-
-    def hide_root(self, text: str) -> str:
-        """``text`` (an error message for the model) with the sandbox's absolute path shown relative to it.
-
-        ``'/host/results/runs/abc/a.txt'`` becomes ``'a.txt'`` and the root itself ``'.'``, so
-        the model never learns where on the host its sandbox lives.
-        """
-        root = str(self.root)
-        return text.replace(root + os.sep, "").replace(root, ".")
 
 
 @dataclass(frozen=True)
@@ -359,7 +191,7 @@ def _read_file(sandbox: Sandbox, path: Any) -> str:
         raise ToolError(f"{path!r} is larger than {MAX_READ_BYTES} bytes")
     fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return read_at_most(fd, MAX_READ_BYTES).decode("utf-8", errors="replace")
+        return read_at_most(fd, MAX_READ_BYTES, info.st_size).decode("utf-8", errors="replace")
     finally:
         os.close(fd)
 
@@ -375,22 +207,42 @@ def _write_file(sandbox: Sandbox, path: Any, content: Any) -> str:
             f"this run has written {sandbox.bytes_written} bytes; {len(data)} more would pass its limit of "
             f"{sandbox.write_limit} bytes (the scenario's write_limit_bytes)"
         )
+    fd, rel = _open_for_write(sandbox, path)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    sandbox.bytes_written += len(data)
+    if rel not in sandbox.written:
+        sandbox.written.append(rel)
+    return f"wrote {len(data)} bytes to {rel}"
+
+
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_for_write(sandbox: Sandbox, path: Any) -> tuple[int, str]:
+    """Open the model's ``path`` for ``write_file`` (created or truncated); the open file and its sandbox-relative path.
+
+    A plain name (:func:`plain_name`) is opened in the root at once (``O_NOFOLLOW``; a folder there answers ``EISDIR``);
+    a symlink there (``ELOOP``), or any other path, is resolved first (:meth:`Sandbox.resolve`), its folders made and
+    checked again after they are made. Raises ToolError (a folder, an escape) or OSError.
+    """
+    if isinstance(path, str) and plain_name(path):
+        try:
+            return os.open(f"{sandbox.root}/{path}", _WRITE, 0o644), path
+        except IsADirectoryError:
+            raise ToolError(f"{path!r} is a directory") from None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
     target = sandbox.resolve(path)
     if target == sandbox.root or target.is_dir():
         raise ToolError(f"{path!r} is a directory")
     if target.parent != sandbox.root:  # the root exists
         target.parent.mkdir(parents=True, exist_ok=True)
         sandbox.resolve(sandbox.relative(target.parent))  # re-check after mkdir: no symlinked parent
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        write_all(fd, data)
-    finally:
-        os.close(fd)
-    sandbox.bytes_written += len(data)
-    rel = sandbox.relative(target)
-    if rel not in sandbox.written:
-        sandbox.written.append(rel)
-    return f"wrote {len(data)} bytes to {rel}"
+    return os.open(target, _WRITE, 0o644), sandbox.relative(target)
 
 
 def _get_current_weather(sandbox: Sandbox, *, data: Mapping[str, Any], city: Any) -> str:

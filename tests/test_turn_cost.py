@@ -23,7 +23,7 @@ from harness.errors import ToolError
 from harness.ledger import chain
 from harness.ledger.chain import storable
 from harness.ledger.records import TurnRecord, json_columns
-from harness.loop import _sandbox_path
+from harness.run_facts import sandbox_path as _sandbox_path
 from harness.tool_protocol import RequestHasher, request_hash
 from harness.tools import Sandbox, is_within, read_at_most, write_all
 

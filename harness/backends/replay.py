@@ -58,6 +58,7 @@ class ReplayBackend(Backend):
         self.path = Path(path)
         self.spec = f"replay:{path}"
         self.replies, self._digest = _load(self.path)
+        self._identity = BackendIdentity(backend=self.kind, model=str(self.path), model_digest=f"sha256:{self._digest}")
         self._next = 0
         self._lock = threading.Lock()
 
@@ -104,8 +105,8 @@ class ReplayBackend(Backend):
         )
 
     def identity(self) -> BackendIdentity:
-        """``replay`` backend, the cassette path as model, its SHA-256 as ``model_digest``."""
-        return BackendIdentity(backend=self.kind, model=str(self.path), model_digest=f"sha256:{self._digest}")
+        """``replay`` backend, the cassette path as model, its SHA-256 as ``model_digest`` (made once: it is frozen)."""
+        return self._identity
 
 
 MAX_CASSETTE_BYTES = 1024**3

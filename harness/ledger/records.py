@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from harness.canonical import canonical_json
@@ -33,6 +33,7 @@ __all__ = [
     "VerifyResult",
     "decode_labels",
     "identity_holders",
+    "iso_utc",
     "record_fields",
     "run_row",
     "turn_row",
@@ -41,8 +42,23 @@ __all__ = [
 
 
 def utc_now() -> str:
-    """Current UTC time as ISO 8601 text with offset and milliseconds, e.g. ``2026-11-30T02:30:00.123+00:00``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    """Current UTC time as ISO 8601 text with offset and milliseconds, e.g. ``2026-11-30T02:30:00.123+00:00``: the text
+    of ``datetime.now(UTC).isoformat(timespec="milliseconds")``, up to the second formatted once a second (:func:`iso_utc`)."""
+    return iso_utc(time.time_ns())
+
+
+_SECOND: list[tuple[int, str]] = [(-1, "")]  # the last second formatted and its text, replaced as one pair
+
+
+def iso_utc(ns: int) -> str:
+    """The ISO 8601 text of ``ns`` nanoseconds after the Unix epoch (UTC, milliseconds truncated as ``datetime`` truncates
+    them: ``datetime.now`` floors the clock to microseconds, ``isoformat`` those to milliseconds)."""
+    second, text = _SECOND[0]
+    if ns // 1_000_000_000 != second:
+        second = ns // 1_000_000_000
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _SECOND[0] = (second, text)
+    return f"{text}.{ns // 1_000_000 % 1000:03d}+00:00"
 
 
 @dataclass(frozen=True)
