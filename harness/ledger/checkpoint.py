@@ -74,6 +74,11 @@ class Checkpointer:
         """Whether the thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
+    def release(self) -> None:
+        """Tell the thread to end after the checkpoint in progress, without waiting (for a ledger never closed)."""
+        self._stopping = True
+        self._wake.set()
+
     def stop(self) -> None:
         """End the thread (after the checkpoint in progress, if any) and close its connection; idempotent."""
         with self._guard:

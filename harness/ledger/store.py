@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -141,6 +142,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         if not readonly:
             self._db.execute(f"PRAGMA wal_autocheckpoint={INLINE_BOUND_PAGES}")
             self._checkpointer = Checkpointer(Path(os.path.realpath(self.path)))
+            weakref.finalize(self, self._checkpointer.release)  # a ledger dropped unclosed ends its thread too
             self._until_checkpoint = COMMITS_PER_CHECKPOINT
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
         self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
