@@ -9,6 +9,9 @@ Design
   classifier labels are new rows in ``labels``; nothing is ever edited in place.
 * Each append is its own transaction (``BEGIN IMMEDIATE``), so a crash loses at most the
   turn in flight, and concurrent writers (threads or processes) serialize on SQLite's lock.
+* WAL checkpoints (copying committed pages into the main file, with a sync) run in a daemon thread of a writable
+  ledger, not inside an append's commit: :mod:`harness.ledger.checkpoint`. A commit checkpoints inline only when the
+  WAL passes :data:`~harness.ledger.checkpoint.INLINE_BOUND_PAGES` pages; :meth:`Ledger.close` ends the thread.
 * Every chained table has ``prev_hash`` and ``row_hash``: ``row_hash = sha256(prev_hash +
   canonical JSON of the row's other columns)``, with rows chained per table in ``seq`` order.
   :meth:`Ledger.verify` recomputes the chains and names the first row that does not match,
@@ -52,8 +55,8 @@ from harness.errors import LedgerError
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
 from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
-from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
 from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
+from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_readonly, connect_writable, not_writable
