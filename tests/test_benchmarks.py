@@ -182,3 +182,11 @@ def test_ray_executor_benchmark_measures_both_parts():
     assert "ideal 8 in flight = 400 turns/s" in out
     assert all(f"   {executor:9} 8 runs, 24 turns in" in out for executor in ("threads", "ray")), out
     assert all(f"   median {executor:9}" in out for executor in ("threads", "processes", "ray")), out
+
+
+def test_ledger_appends_replays_the_peer_task_and_times_each_statement():
+    proc = subprocess.run([sys.executable, "benchmarks/ledger_appends.py", "--runs", "30", "--statements"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "every ledger verifies: True" in proc.stdout
+    assert "INSERT INTO turns" in proc.stdout and "COMMIT:" in proc.stdout

@@ -102,7 +102,7 @@ def test_ledger_migrate_says_whether_it_created_upgraded_or_found_it_current(tmp
     assert main(["ledger", "migrate", "--ledger", str(old)]) == 0
     assert capsys.readouterr().out.startswith(
         f"{old}: upgraded, applied m004_turn_reasoning, m005_blobs, m006_turn_server_rejection, m007_wire_settings,"
-        " m008_streaming, m009_templates, m010_report_index, m011_merge_provenance, m012_mode_index;"
+        " m008_streaming, m009_templates, m010_report_index, m011_merge_provenance, m012_mode_index, m013_drop_turns_run;"
     )
 
 

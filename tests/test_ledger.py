@@ -73,6 +73,7 @@ ALL_MIGRATIONS = [
     "m010_report_index",
     "m011_merge_provenance",
     "m012_mode_index",
+    "m013_drop_turns_run",
 ]
 #: what a ledger written by the first three migrations (tests/data/ledger_m003.sqlite) still lacks
 AFTER_M003 = ALL_MIGRATIONS[3:]
@@ -359,15 +360,16 @@ def test_the_mode_reads_scan_the_partial_index_of_m011_and_change_no_row(filled,
     old.write_bytes(filled.read_bytes())
     db = sqlite3.connect(old)
     db.execute("DROP INDEX turns_modes")  # the ledger as it was before m012 (an index holds no chained row)
+    db.execute("CREATE INDEX turns_run ON turns(run_id)")  # and before m013
     (trigger,) = db.execute("SELECT sql FROM sqlite_master WHERE name = '_migrations_no_delete'").fetchone()
     db.execute("DROP TRIGGER _migrations_no_delete")
-    db.execute("DELETE FROM _migrations WHERE name = 'm012_mode_index'")
+    db.execute("DELETE FROM _migrations WHERE name IN ('m012_mode_index', 'm013_drop_turns_run')")
     db.execute(trigger)
     db.commit()
     before = db.execute("SELECT seq, row_hash FROM turns ORDER BY seq").fetchall()
     db.close()
     with Ledger(old, readonly=True) as ledger:
-        assert ledger.pending_migrations() == ["m012_mode_index"]
+        assert ledger.pending_migrations() == ["m012_mode_index", "m013_drop_turns_run"]
         unindexed = ledger.mode_reads()
     with Ledger(old) as ledger:  # a writable open applies it
         assert ledger.pending_migrations() == [] and ledger.verify().ok  # the chains still verify
@@ -384,3 +386,49 @@ def test_the_mode_reads_scan_the_partial_index_of_m011_and_change_no_row(filled,
     assert len(indexed[0]) == 1 and indexed[1]["mode"].tolist() == ["narration_without_call"]
     for got, want in zip(indexed, unindexed, strict=True):
         assert got.to_dict("records") == want.to_dict("records")
+
+
+def _turn_reads_sql(path: Path) -> list[str]:
+    """Every statement reading ``turns`` by run that the named reads run (the loop's, the viewer's, rescore's, export's)."""
+    from harness.ledger import RunFilter
+
+    seen: list[str] = []
+    with Ledger(path, readonly=True) as ledger:
+        ledger._db.set_trace_callback(seen.append)
+        ledger.turns("r1")
+        ledger.turn_totals("r1")
+        ledger.run_turns("r1")
+        ledger.run_list(RunFilter(failure_mode="narration_without_call"))
+        ledger._db.set_trace_callback(None)
+    return sorted({sql for sql in seen if "FROM turns" in sql and "run_id" in sql})
+
+
+def test_m013_drops_turns_run_and_every_read_by_run_still_searches_an_index(filled, tmp_path):
+    old = tmp_path / "before_m013.sqlite"
+    old.write_bytes(filled.read_bytes())
+    db = sqlite3.connect(old)
+    db.execute("CREATE INDEX turns_run ON turns(run_id)")  # the ledger as it was before m013
+    (trigger,) = db.execute("SELECT sql FROM sqlite_master WHERE name = '_migrations_no_delete'").fetchone()
+    db.execute("DROP TRIGGER _migrations_no_delete")
+    db.execute("DELETE FROM _migrations WHERE name = 'm013_drop_turns_run'")
+    db.execute(trigger)
+    db.commit()
+    before = db.execute("SELECT * FROM turns ORDER BY seq").fetchall()
+    db.close()
+    with Ledger(old, readonly=True) as ledger:
+        assert ledger.pending_migrations() == ["m013_drop_turns_run"] and ledger.verify().ok
+        unindexed = [ledger.turns("r1"), ledger.run_turns("r1"), ledger.turn_totals("r1")]
+    statements = _turn_reads_sql(old)
+    with Ledger(old) as ledger:  # a writable open applies it
+        assert ledger.pending_migrations() == [] and ledger.verify().ok  # the schema matches; the chains still verify
+        assert [ledger.turns("r1"), ledger.run_turns("r1"), ledger.turn_totals("r1")] == unindexed
+    db = sqlite3.connect(old)
+    assert db.execute("SELECT * FROM turns ORDER BY seq").fetchall() == before
+    assert not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'turns_run'").fetchone()
+    assert len(statements) >= 4
+    for sql in statements:
+        plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql)]
+        on_turns = [step for step in plan if step.startswith(("SEARCH t ", "SCAN t ", "SCAN t", "SEARCH turns", "SCAN turns"))]
+        assert on_turns and all(step.startswith(("SEARCH t USING", "SEARCH turns USING")) and "INDEX" in step
+                                for step in on_turns), (sql, plan)  # fmt: skip
+    db.close()

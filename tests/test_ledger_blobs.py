@@ -157,7 +157,7 @@ def test_an_m004_ledger_reads_verifies_and_migrates(tmp_path, capsys):
     assert before[0][1].record.content.startswith("\ue000blob:")  # an old row's look-alike is text, not a reference
     assert main(["ledger", "migrate", "--ledger", str(path)]) == 0
     assert capsys.readouterr().out.startswith(
-        f"{path}: upgraded, applied m005_blobs, m006_turn_server_rejection, m007_wire_settings, m008_streaming, m009_templates, m010_report_index, m011_merge_provenance, m012_mode_index;"
+        f"{path}: upgraded, applied m005_blobs, m006_turn_server_rejection, m007_wire_settings, m008_streaming, m009_templates, m010_report_index, m011_merge_provenance, m012_mode_index, m013_drop_turns_run;"
     )
     with Ledger(path) as ledger:
         assert ledger.applied_migrations() == ALL_MIGRATIONS and ledger.verify().ok

@@ -235,6 +235,16 @@ def m012_mode_index(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m013_drop_turns_run(db: sqlite3.Connection) -> None:
+    """Drop ``turns_run`` (``turns(run_id)``): ``turns_report`` (``m010``) and the ``UNIQUE (run_id, turn)`` index
+    begin with ``run_id`` too, so every read by run still searches an index (``tests/test_ledger.py`` holds the query
+    plans), and each turn's append writes one B-tree fewer. A run's turns read in ``seq`` order are now sorted after
+    the search (a run has a few turns). Like every index, it held no chained row: the chains and ``row_hash`` values
+    stay as they are."""
+    db.execute("DROP INDEX IF EXISTS turns_run")
+
+
 _MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
 
 

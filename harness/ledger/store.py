@@ -9,6 +9,9 @@ Design
   classifier labels are new rows in ``labels``; nothing is ever edited in place.
 * Each append is its own transaction (``BEGIN IMMEDIATE``), so a crash loses at most the
   turn in flight, and concurrent writers (threads or processes) serialize on SQLite's lock.
+* WAL checkpoints (copying committed pages into the main file, with a sync) run in a daemon thread of a writable
+  ledger, not inside an append's commit: :mod:`harness.ledger.checkpoint`. A commit checkpoints inline only when the
+  WAL passes :data:`~harness.ledger.checkpoint.INLINE_BOUND_PAGES` pages; :meth:`Ledger.close` ends the thread.
 * Every chained table has ``prev_hash`` and ``row_hash``: ``row_hash = sha256(prev_hash +
   canonical JSON of the row's other columns)``, with rows chained per table in ``seq`` order.
   :meth:`Ledger.verify` recomputes the chains and names the first row that does not match,
@@ -38,8 +41,10 @@ Tables (all columns of JSON type hold canonical JSON text)::
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +56,7 @@ from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
 from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
 from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
+from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
 from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import connect_readonly, connect_writable, not_writable
@@ -134,6 +140,13 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         except LedgerError:
             self._db.close()
             raise
+        self._checkpointer: Checkpointer | None = None
+        self._until_checkpoint = -1  # appends until the checkpoint thread is woken; never 0 when read-only
+        if not readonly:
+            self._db.execute(f"PRAGMA wal_autocheckpoint={INLINE_BOUND_PAGES}")
+            self._checkpointer = Checkpointer(Path(os.path.realpath(self.path)))
+            weakref.finalize(self, self._checkpointer.release)  # a ledger dropped unclosed ends its thread too
+            self._until_checkpoint = COMMITS_PER_CHECKPOINT
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
         self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
         self._plans: dict[str, _AppendPlan] = {}
@@ -273,6 +286,10 @@ class Ledger(RunReads, ReportReads, ViewerReads):
                     raise
                 if own:
                     db.execute("COMMIT")
+                self._until_checkpoint -= 1
+                if not self._until_checkpoint:
+                    self._until_checkpoint = COMMITS_PER_CHECKPOINT
+                    self._checkpointer.wake()  # type: ignore[union-attr]  # writable: it exists
         except sqlite3.Error as exc:
             raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
         return appended
@@ -422,7 +439,9 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             raise LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify`.") from exc
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Stop the checkpoint thread, then close the connection (idempotent)."""
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         with self._lock:
             self._db.close()
 

@@ -4,7 +4,7 @@ SQLite, one run's turns with the evidence of their newest labels, and the runs t
 
 A ledger of 1,000,000 turns must show the first page of its run list at once, so the list is one ``LIMIT``/``OFFSET``
 query over ``runs`` joined with ``run_ends``; the failure modes of a page's runs are read for those runs only (by
-the ``turns_run`` index), and a failure-mode filter is a correlated ``EXISTS`` over the run's turns.
+an index that begins with ``run_id``, ``turns_report``), and a failure-mode filter is a correlated ``EXISTS`` over the run's turns.
 Labels: a ``labels`` row for a turn (``harness rescore``) overrides the turn's own, newest first, as everywhere.
 """
 
