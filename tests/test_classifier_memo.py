@@ -84,6 +84,7 @@ def _forget() -> None:
     heuristics._READ_CHARS[0] = 0
     heuristics._escapes_sandbox.cache_clear()
     heuristics._TOOLS_TEXT.clear()
+    heuristics._TOOLS_TEXT_HELD[0] = 0
     for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
         memo.memo.cache_clear()
 
@@ -203,7 +204,7 @@ def _twin(value):
 @given(_TOOLS_VALUE)
 @settings(max_examples=400, deadline=None)
 def test_the_tools_text_from_the_memo_is_the_fresh_text(value):
-    heuristics._TOOLS_TEXT.clear()
+    _forget()
     twin = _twin(value)
     assert heuristics.tools_text(twin) == _fresh_tools_text(twin)  # the twin read first: its text in the memo
     assert heuristics.tools_text(value) == _fresh_tools_text(value)  # equal under ==, yet its own text
@@ -222,7 +223,7 @@ def test_a_tools_list_edited_in_place_to_an_equal_value_of_another_type_is_read_
 
 
 def test_tools_of_types_marshal_does_not_write_are_read_directly_and_not_kept():
-    heuristics._TOOLS_TEXT.clear()
+    _forget()
     for tools in (UserDict({"name": "a"}), [OrderedDict(name="a")], [float("nan"), math.inf], [{"x": b"bytes"}]):
         assert heuristics.tools_text(tools) == _fresh_tools_text(tools)
     assert len(heuristics._TOOLS_TEXT) == 2  # the NaN list and the bytes are plain marshal types; the others no key
@@ -232,11 +233,15 @@ def test_tools_of_types_marshal_does_not_write_are_read_directly_and_not_kept():
 
 
 def test_the_tools_memo_stays_bounded():
-    heuristics._TOOLS_TEXT.clear()
+    _forget()
     for k in range(heuristics._TOOLS_TEXT_ENTRIES * 3):
         heuristics.tools_text([{"name": f"tool_{k}"}])
         assert len(heuristics._TOOLS_TEXT) <= heuristics._TOOLS_TEXT_ENTRIES
-    heuristics._TOOLS_TEXT.clear()
+    for k in range(12):  # lists of about 1 MB each: the bytes and characters held stay under the cap
+        heuristics.tools_text([{"description": f"{k} " + "y" * (heuristics._TOOLS_KEY_BYTES - 100)}])
+        assert heuristics._TOOLS_TEXT_HELD[0] <= heuristics._MAX_TOOLS_TEXT_HELD
+        assert heuristics._TOOLS_TEXT_HELD[0] == sum(len(key) + len(text) for key, text in heuristics._TOOLS_TEXT.items())
+    _forget()
     huge = [{"description": "x" * heuristics._TOOLS_KEY_BYTES}]
     assert heuristics.tools_text(huge) == _fresh_tools_text(huge)
     assert heuristics._TOOLS_TEXT == {}  # a key over the cap is not kept

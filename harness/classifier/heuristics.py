@@ -134,7 +134,10 @@ def string_values(value: Any, skip_paths: bool, depth: int = 0) -> list[str]:
 _TOOLS_TEXT: dict[bytes, str] = {}
 _TOOLS_TEXT_ENTRIES = 64
 _TOOLS_KEY_BYTES = 1 << 20
-"""The tools-text memo: at most 64 texts, each keyed by at most 1 MiB of marshal bytes."""
+_MAX_TOOLS_TEXT_HELD = 8_000_000
+_TOOLS_TEXT_HELD = [0]
+"""The tools-text memo: at most 64 texts, each keyed by at most 1 MiB of marshal bytes, and at most 8M key bytes plus
+text characters in all (``_TOOLS_TEXT_HELD[0]``: what it holds now)."""
 
 
 def tools_text(tools: Any) -> str:
@@ -145,7 +148,7 @@ def tools_text(tools: Any) -> str:
     text is computed each time), distinguishes ``True``, ``1`` and ``1.0``, a list from a tuple and an ``int`` key from a
     ``str`` one, and runs no code of the objects it reads; so a hit is the text of a value equal in every byte. A
     list edited in place has another key. At most :data:`_TOOLS_TEXT_ENTRIES` entries, keys of at most
-    :data:`_TOOLS_KEY_BYTES` bytes (longer ones are not kept).
+    :data:`_TOOLS_KEY_BYTES` bytes (longer ones are not kept), :data:`_MAX_TOOLS_TEXT_HELD` bytes and characters in all.
     """
     try:
         key: bytes | None = marshal.dumps(tools, 2)
@@ -160,9 +163,12 @@ def tools_text(tools: Any) -> str:
     except (TypeError, ValueError):
         text = ""
     if key is not None and len(key) <= _TOOLS_KEY_BYTES:
-        if len(_TOOLS_TEXT) >= _TOOLS_TEXT_ENTRIES:
+        size = len(key) + len(text)
+        if len(_TOOLS_TEXT) >= _TOOLS_TEXT_ENTRIES or _TOOLS_TEXT_HELD[0] + size > _MAX_TOOLS_TEXT_HELD:
             _TOOLS_TEXT.clear()
+            _TOOLS_TEXT_HELD[0] = 0
         _TOOLS_TEXT[key] = text
+        _TOOLS_TEXT_HELD[0] += size
     return text
 
 
