@@ -18,7 +18,7 @@ from collections import OrderedDict, UserDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.classifier import classify, contradiction, heuristics
+from harness.classifier import classify, contradiction, heuristics, validate
 from harness.classifier.types import MAX_HISTORY_TEXT, jsonable
 from harness.classifier.validate import offered_tools
 from tests.helpers import FILE_TOOLS
@@ -245,3 +245,25 @@ def test_the_tools_memo_stays_bounded():
     huge = [{"description": "x" * heuristics._TOOLS_KEY_BYTES}]
     assert heuristics.tools_text(huge) == _fresh_tools_text(huge)
     assert heuristics._TOOLS_TEXT == {}  # a key over the cap is not kept
+
+
+def _enum_tools() -> list:
+    unit = {"type": "string", "enum": ["celsius", "fahrenheit"]}
+    schema = {"type": "object", "properties": {"unit": unit}, "required": ["unit"]}
+    return [{"type": "function", "function": {"name": "set_unit", "description": "Set the unit.", "parameters": schema}}]
+
+
+_KELVIN = {
+    "content": None,
+    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "set_unit", "arguments": '{"unit": "kelvin"}'}}],
+}
+
+
+def test_a_schema_edited_in_place_after_a_call_is_judged_as_it_now_reads():
+    validate._VALIDATORS.clear()
+    tools = _enum_tools()
+    assert classify(_KELVIN, tools=tools).failure_modes == ["schema_violation"]
+    tools[0]["function"]["parameters"]["properties"]["unit"]["enum"].append("kelvin")  # the same list, edited
+    assert classify(_KELVIN, tools=tools).failure_modes == []  # before: the enum memo's old members, a violation
+    assert classify(_KELVIN, tools=copy.deepcopy(tools)).failure_modes == []
+    assert classify(_KELVIN, tools=_enum_tools()).failure_modes == ["schema_violation"]  # the first schema's text again
