@@ -229,7 +229,7 @@ def test_tools_of_types_marshal_does_not_write_are_read_directly_and_not_kept():
     assert len(heuristics._TOOLS_TEXT) == 2  # the NaN list and the bytes are plain marshal types; the others no key
     looped: list = []
     looped.append(looped)
-    assert heuristics.tools_text(looped) == _fresh_tools_text(looped)  # no key (too deeply nested): read directly
+    assert heuristics.tools_text(looped) == _fresh_tools_text(looped)  # a cycle: jsonable's depth cap, memo or not
 
 
 def test_the_tools_memo_stays_bounded():
