@@ -4,8 +4,10 @@ Run: ``python benchmarks/classifier_cost.py [--baseline DIR] [--rounds 5] [--pro
 
 Workloads (``benchmarks/classifier_inputs.py``): ``matrix``, what the agent loop hands the classifier in
 ``benchmarks/matrix_scale.py``'s part 1 (``list_and_report`` replayed: three structured calls and a final answer,
-the history growing to 4 turns); ``mix``, ``benchmarks/classifier_speed.py``'s realistic mix; ``corpus``, the 802
-real replies of ``tests/corpus/entries/``. The inputs are built once by this code; each measurement runs in a fresh
+the history growing to 4 turns, one tools list for every pass); ``runs``, the same turns with a fresh copy of the tools
+list for each pass, as the loop builds one per run (``Scenario.tool_schemas()``: memos of the list's identity miss on a
+new run's first turn); ``mix``, ``benchmarks/classifier_speed.py``'s realistic mix; ``corpus``, the 802 real replies of
+``tests/corpus/entries/``. The inputs are built once by this code; each measurement runs in a fresh
 child process that imports the classifier of the code measured, classifies every input of a group once to warm the
 caches, then times whole passes over the group with ``time.process_time`` (CPU, not wall: the machine is shared).
 Prints the median over rounds of the CPU milliseconds per call and, with ``--baseline``, the ratio this code /
@@ -15,6 +17,7 @@ baseline, the rounds alternating the two codes. ``--profile GROUP`` prints this 
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import json
 import os
@@ -32,26 +35,41 @@ sys.path.insert(1, str(REPO / "benchmarks"))
 
 from classifier_inputs import GROUPS, arguments, load_inputs, write_inputs  # noqa: E402 - after the path set-up
 
-MIN_CALLS = {"matrix": 4000, "mix": 2000, "corpus": 1604}
+MIN_CALLS = {"matrix": 4000, "runs": 4000, "mix": 2000, "corpus": 1604}
 """Calls timed per group and round: whole passes over the group until at least this many."""
+TIMED = ("matrix", "runs", "mix", "corpus")
+"""The groups timed: :data:`GROUPS` and ``runs`` (the matrix turns, a fresh tools list per pass)."""
+
+
+def _passes(groups: dict[str, list[dict]], name: str) -> list[list[tuple[dict, dict]]]:
+    """The timed passes over a group, built before the clock starts: ``runs`` gives each pass (one run) its own deep
+    copy of the tools list, shared by the pass's turns; the other groups are the same items every pass."""
+    items = [(item["response"], arguments(item)) for item in groups["matrix" if name == "runs" else name]]
+    passes = max(1, -(-MIN_CALLS[name] // len(items)))
+    if name != "runs":
+        return [items] * passes
+    out = []
+    for _ in range(passes):
+        tools = copy.deepcopy(items[0][1]["tools"])
+        out.append([(response, {**kwargs, "tools": tools}) for response, kwargs in items])
+    return out
 
 
 def child(inputs: Path) -> dict[str, float]:
-    """CPU ms per call for each group, with the classifier of the code on ``sys.path[0]``."""
+    """CPU ms per call for each timed group, with the classifier of the code on ``sys.path[0]``."""
     from harness.classifier import classify
 
     groups = load_inputs(inputs)
     out = {}
-    for name in GROUPS:
-        items = [(item["response"], arguments(item)) for item in groups[name]]
-        for response, kwargs in items:
+    for name in TIMED:
+        passes = _passes(groups, name)
+        for response, kwargs in passes[0]:
             classify(response, **kwargs)  # warm: validators, compiled patterns, the tools' text
-        passes = max(1, -(-MIN_CALLS[name] // len(items)))
         start = time.process_time()
-        for _ in range(passes):
+        for items in passes:
             for response, kwargs in items:
                 classify(response, **kwargs)
-        out[name] = (time.process_time() - start) * 1000 / (passes * len(items))
+        out[name] = (time.process_time() - start) * 1000 / sum(map(len, passes))
     return out
 
 
@@ -68,13 +86,13 @@ def compare(inputs: Path, rounds: int, baseline: Path | None) -> None:
     for _ in range(rounds):
         for name, code in codes.items():
             got[name].append(_run_child(code, inputs))
-    medians = {name: {g: statistics.median(r[g] for r in rows) for g in GROUPS} for name, rows in got.items()}
+    medians = {name: {g: statistics.median(r[g] for r in rows) for g in TIMED} for name, rows in got.items()}
     print(f"classify CPU ms per call, medians of {rounds} rounds (load average {os.getloadavg()[0]:.1f})")
-    print(f"{'code':10} " + " ".join(f"{g:>9}" for g in GROUPS))
+    print(f"{'code':10} " + " ".join(f"{g:>9}" for g in TIMED))
     for name, m in medians.items():
-        print(f"{name:10} " + " ".join(f"{m[g]:9.4f}" for g in GROUPS))
+        print(f"{name:10} " + " ".join(f"{m[g]:9.4f}" for g in TIMED))
     if baseline:
-        print(f"{'ratio':10} " + " ".join(f"{medians['this code'][g] / medians['baseline'][g]:9.3f}" for g in GROUPS))
+        print(f"{'ratio':10} " + " ".join(f"{medians['this code'][g] / medians['baseline'][g]:9.3f}" for g in TIMED))
 
 
 def profile(inputs: Path, group: str) -> None:

@@ -1,7 +1,8 @@
 """The classifier's memos (issue 14: the loop hands the whole history again on every turn) change no result.
 
-History messages are read once into a bounded memo keyed by their strings, and what the tool results' text holds
-(values, skies, scalars, listing lengths) is memoized by that text. These tests classify generated histories with
+History messages are read once into a bounded memo keyed by their strings, what the tool results' text holds
+(values, skies, scalars, listing lengths) is memoized by that text, and the offered tools' text by the list's
+marshal bytes. These tests classify generated histories with
 the memos empty and again with them warm, and read histories with and without the message memo, and require the
 same result; a message changed after it was read must be read afresh.
 """
@@ -11,11 +12,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
+from collections import OrderedDict, UserDict
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.classifier import classify, contradiction, heuristics
+from harness.classifier import classify, contradiction, heuristics, validate
+from harness.classifier.types import MAX_HISTORY_TEXT, jsonable
 from harness.classifier.validate import offered_tools
 from tests.helpers import FILE_TOOLS
 
@@ -79,6 +83,8 @@ def _forget() -> None:
     heuristics._READS.clear()
     heuristics._READ_CHARS[0] = 0
     heuristics._escapes_sandbox.cache_clear()
+    heuristics._TOOLS_TEXT.clear()
+    heuristics._TOOLS_TEXT_HELD[0] = 0
     for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
         memo.memo.cache_clear()
 
@@ -155,3 +161,109 @@ def test_tools_changed_in_place_after_a_call_are_read_afresh():
     fresh = classify(reply, tools=copy.deepcopy(tools), history=history)
     assert fresh.failure_modes == []
     assert _whole(classify(reply, tools=tools, history=history)) == _whole(fresh)  # before: the old text, a fabrication
+
+
+def _fresh_tools_text(tools) -> str:
+    """What ``tools_text`` computes without its memo (its definition: the list through ``jsonable`` as JSON text)."""
+    try:
+        return json.dumps(jsonable(tools), ensure_ascii=False)[:MAX_HISTORY_TEXT]
+    except (TypeError, ValueError):
+        return ""
+
+
+_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.floats(allow_nan=True), st.text(max_size=6))
+_KEY = st.one_of(st.text(max_size=4), st.integers(0, 2), st.booleans(), st.none())
+_TOOLS_VALUE = st.recursive(
+    _LEAF,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(_KEY, inner, max_size=4),
+        st.dictionaries(st.text(max_size=4), inner, max_size=4).map(OrderedDict),
+    ),
+    max_leaves=20,
+)
+
+
+def _twin(value):
+    """A value equal to ``value`` under ``==`` that reads differently: ``True`` as ``1``, ``1`` as ``1.0``, a list as a
+    tuple, a dict as an OrderedDict (each a different JSON text or a different type)."""
+    if value is True:
+        return 1
+    if type(value) is int:
+        return float(value)
+    if type(value) is list:
+        return tuple(_twin(v) for v in value)
+    if type(value) is tuple:
+        return [_twin(v) for v in value]
+    if type(value) is dict:
+        return OrderedDict((k, _twin(v)) for k, v in value.items())
+    return value
+
+
+@given(_TOOLS_VALUE)
+@settings(max_examples=400, deadline=None)
+def test_the_tools_text_from_the_memo_is_the_fresh_text(value):
+    _forget()
+    twin = _twin(value)
+    assert heuristics.tools_text(twin) == _fresh_tools_text(twin)  # the twin read first: its text in the memo
+    assert heuristics.tools_text(value) == _fresh_tools_text(value)  # equal under ==, yet its own text
+    assert heuristics.tools_text(copy.deepcopy(value)) == _fresh_tools_text(value)  # a copy: a hit, the same text
+    assert heuristics.tools_text(twin) == _fresh_tools_text(twin)
+
+
+def test_a_tools_list_edited_in_place_to_an_equal_value_of_another_type_is_read_afresh():
+    tools = copy.deepcopy(FILE_TOOLS)
+    tools[0]["function"]["parameters"]["properties"]["path"]["default"] = True
+    assert '"default": true' in heuristics.tools_text(tools)
+    tools[0]["function"]["parameters"]["properties"]["path"]["default"] = 1  # True == 1: an equality check misses it
+    assert '"default": 1' in heuristics.tools_text(tools)
+    tools[0]["function"]["parameters"]["properties"]["path"]["default"] = 1.0
+    assert '"default": 1.0' in heuristics.tools_text(tools)
+
+
+def test_tools_of_types_marshal_does_not_write_are_read_directly_and_not_kept():
+    _forget()
+    for tools in (UserDict({"name": "a"}), [OrderedDict(name="a")], [float("nan"), math.inf], [{"x": b"bytes"}]):
+        assert heuristics.tools_text(tools) == _fresh_tools_text(tools)
+    assert len(heuristics._TOOLS_TEXT) == 2  # the NaN list and the bytes are plain marshal types; the others no key
+    looped: list = []
+    looped.append(looped)
+    assert heuristics.tools_text(looped) == _fresh_tools_text(looped)  # a cycle: jsonable's depth cap, memo or not
+
+
+def test_the_tools_memo_stays_bounded():
+    _forget()
+    for k in range(heuristics._TOOLS_TEXT_ENTRIES * 3):
+        heuristics.tools_text([{"name": f"tool_{k}"}])
+        assert len(heuristics._TOOLS_TEXT) <= heuristics._TOOLS_TEXT_ENTRIES
+    for k in range(12):  # lists of about 1 MB each: the bytes and characters held stay under the cap
+        heuristics.tools_text([{"description": f"{k} " + "y" * (heuristics._TOOLS_KEY_BYTES - 100)}])
+        assert heuristics._TOOLS_TEXT_HELD[0] <= heuristics._MAX_TOOLS_TEXT_HELD
+        assert heuristics._TOOLS_TEXT_HELD[0] == sum(len(key) + len(text) for key, text in heuristics._TOOLS_TEXT.items())
+    _forget()
+    huge = [{"description": "x" * heuristics._TOOLS_KEY_BYTES}]
+    assert heuristics.tools_text(huge) == _fresh_tools_text(huge)
+    assert heuristics._TOOLS_TEXT == {}  # a key over the cap is not kept
+
+
+def _enum_tools() -> list:
+    unit = {"type": "string", "enum": ["celsius", "fahrenheit"]}
+    schema = {"type": "object", "properties": {"unit": unit}, "required": ["unit"]}
+    return [{"type": "function", "function": {"name": "set_unit", "description": "Set the unit.", "parameters": schema}}]
+
+
+_KELVIN = {
+    "content": None,
+    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "set_unit", "arguments": '{"unit": "kelvin"}'}}],
+}
+
+
+def test_a_schema_edited_in_place_after_a_call_is_judged_as_it_now_reads():
+    validate._VALIDATORS.clear()
+    tools = _enum_tools()
+    assert classify(_KELVIN, tools=tools).failure_modes == ["schema_violation"]
+    tools[0]["function"]["parameters"]["properties"]["unit"]["enum"].append("kelvin")  # the same list, edited
+    assert classify(_KELVIN, tools=tools).failure_modes == []  # before: the enum memo's old members, a violation
+    assert classify(_KELVIN, tools=copy.deepcopy(tools)).failure_modes == []
+    assert classify(_KELVIN, tools=_enum_tools()).failure_modes == ["schema_violation"]  # the first schema's text again

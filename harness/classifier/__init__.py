@@ -3,12 +3,12 @@
 Pure package: no I/O, no clock, no imports from the loop, ledger or backends. :func:`classify`
 runs on every turn of the agent loop and behind ``harness classify``; it never raises. The only
 state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
-tuples of strings) or holding the object they were computed from, so no call can see another's
-input in its result: validators by schema text (``validate``), the offered tools' text by the list
-and a copy of it (``heuristics.tools_text``: a list edited in place is read afresh), whether a path leaves the sandbox by its text (``heuristics``), calls
-recovered from earlier assistant messages by text digest
-(``content``), each history message's reading by its role, text and call strings
-(``heuristics``: the loop hands the whole history again on every turn), and what the tool
+tuples of strings, bytes) or holding the object they were computed from, so no call can see another's
+input in its result: validators by schema text (``validate``), the offered tools' text by the list's
+``marshal`` bytes (``heuristics.tools_text``: exact built-in types only, so a list edited in place is read
+afresh), whether a path leaves the sandbox by its text (``heuristics``), calls recovered from earlier
+assistant messages by text digest (``content``), each history message's reading by its role, text and
+call strings (``heuristics``: the loop hands the whole history again on every turn), and what the tool
 results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds
 results equal with the memos empty and warm. The
 failure modes, the two passes, the recovery steps, the accepted call shapes, the caps and the

@@ -8,6 +8,7 @@ arguments, and judges every call against the offered tools (the ``unknown_tool``
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import re
@@ -70,7 +71,11 @@ def schema_types(schema: Any) -> dict[str, Any]:
 
 
 def _validator(schema: Any) -> Any:
-    """A cached jsonschema validator, or ``None`` when the schema itself is invalid."""
+    """A cached jsonschema validator, or ``None`` when the schema itself is invalid.
+
+    Cached by the schema's text; a validator is built over a private deep copy of the schema, so a schema its owner
+    edits in place afterwards changes no cached validator (one built over the caller's objects validated an equal
+    schema's calls by the edited one, and the enum memo kept the old members of an enum list edited in place)."""
     if not isinstance(schema, (Mapping, bool)):
         return None
     try:
@@ -80,11 +85,15 @@ def _validator(schema: Any) -> Any:
     if key in _VALIDATORS:
         return _VALIDATORS[key]
     try:
+        own = copy.deepcopy(schema)
+    except Exception:  # noqa: BLE001 - an object deepcopy refuses: validated as given
+        own = schema
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-            cls.check_schema(schema)
-            validator = jsonschema.validators.extend(cls, BUDGETED_KEYWORDS)(schema)
+            cls = jsonschema.validators.validator_for(own, default=jsonschema.Draft202012Validator)
+            cls.check_schema(own)
+            validator = jsonschema.validators.extend(cls, BUDGETED_KEYWORDS)(own)
     except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
         validator = None
     if len(_VALIDATORS) > 256:
