@@ -19,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.classifier import classify, contradiction, heuristics, validate
+from harness.classifier.content import analyse_content
+from harness.classifier.heuristics import history_content_calls
 from harness.classifier.types import MAX_HISTORY_TEXT, jsonable
 from harness.classifier.validate import offered_tools
 from tests.helpers import FILE_TOOLS
@@ -267,3 +269,28 @@ def test_a_schema_edited_in_place_after_a_call_is_judged_as_it_now_reads():
     assert classify(_KELVIN, tools=tools).failure_modes == []  # before: the enum memo's old members, a violation
     assert classify(_KELVIN, tools=copy.deepcopy(tools)).failure_modes == []
     assert classify(_KELVIN, tools=_enum_tools()).failure_modes == ["schema_violation"]  # the first schema's text again
+
+
+def _typed_tools(kind: str) -> list[dict]:
+    return [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": kind}}, "required": ["n"]}}}]  # fmt: skip
+
+
+def test_a_history_call_in_text_is_read_with_the_schemas_offered_now():
+    """Found in review: the memo of calls read from earlier assistant text was keyed by the tool names only, so a
+    value written as text (``5``) kept the type of the first tool set seen (5) under another with the same names
+    ("5"), and ``repeated_call`` was judged against the wrong call."""
+    written = "<tool_call>\n<function=f>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>"
+    history = [{"role": "user", "content": "Call f."}, {"role": "assistant", "content": written},
+               {"role": "user", "content": "Again."}]  # fmt: skip
+    reply = {
+        "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"n": "5"}'}}],
+    }
+    seen = {}
+    for kind in ("integer", "string", "integer"):
+        tools = _typed_tools(kind)
+        fresh = [c.canonical() for c in analyse_content(written, offered_tools(tools)).calls]
+        assert history_content_calls(written, offered_tools(tools)) == fresh
+        seen.setdefault(kind, set()).add("repeated_call" in classify(reply, tools=tools, history=history).failure_modes)
+    assert seen == {"integer": {False}, "string": {True}}

@@ -8,7 +8,6 @@ modes they show. Also the envelope and multiple-calls steps of :func:`harness.cl
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,6 @@ __all__ = [
     "analyse_content",
     "has_prose",
     "envelope_step",
-    "history_content_calls",
     "multiple_calls_step",
     "response_content",
 ]
@@ -436,23 +434,6 @@ def has_prose(text: str) -> bool:
     observation's phrase stays: it is text around the call), lone labels (``Output:``), JSON and code lines are dropped."""
     text = _NOT_PROSE_LINE.sub(" ", _REACT_KEYWORD.sub(" ", _MARKUP.sub(" ", text)))
     return _WORD.search(text) is not None
-
-
-_CONTENT_CACHE: dict[tuple[bytes, frozenset[str]], list[str]] = {}
-
-
-def history_content_calls(text: str, offered: Mapping[str, Any]) -> list[str]:
-    """Canonical calls recovered from an earlier assistant message (memoized by content digest)."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    key = (digest, frozenset(offered))
-    cached = _CONTENT_CACHE.get(key)
-    if cached is None:
-        result = analyse_content(text[:MAX_SCAN_CHARS], offered, tools_known=bool(offered))
-        cached = [c.canonical() for c in result.calls]
-        if len(_CONTENT_CACHE) > 512:
-            _CONTENT_CACHE.clear()
-        _CONTENT_CACHE[key] = cached
-    return cached
 
 
 # --------------------------------------------------------------------------- classification steps

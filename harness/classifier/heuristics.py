@@ -8,6 +8,7 @@ The rules and their rationale are in docs/failure-modes.md.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import marshal
 import posixpath
@@ -16,12 +17,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.classifier.content import history_content_calls
+from harness.canonical import canonical_json
+from harness.classifier.content import analyse_content
 from harness.classifier.types import (
     MAX_CANDIDATES,
     MAX_HISTORY_MESSAGES,
     MAX_HISTORY_TEXT,
     MAX_REPAIR_CHARS,
+    MAX_SCAN_CHARS,
     PLAIN_JSON,
     UNPARSED_ARGUMENTS,
     ToolCall,
@@ -349,6 +352,30 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
             known_parts.append(read.known[:budget])
             budget -= len(read.known)
     return past
+
+
+_CONTENT_CACHE: dict[tuple[bytes, str], list[str]] = {}
+
+
+def history_content_calls(text: str, offered: Mapping[str, Any]) -> list[str]:
+    """Canonical calls recovered from an earlier assistant message, memoised by the digest of ``text`` and the
+    canonical JSON of ``offered`` (the schemas, not only their names: a parameter's declared type decides how a
+    value written as text is read, e.g. ``5`` as 5 or as "5"); schemas JSON cannot write are read without the memo."""
+    try:
+        schemas = canonical_json(dict(offered))
+    except (TypeError, ValueError, RecursionError):
+        schemas = None
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    key = (digest, schemas or "")
+    cached = _CONTENT_CACHE.get(key) if schemas is not None else None
+    if cached is None:
+        result = analyse_content(text[:MAX_SCAN_CHARS], offered, tools_known=bool(offered))
+        cached = [c.canonical() for c in result.calls]
+        if schemas is not None:
+            if len(_CONTENT_CACHE) > 512:
+                _CONTENT_CACHE.clear()
+            _CONTENT_CACHE[key] = cached
+    return cached
 
 
 # --------------------------------------------------------------------------- steps
