@@ -138,8 +138,8 @@ def main() -> None:
         return
     codes = {"this code": REPO} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     got: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
-    for _ in range(args.rounds if args.baseline else 1):
-        for name, code in codes.items():
+    for index in range(args.rounds if args.baseline else 1):
+        for name, code in list(codes.items())[:: 1 if index % 2 == 0 else -1]:  # neither side always goes first
             got[name].append(_measure(code, args.runs, args.statements))
     print(f"Ledger appends alone, {args.runs} peer-task runs replayed per measurement (medians of {len(got['this code'])})")
     medians = {}

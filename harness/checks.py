@@ -49,7 +49,8 @@ from typing import Any
 
 import regex
 
-from harness.tools import NO_SUCH_FILE, is_within, plain_name, read_at_most, real_path_within
+from harness.sandbox import is_within, plain_name, read_at_most, real_path_within
+from harness.tools import NO_SUCH_FILE
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 
@@ -180,7 +181,7 @@ _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def _open_inside(root: Path, rel: str) -> int | None:
     """Open the sandbox file ``rel`` for reading; None when it resolves to the root or outside it. A plain name
-    (:func:`~harness.tools.plain_name`) is opened at once, unless a symlink is there (``ELOOP``): that and any other
+    (:func:`~harness.sandbox.plain_name`) is opened at once, unless a symlink is there (``ELOOP``): that and any other
     path are resolved first (:func:`~harness.tools.real_path_within`). Raises OSError as ``os.open`` does."""
     if plain_name(rel):
         try:

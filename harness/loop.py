@@ -171,7 +171,7 @@ def _scenario_texts(scenario: Scenario, tool_mode: ToolMode) -> dict[str, str]:
             "tools": canonical_json(scenario.tool_schemas()),
             "system": canonical_json(scenario.system_message(tool_mode)),
         }
-    return dict(texts)
+    return texts  # read only: the caller builds its own dict around it
 
 
 @dataclass

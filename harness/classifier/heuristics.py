@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.canonical import canonical_json
 from harness.classifier.content import analyse_content
 from harness.classifier.types import (
     MAX_CANDIDATES,
@@ -143,6 +142,15 @@ _TOOLS_TEXT_HELD = [0]
 text characters in all (``_TOOLS_TEXT_HELD[0]``: what it holds now)."""
 
 
+def content_key(value: Any) -> bytes | None:
+    """``marshal.dumps(value, 4)``: bytes equal only for values equal in every byte and type (see :func:`tools_text`);
+    None for a value marshal does not write (a subclass of a built-in type, a custom object, nesting past its limit)."""
+    try:
+        return marshal.dumps(value, 4)
+    except ValueError:
+        return None
+
+
 def tools_text(tools: Any) -> str:
     """The offered tool definitions as JSON text (names a model may legitimately repeat).
 
@@ -155,10 +163,7 @@ def tools_text(tools: Any) -> str:
     list edited in place has another key. At most :data:`_TOOLS_TEXT_ENTRIES` entries, keys of at most
     :data:`_TOOLS_KEY_BYTES` bytes (longer ones are not kept), :data:`_MAX_TOOLS_TEXT_HELD` bytes and characters in all.
     """
-    try:
-        key: bytes | None = marshal.dumps(tools, 4)
-    except ValueError:  # a type marshal does not write (or nesting beyond its limit): no key
-        key = None
+    key = content_key(tools)
     if key is not None:
         hit = _TOOLS_TEXT.get(key)
         if hit is not None:
@@ -328,6 +333,7 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
     )
     budget = MAX_HISTORY_TEXT
     known_parts, earlier = past.known_parts, past.earlier
+    schemas_key: bytes | None = None
     for message in messages:
         if type(message) is not dict and not isinstance(message, Mapping):
             continue
@@ -347,31 +353,36 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
                 known_parts.append(part[:budget])
                 budget -= len(part)
         elif read.content_calls:
-            earlier.update(history_content_calls(text, offered))
+            if schemas_key is None:
+                schemas_key = schemas_digest(offered)
+            earlier.update(history_content_calls(text, offered, schemas_key))
         if text and budget > 0:
             known_parts.append(read.known[:budget])
             budget -= len(read.known)
     return past
 
 
-_CONTENT_CACHE: dict[tuple[bytes, str], list[str]] = {}
+_CONTENT_CACHE: dict[tuple[bytes, bytes], list[str]] = {}
+_NO_KEY = b""
 
 
-def history_content_calls(text: str, offered: Mapping[str, Any]) -> list[str]:
-    """Canonical calls recovered from an earlier assistant message, memoised by the digest of ``text`` and the
-    canonical JSON of ``offered`` (the schemas, not only their names: a parameter's declared type decides how a
-    value written as text is read, e.g. ``5`` as 5 or as "5"); schemas JSON cannot write are read without the memo."""
-    try:
-        schemas = canonical_json(dict(offered))
-    except (TypeError, ValueError, RecursionError):
-        schemas = None
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    key = (digest, schemas or "")
-    cached = _CONTENT_CACHE.get(key) if schemas is not None else None
+def schemas_digest(offered: Mapping[str, Any]) -> bytes:
+    """A 16-byte digest of the offered schemas' :func:`content_key`, or ``b""`` when they have none (then no memo)."""
+    key = content_key(dict(offered))
+    return _NO_KEY if key is None else hashlib.blake2b(key, digest_size=16).digest()
+
+
+def history_content_calls(text: str, offered: Mapping[str, Any], schemas: bytes | None = None) -> list[str]:
+    """Canonical calls recovered from an earlier assistant message, memoised by the digest of ``text`` and
+    ``schemas`` (:func:`schemas_digest` of ``offered``, made here when not given): the schemas, not only their names,
+    since a parameter's declared type decides how a value written as text is read (``5`` as 5 or as "5")."""
+    schemas = schemas_digest(offered) if schemas is None else schemas
+    key = (hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), schemas)
+    cached = _CONTENT_CACHE.get(key) if schemas else None
     if cached is None:
         result = analyse_content(text[:MAX_SCAN_CHARS], offered, tools_known=bool(offered))
         cached = [c.canonical() for c in result.calls]
-        if schemas is not None:
+        if schemas:
             if len(_CONTENT_CACHE) > 512:
                 _CONTENT_CACHE.clear()
             _CONTENT_CACHE[key] = cached

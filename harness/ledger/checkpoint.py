@@ -6,7 +6,7 @@ inside the commit that takes the WAL past 1,000 pages, so one append in about 15
 benchmark 1 % of commits held 53 % of all commit time.
 
 A writable :class:`~harness.ledger.store.Ledger` instead sets its connection's ``wal_autocheckpoint`` to
-:data:`INLINE_BOUND_PAGES` and, every :data:`COMMITS_PER_CHECKPOINT` commits, wakes a :class:`Checkpointer`: a
+:data:`INLINE_BOUND_PAGES` and, every :data:`COMMITS_PER_CHECKPOINT` appends (a group commit's count each), wakes a :class:`Checkpointer`: a
 daemon thread with its own connection that runs ``PRAGMA wal_checkpoint(PASSIVE)``. A passive checkpoint takes no
 write lock (appends go on meanwhile) and SQLite runs it without the interpreter lock, so the loop keeps working
 while the pages are copied and synced. When the thread cannot keep up (or appends never pause long enough for it
@@ -37,7 +37,7 @@ from pathlib import Path
 __all__ = ["COMMITS_PER_CHECKPOINT", "INLINE_BOUND_PAGES", "Checkpointer"]
 
 COMMITS_PER_CHECKPOINT = 100
-"""Commits between two wakes of the checkpoint thread (a turn's commit writes about 7 pages: near SQLite's 1,000)."""
+"""Appends between two wakes of the checkpoint thread (a turn's commit writes about 7 pages: near SQLite's 1,000)."""
 INLINE_BOUND_PAGES = 10_000
 """The writer's ``wal_autocheckpoint``: past this many WAL pages a commit checkpoints inline, as SQLite does by default."""
 
