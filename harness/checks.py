@@ -35,7 +35,6 @@ columns ``ticket`` and ``category``).
 from __future__ import annotations
 
 import csv
-import errno
 import functools
 import io
 import json
@@ -49,7 +48,7 @@ from typing import Any
 
 import regex
 
-from harness.sandbox import is_within, plain_name, read_at_most, real_path_within
+from harness.sandbox import is_within, open_plain, read_at_most, real_path_within
 from harness.tools import NO_SUCH_FILE
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
@@ -183,12 +182,9 @@ def _open_inside(root: Path, rel: str) -> int | None:
     """Open the sandbox file ``rel`` for reading; None when it resolves to the root or outside it. A plain name
     (:func:`~harness.sandbox.plain_name`) is opened at once, unless a symlink is there (``ELOOP``): that and any other
     path are resolved first (:func:`~harness.tools.real_path_within`). Raises OSError as ``os.open`` does."""
-    if plain_name(rel):
-        try:
-            return os.open(f"{root}/{rel}", _READ)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
+    fd = open_plain(root, rel, _READ)
+    if fd is not None:
+        return fd
     path = real_path_within(root, rel)
     if path == root or not is_within(root, path):
         return None

@@ -8,6 +8,7 @@ module holds the folder (:class:`Sandbox`), how a model-given path is resolved i
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -17,7 +18,16 @@ from typing import Any
 
 from harness.errors import ToolError
 
-__all__ = ["DEFAULT_WRITE_LIMIT_BYTES", "Sandbox", "is_within", "plain_name", "read_at_most", "real_path_within", "write_all"]
+__all__ = [
+    "DEFAULT_WRITE_LIMIT_BYTES",
+    "Sandbox",
+    "is_within",
+    "open_plain",
+    "plain_name",
+    "read_at_most",
+    "real_path_within",
+    "write_all",
+]
 
 DEFAULT_WRITE_LIMIT_BYTES = 16 * 1024 * 1024
 
@@ -58,6 +68,10 @@ def real_path_within(root: Path, path: str) -> Path:
     return root.joinpath(*parts)
 
 
+_SEED = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+"""How :meth:`Sandbox.seed` opens a fixture (as ``write_text``, unbuffered)."""
+
+
 def read_at_most(fd: int, limit: int, size: int | None = None) -> bytes:
     """The bytes of the open file ``fd`` from its offset, up to ``limit`` of them or its end (it stays open).
 
@@ -96,6 +110,26 @@ def plain_name(path: str) -> bool:
     with ``O_NOFOLLOW`` does what opening the resolved path does, without an ``lstat`` first; ``ELOOP`` says a symlink
     is there (then resolve it as any path)."""
     return bool(path.strip()) and "/" not in path and path not in (".", "..") and "\x00" not in path
+
+
+def open_plain(root: str | os.PathLike[str], rel: str, flags: int, mode: int = 0o666) -> int | None:
+    """Open the plain name ``rel`` (:func:`plain_name`) in the folder ``root`` with ``flags | O_NOFOLLOW``.
+
+    Returns:
+        The open file descriptor; None when ``rel`` is not a plain name or a symlink is there (``ELOOP``): resolve it
+        as any path then (:func:`real_path_within`).
+
+    Raises:
+        OSError: as ``os.open`` does otherwise (e.g. ``IsADirectoryError`` for a folder there when writing).
+    """
+    if not plain_name(rel):
+        return None
+    try:
+        return os.open(f"{root}/{rel}", flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        return None
 
 
 def is_within(root: Path, path: Path) -> bool:
@@ -150,30 +184,19 @@ class Sandbox:
         Raises:
             ToolError: a fixture path points outside the sandbox.
         """
-        root = str(self.root)
         for rel, text in files.items():
-            fd = self._open_simple(root, rel)
+            fd = None
+            with contextlib.suppress(OSError):  # any failure: resolved as any path below, which raises what it must
+                fd = open_plain(self.root, rel, _SEED)
             if fd is None:
                 target = self.resolve(rel)
                 if target.parent != self.root:  # the root exists
                     target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # as write_text, unbuffered
+                fd = os.open(target, _SEED, 0o666)
             try:
                 write_all(fd, text.encode("utf-8"))
             finally:
                 os.close(fd)
-
-    @staticmethod
-    def _open_simple(root: str, rel: str) -> int | None:
-        """Open the fixture ``rel`` for writing when it is a plain name in the root (:func:`plain_name`) that is
-        no symlink: :meth:`resolve` would give ``root/rel`` itself, so one ``open`` (``O_NOFOLLOW``) does. None otherwise
-        (a path, a symlink there, an error): :meth:`seed` then resolves it as any path."""
-        if not plain_name(rel):
-            return None
-        try:
-            return os.open(f"{root}/{rel}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError:
-            return None
 
     def resolve(self, path: Any) -> Path:
         """Resolve a model-given path to an absolute path inside the sandbox.

@@ -40,7 +40,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.errors import ToolError
-from harness.sandbox import DEFAULT_WRITE_LIMIT_BYTES, Sandbox, is_within, plain_name, read_at_most, real_path_within, write_all
+from harness.sandbox import (
+    DEFAULT_WRITE_LIMIT_BYTES,
+    Sandbox,
+    is_within,
+    open_plain,
+    plain_name,
+    read_at_most,
+    real_path_within,
+    write_all,
+)
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -228,14 +237,13 @@ def _open_for_write(sandbox: Sandbox, path: Any) -> tuple[int, str]:
     a symlink there (``ELOOP``), or any other path, is resolved first (:meth:`Sandbox.resolve`), its folders made and
     checked again after they are made. Raises ToolError (a folder, an escape) or OSError.
     """
-    if isinstance(path, str) and plain_name(path):
+    if isinstance(path, str):
         try:
-            return os.open(f"{sandbox.root}/{path}", _WRITE, 0o644), path
+            fd = open_plain(sandbox.root, path, _WRITE, 0o644)
         except IsADirectoryError:
             raise ToolError(f"{path!r} is a directory") from None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
+        if fd is not None:
+            return fd, path
     target = sandbox.resolve(path)
     if target == sandbox.root or target.is_dir():
         raise ToolError(f"{path!r} is a directory")

@@ -63,10 +63,12 @@ def test_the_thread_checkpoints_while_appends_go_on_and_close_ends_it(ledger_pat
 
 @pytest.mark.parametrize("thread", [True, False], ids=["thread", "thread-never-woken"])
 def test_the_wal_stays_below_the_inline_bound(ledger_path, monkeypatch, thread):
-    bound = 150
+    """With the thread, the bound is well above a wake's pages, as the real figures are (10,000 pages, a wake about
+    every 700): the writer's inline checkpoint past the bound finds the lock free between two of the thread's (a
+    thread woken again during its checkpoint ran back to back and, under load, kept the writer from it: 3,202 pages)."""
+    bound = 600 if thread else 150
     monkeypatch.setattr(store, "INLINE_BOUND_PAGES", bound)
-    if not thread:  # a thread that never keeps up: every checkpoint is the writer's, inline at the bound
-        monkeypatch.setattr(store, "COMMITS_PER_CHECKPOINT", 10**9)
+    monkeypatch.setattr(store, "COMMITS_PER_CHECKPOINT", 20 if thread else 10**9)  # never woken: the writer's alone
     with Ledger(ledger_path) as ledger:
         _fill(ledger, 200)  # 1,000 appends: several times the bound in pages
         assert ledger._checkpointer is not None and ledger._checkpointer.running == thread
@@ -76,7 +78,7 @@ def test_the_wal_stays_below_the_inline_bound(ledger_path, monkeypatch, thread):
         # unbounded, 1,000 appends take about 5,000 pages. The writer checkpoints at the first commit past the bound
         # (one commit past it at most: 20 pages), unless the thread's checkpoint holds the checkpoint lock then: the
         # commits made meanwhile go past it too (a few dozen while a slow sync lasts)
-        assert _wal_pages(ledger_path) < (bound + 20 if not thread else 10 * bound)
+        assert _wal_pages(ledger_path) < (bound + 20 if not thread else 3 * bound)
         assert ledger.verify().ok
 
 

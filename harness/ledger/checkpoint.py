@@ -100,14 +100,19 @@ class Checkpointer:
         try:
             while True:
                 self._wake.wait()
-                self._wake.clear()
                 if self._stopping:
                     return
                 try:
                     row = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 except sqlite3.Error:
-                    continue  # busy (another checkpoint runs) or the disk refused: the inline bound covers it
-                self.last = (int(row[0]), int(row[1]), int(row[2]))
-                self.checkpoints += 1
+                    row = None  # busy (another checkpoint runs) or the disk refused: the inline bound covers it
+                # wakes that came during the checkpoint are dropped: never two back to back, so a writer past the
+                # bound finds the checkpoint lock free between them (load made the thread win it again and again)
+                self._wake.clear()
+                if self._stopping:  # set before its wake: a stop during the checkpoint is not lost with the wake
+                    return
+                if row is not None:
+                    self.last = (int(row[0]), int(row[1]), int(row[2]))
+                    self.checkpoints += 1
         finally:
             db.close()
