@@ -17,10 +17,15 @@ __all__ = ["process_facts", "resolved_text", "run_folder", "sandbox_path"]
 _RESOLVED: dict[tuple[Path, str | None], str] = {}
 
 
+def _key(path: Any) -> tuple[Any, str | None]:
+    """``path`` and, for a relative one, the working folder it is read in: a memo key of what ``path`` names."""
+    return path, None if os.path.isabs(path) else os.getcwd()
+
+
 def resolved_text(path: Path) -> str:
     """``str(path.resolve())``, remembered per path (and working folder, for a relative one): every run of a
     scenario records its file's absolute path."""
-    key = (path, None if path.is_absolute() else os.getcwd())
+    key = _key(path)
     text = _RESOLVED.get(key)
     if text is None:
         text = _RESOLVED[key] = str(path.resolve())
@@ -35,7 +40,7 @@ def sandbox_path(runs_dir: str | os.PathLike[str], run_id: str) -> str:
     (per folder, and working folder for a relative one): each run then looks at its own folder only (one ``lstat``),
     not at every folder from ``/`` down."""
     folder = os.fspath(runs_dir)
-    key = (folder, None if os.path.isabs(folder) else os.getcwd())
+    key = _key(folder)
     real = _REAL_FOLDERS.get(key)
     if real is None:
         text = os.path.realpath(folder)
@@ -53,8 +58,7 @@ def run_folder(runs_dir: str | os.PathLike[str], run_id: str) -> str:
     resolved by :class:`~harness.sandbox.Sandbox`. Otherwise (the runs folder not seen yet, or another ``run_id``):
     :func:`sandbox_path`. Either way the sandbox's root is :func:`sandbox_path`'s answer.
     """
-    folder = os.fspath(runs_dir)
-    real = _REAL_FOLDERS.get((folder, None if os.path.isabs(folder) else os.getcwd()))
+    real = _REAL_FOLDERS.get(_key(os.fspath(runs_dir)))
     if real is not None and plain_name(run_id):
         return f"{real}/{run_id}"
     return sandbox_path(runs_dir, run_id)
