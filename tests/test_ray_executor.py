@@ -117,6 +117,29 @@ def test_a_killed_actor_ends_its_run_as_infra_error_and_resume_redoes_it(cluster
 
 
 @pytest.mark.slow
+def test_an_actor_that_ends_before_it_connects_fails_the_matrix_in_seconds(cluster, tmp_path, monkeypatch):
+    """Left by stop 23: an actor that ended before it connected (or before it sent its tag) left the driver waiting
+    for the 300 s connect timeout. The fault is real: the actor is killed through Ray right after its launch."""
+    from harness.executors import ray_cluster
+
+    launch = ray_cluster.RayMatrixRun._launch
+
+    def launch_and_kill(self, model):
+        launched = launch(self, model)
+        cluster.kill(launched.process.actor, no_restart=True)
+        return launched
+
+    monkeypatch.setattr(ray_cluster.RayMatrixRun, "_launch", launch_and_kill)
+    plans = _plans([f"replay:{CASSETTES / 'ideal.jsonl'}"], repeats=2)
+    started = time.monotonic()
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        with pytest.raises(ray_cluster.WorkerFailed, match="ended before it connected to the driver"):
+            run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", executor="ray", workers=1))
+        assert ledger.row_counts()["runs"] == 0 and ledger.verify().ok
+    assert time.monotonic() - started < 60  # was the 300 s connect timeout
+
+
+@pytest.mark.slow
 def test_strangers_on_the_drivers_port_are_dropped_and_the_actors_still_connect(cluster, tmp_path, monkeypatch):
     """Found by red22: the first connection to the driver's port was taken as an actor's, so a peer without the key
     (one that closes, sends junk, or stays silent) crashed the driver with a traceback or hung it."""

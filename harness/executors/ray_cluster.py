@@ -47,6 +47,7 @@ DEFAULT_ACTORS = 2
 
 _CONNECT_TIMEOUT_S = 300.0  # an actor the cluster cannot place (resources it lacks) is an error, not a hang
 _HANDSHAKE_TIMEOUT_S = 10  # a connection silent this long at a read of the key exchange is a stranger's, dropped
+_ENDED_CHECK_S = 1.0  # while waiting for connections, how often to look for launched actors that already ended
 
 
 @ray.remote
@@ -152,7 +153,7 @@ class RayMatrixRun(ProcessMatrixRun):
         waiting = {launch.tag: launch for launch in launched}
         workers: dict[int, Worker] = {}
         while waiting:
-            conn = self._accept()
+            conn = self._accept(list(waiting.values()))
             try:
                 tag = conn.recv() if conn.poll(_HANDSHAKE_TIMEOUT_S) else None
             except (EOFError, OSError):  # it died right after connecting: its launch waits for another connection
@@ -164,15 +165,21 @@ class RayMatrixRun(ProcessMatrixRun):
             workers[launch.tag] = Worker(launch.process, conn, frozenset({launch.model}))
         return [workers[launch.tag] for launch in launched]
 
-    def _accept(self) -> Connection:
-        """The next connection that proves it holds this run's key; a stranger's is closed and the wait goes on."""
+    def _accept(self, waiting: list[_Launched]) -> Connection:
+        """The next connection that proves it holds this run's key; a stranger's is closed and the wait goes on.
+
+        Raises:
+            WorkerFailed: an actor of ``waiting`` ended before it connected (or sent its tag), or none connected
+                within :data:`_CONNECT_TIMEOUT_S`.
+        """
         deadline = time.monotonic() + _CONNECT_TIMEOUT_S
         while (left := deadline - time.monotonic()) > 0:
-            self.server.settimeout(left)
+            self.server.settimeout(min(left, _ENDED_CHECK_S))
             try:
                 sock, _ = self.server.accept()
             except TimeoutError:
-                break
+                _raise_if_ended(waiting)
+                continue
             conn = _handshake(sock, self.key)
             if conn is not None:
                 return conn
@@ -180,6 +187,20 @@ class RayMatrixRun(ProcessMatrixRun):
             f"no Ray actor connected within {_CONNECT_TIMEOUT_S:.0f} s; check that the cluster has the resources "
             "--ray-resources asks for and that its nodes can reach this machine."
         )
+
+
+def _raise_if_ended(waiting: list[_Launched]) -> None:
+    """Raise WorkerFailed when an actor of ``waiting`` has ended (it will never connect); its error in the sentence."""
+    for launch in waiting:
+        if launch.process.is_alive():
+            continue
+        try:
+            ray.get(launch.process.done, timeout=0)
+            why = "it returned"
+        except Exception as exc:  # noqa: BLE001 - Ray's error for the actor's end, whatever its kind, is the reason
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkerFailed(f"a Ray actor for {launch.model} ended before it connected to the driver ({why[:300]}); "
+                           "check the cluster's logs and that its nodes can reach this machine.")  # fmt: skip
 
 
 def _default_resources(asked: Mapping[str, Mapping[str, float]], models: list[str], count: int) -> dict[str, float]:
