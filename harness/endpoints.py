@@ -97,7 +97,7 @@ def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency:
     """Open one backend per model, preflight it, and resolve every plan's identity.
 
     A model whose server cannot be used at all goes to ``result.skipped`` (closed); the plans of the others to
-    ``result.planned``; sentences about requests queueing at a server to ``result.warnings``.
+    ``result.planned``; sentences about requests queueing at a server, or an embedded model a real run must download first, to ``result.warnings``.
 
     Returns:
         model spec -> its endpoint.
@@ -172,6 +172,11 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
                 f"(here {parallel}; Ollama's default is 1) and queues the rest; set it on the server to match."
             )
     elif kind == "embedded":
+        if getattr(backend, "fetch_pending", False):  # only a planning (dry-run) backend can be waiting for its file
+            result.warnings.append(
+                f"{model} is not in the model cache yet: the real run downloads it first (`harness models pull "
+                f"{model.split(':', 1)[1]}` fetches it now)."
+            )
         parallel = min(jobs, concurrency.embedded_slots)
         if jobs > parallel:
             result.warnings.append(

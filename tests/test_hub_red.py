@@ -162,6 +162,11 @@ def test_a_dry_run_of_a_pinned_alias_downloads_nothing(hub, tmp_path, capsys):
     assert rc == 0, err
     assert hub.served == [] and not (tmp_path / "cache").exists()
     assert "qwen2.5-coder-7b-instruct" in out and out.strip().splitlines()[-1].endswith("to run.")
+    # and it says the real run downloads it first (newcomer: the plan gave no hint of the download)
+    assert err == (
+        "harness: warning: embedded:qwen2.5-coder-7b-instruct is not in the model cache yet: the real run downloads it "
+        "first (`harness models pull qwen2.5-coder-7b-instruct` fetches it now).\n"
+    )
 
 
 def test_ctrl_c_during_a_pull_says_how_to_resume_and_the_next_pull_completes(hub, tmp_path, capsys):

@@ -161,6 +161,11 @@ class EmbeddedBackend(Backend):
         self._lock = threading.Lock()
 
     @property
+    def fetch_pending(self) -> bool:
+        """Opened to plan (``plan_only``) a model that is not in the cache yet: a real run downloads it first."""
+        return self._planned and not self.model_file.is_file()
+
+    @property
     def base_url(self) -> str | None:
         """The running server's OpenAI API root (``http://127.0.0.1:PORT/v1``), or ``None``."""
         return self._client.base_url if self._client is not None else None
