@@ -84,7 +84,7 @@ def _validator(schema: Any) -> Any:
     if not isinstance(schema, (Mapping, bool)):
         return None
     try:
-        key: bytes | None = marshal.dumps(schema, 2)  # version 2: no back-references, so one value has one key
+        key: bytes | None = marshal.dumps(schema, 2)  # type: ignore[arg-type]  # version 2: no back-references, so one value has one key
     except ValueError:  # a type marshal does not write, or nesting beyond its limit
         key = None
     if key is not None and key in _VALIDATORS:
