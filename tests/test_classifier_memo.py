@@ -294,3 +294,38 @@ def test_a_history_call_in_text_is_read_with_the_schemas_offered_now():
         assert history_content_calls(written, offered_tools(tools)) == fresh
         seen.setdefault(kind, set()).add("repeated_call" in classify(reply, tools=tools, history=history).failure_modes)
     assert seen == {"integer": {False}, "string": {True}}
+
+
+def _multiply_tools(required, order=("a", "b")) -> list[dict]:
+    properties = {name: {"type": "integer"} for name in order}
+    schema = {"type": "object", "properties": properties, "required": required}
+    return [{"type": "function", "function": {"name": "multiply", "parameters": schema}}]
+
+
+_STRINGS = {
+    "content": None,
+    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "multiply", "arguments": '{"b": "2", "a": "100"}'}}],
+}
+
+
+def test_an_equal_schema_of_other_types_or_key_order_is_judged_as_a_fresh_process_judges_it():
+    """Found by the red team: validators were cached by the schema's sorted JSON text, so a ``required`` tuple (a
+    schema jsonschema refuses: no validation) and the equal list shared one, and whichever came first decided the
+    other's verdict (a call of two strings for integers passed); a schema with its properties in another order got
+    the first one's error order."""
+    variants = {
+        "list": _multiply_tools(["a", "b"]),
+        "tuple": _multiply_tools(("a", "b")),
+        "reversed": _multiply_tools(["b", "a"], order=("b", "a")),
+    }
+    fresh = {}
+    for name, tools in variants.items():
+        validate._VALIDATORS.clear()
+        fresh[name] = _whole(classify(_STRINGS, tools=tools))
+    assert "schema_violation" in json.loads(fresh["list"])["failure_modes"]  # the variants do differ
+    assert len(set(fresh.values())) == 3
+    for first in variants:
+        for then in variants:
+            validate._VALIDATORS.clear()
+            classify(_STRINGS, tools=copy.deepcopy(variants[first]))
+            assert _whole(classify(_STRINGS, tools=copy.deepcopy(variants[then]))) == fresh[then], (first, then)

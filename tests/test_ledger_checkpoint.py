@@ -7,6 +7,7 @@ a report in the same process neither forks beside the thread nor hangs.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sqlite3
@@ -19,7 +20,7 @@ import pytest
 
 import harness.ledger.store as store
 from harness.ledger import Ledger
-from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES
+from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
 from harness.report.child import fork_is_safe
 from tests.helpers import REPO
 from tests.ledger_builders import SMALL, add_run
@@ -154,3 +155,32 @@ def test_a_turn_appended_inside_a_group_counts_towards_a_checkpoint(ledger_path)
                 ledger.record_turn(turn("r1", n))
         assert ledger._checkpointer is not None and ledger._checkpointer.running
         assert ledger.verify().ok
+
+
+def _inside_checkpoint(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is in the checkpoint thread's ``PRAGMA wal_checkpoint`` call now (SQLite runs it without the
+    interpreter lock, so its frame stays on that line while SQLite copies and syncs pages)."""
+    lines, first = inspect.getsourcelines(Checkpointer._main)
+    line = first + next(k for k, text in enumerate(lines) if "wal_checkpoint" in text)
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code is Checkpointer._main.__code__ and frame.f_lineno == line
+
+
+def test_a_fork_waits_for_the_checkpoint_in_progress(ledger_path, monkeypatch):
+    """Found by the red team: a process forked while the thread was inside SQLite could hang at its first SQLite call
+    (a mutex the thread held stays held in the child; 4 forks in 661 beside a busy ledger). The fork now waits for the
+    checkpoint to return: the child's copy of the count already includes it."""
+    monkeypatch.setattr(store, "COMMITS_PER_CHECKPOINT", 10**9)  # no wakes while filling: one long checkpoint later
+    with Ledger(ledger_path) as ledger:
+        _fill(ledger, 300, turns=6)  # about 3,000 WAL pages to copy and sync
+        checkpointer = ledger._checkpointer
+        assert checkpointer is not None
+        checkpointer.wake()
+        assert checkpointer._thread is not None
+        while not _inside_checkpoint(checkpointer._thread):
+            assert checkpointer.checkpoints == 0, "the checkpoint ended before it was seen: make the WAL larger"
+        pid = os.fork()
+        if pid == 0:  # the child: the checkpoints the parent's thread had finished at the fork
+            os._exit(10 + checkpointer.checkpoints)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 11

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import marshal
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -53,7 +54,7 @@ NO_PROPERTY = "is a positional argument with no property to fill"
 """The end of the error of a positional argument to a tool that declares no property (``arg0 is a positional ...``)."""
 # --------------------------------------------------------------------------- schema helpers
 
-_VALIDATORS: dict[str, Any] = {}
+_VALIDATORS: dict[bytes, Any] = {}
 
 
 def schema_properties(schema: Any) -> list[str]:
@@ -73,17 +74,25 @@ def schema_types(schema: Any) -> dict[str, Any]:
 def _validator(schema: Any) -> Any:
     """A cached jsonschema validator, or ``None`` when the schema itself is invalid.
 
-    Cached by the schema's text; a validator is built over a private deep copy of the schema, so a schema its owner
+    Cached by ``marshal.dumps(schema, 2)``: exact built-in types only (a schema holding anything else is built afresh
+    each time), and two schemas share a key only when they are equal in every type and key order, as the validator's
+    verdicts and the order of its errors are (was the sorted JSON text, which gave a schema with a ``required`` tuple,
+    one jsonschema refuses, the validator of the equal list's, or the reverse, and a schema its keys in another order
+    the other's error order). A validator is built over a private deep copy of the schema, so a schema its owner
     edits in place afterwards changes no cached validator (one built over the caller's objects validated an equal
     schema's calls by the edited one, and the enum memo kept the old members of an enum list edited in place)."""
     if not isinstance(schema, (Mapping, bool)):
         return None
     try:
-        key = json.dumps(schema, sort_keys=True, default=str)
+        key: bytes | None = marshal.dumps(schema, 2)  # type: ignore[arg-type]  # version 2: no back-references, so one value has one key
+    except ValueError:  # a type marshal does not write, or nesting beyond its limit
+        key = None
+    if key is not None and key in _VALIDATORS:
+        return _VALIDATORS[key]
+    try:
+        json.dumps(schema, sort_keys=True, default=str)  # a schema JSON cannot write is not validated
     except (TypeError, ValueError, RecursionError):
         return None
-    if key in _VALIDATORS:
-        return _VALIDATORS[key]
     try:
         own = copy.deepcopy(schema)
     except Exception:  # noqa: BLE001 - an object deepcopy refuses: validated as given
@@ -96,9 +105,10 @@ def _validator(schema: Any) -> Any:
             validator = jsonschema.validators.extend(cls, BUDGETED_KEYWORDS)(own)
     except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
         validator = None
-    if len(_VALIDATORS) > 256:
-        _VALIDATORS.clear()
-    _VALIDATORS[key] = validator
+    if key is not None:
+        if len(_VALIDATORS) > 256:
+            _VALIDATORS.clear()
+        _VALIDATORS[key] = validator
     return validator
 
 

@@ -25,13 +25,18 @@ one) and :meth:`Checkpointer.stop` (called by ``Ledger.close``) ends it and clos
 ledger's own connection closes (the last connection to close checkpoints the rest and removes the WAL). It is the
 only thread the ledger starts: the report forks children only while the process runs a single thread
 (:func:`harness.report.child.fork_is_safe`), and the ``processes`` executor spawns its workers (fork and exec at once), so no
-fork copies it in the middle of a SQLite call.
+fork copies it in the middle of a SQLite call. Any other ``os.fork`` (a caller's ``multiprocessing`` with the ``fork``
+start method, say) waits for the checkpoint in progress to return first (:func:`os.register_at_fork`): a child forked
+while the thread was inside SQLite could hang at its first SQLite call on a mutex the thread held (seen: 4 forks in
+661 beside a busy ledger). The child has no thread; its copy of the ledger checkpoints inline at the bound.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 
 __all__ = ["COMMITS_PER_CHECKPOINT", "INLINE_BOUND_PAGES", "Checkpointer"]
@@ -61,6 +66,8 @@ class Checkpointer:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
+        self._inside = threading.Lock()  # held while the thread is in a SQLite call; a fork waits for it
+        _LIVE.add(self)
 
     def wake(self) -> None:
         """Ask for a checkpoint now (returns at once; starts the thread on the first call)."""
@@ -94,7 +101,8 @@ class Checkpointer:
 
     def _main(self) -> None:
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
+            with self._inside:
+                db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
         except sqlite3.Error:
             return  # the writer's inline bound still checkpoints
         try:
@@ -102,17 +110,40 @@ class Checkpointer:
                 self._wake.wait()
                 if self._stopping:
                     return
-                try:
-                    row = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                except sqlite3.Error:
-                    row = None  # busy (another checkpoint runs) or the disk refused: the inline bound covers it
+                with self._inside:
+                    try:
+                        row = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    except sqlite3.Error:
+                        row = None  # busy (another checkpoint runs) or the disk refused: the inline bound covers it
+                    if row is not None:  # counted before a fork may copy the process
+                        self.last = (int(row[0]), int(row[1]), int(row[2]))
+                        self.checkpoints += 1
                 # wakes that came during the checkpoint are dropped: never two back to back, so a writer past the
                 # bound finds the checkpoint lock free between them (load made the thread win it again and again)
                 self._wake.clear()
                 if self._stopping:  # set before its wake: a stop during the checkpoint is not lost with the wake
                     return
-                if row is not None:
-                    self.last = (int(row[0]), int(row[1]), int(row[2]))
-                    self.checkpoints += 1
         finally:
-            db.close()
+            with self._inside:
+                db.close()
+
+
+_LIVE: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+"""Every checkpointer of this process, for the fork hooks below."""
+_HELD: list[Checkpointer] = []
+
+
+def _before_fork() -> None:
+    """Wait until no checkpoint thread is inside a SQLite call and keep them out of SQLite until the fork is done."""
+    for checkpointer in list(_LIVE):
+        checkpointer._inside.acquire()
+        _HELD.append(checkpointer)
+
+
+def _after_fork() -> None:
+    """Let the threads back into SQLite (in the parent; in the child, release the copies of the locks)."""
+    while _HELD:
+        _HELD.pop()._inside.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
