@@ -162,3 +162,48 @@ def test_write_csv_writes_what_pandas_to_csv_writes(tmp_path, monkeypatch, block
         write_csv(frame, tmp_path / "ours.csv")
         frame.to_csv(tmp_path / "pandas.csv", index=False, lineterminator="\n", float_format="%.10g")
         assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), list(frame.columns)
+
+
+_ORPHAN_PARENT = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from harness.report.child import ChildCall
+from harness.report.plot_worker import PlotWorker
+if sys.argv[1] == "plots":
+    worker = PlotWorker()  # waits for tables that never come
+    print(worker._process.pid, flush=True)
+else:
+    call = ChildCall(bytes, 8 << 20)  # an 8 MB answer nobody reads
+    print(call._process.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("kind", ["plots", "call"])
+def test_a_child_ends_when_its_parent_is_killed(tmp_path, kind):
+    """Found in review: a forked child kept its copy of the parent's end of the pipe, so after the parent's SIGKILL
+    the plot child waited for tables for ever and a child with a large answer blocked writing it, both under pid 1."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_PARENT.format(repo=str(Path(__file__).resolve().parents[1])))
+    with subprocess.Popen([sys.executable, str(script), kind], stdout=subprocess.PIPE, text=True) as parent:
+        child = int(parent.stdout.readline())  # type: ignore[union-attr]
+        time.sleep(1.0 if kind == "call" else 0.2)  # the answer fills the pipe
+        parent.kill()
+    deadline = time.monotonic() + 60  # the plot child imports matplotlib before it reads
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    gone = not _alive(child)
+    if not gone:
+        os.kill(child, signal.SIGKILL)
+    assert gone

@@ -47,7 +47,7 @@ class ChildCall(Generic[_T]):
     def __init__(self, function: Callable[..., _T], *args: Any) -> None:
         context = multiprocessing.get_context("fork")
         self._conn, child = context.Pipe(duplex=False)
-        self._process = context.Process(target=_call, args=(child, function, args), daemon=True)
+        self._process = context.Process(target=_call, args=(child, self._conn, function, args), daemon=True)
         self._process.start()
         child.close()
         self._answered = False
@@ -97,9 +97,10 @@ def _died(task: str, exitcode: int | None) -> str:
     return f"the report's child process {task} {how} before it answered; the report in that folder is incomplete: run it again."
 
 
-def _call(conn: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _call(conn: Connection, parents: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
     import signal
 
+    parents.close()  # the fork's copy of the parent's end: with it open, a parent killed leaves this child blocked for ever
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this process
     try:
         answer: tuple[bool, Any] = (True, function(*args))

@@ -30,7 +30,7 @@ class PlotWorker:
     def __init__(self) -> None:
         context = multiprocessing.get_context("fork")  # made only where forking is safe (child.fork_is_safe)
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child,), name="harness-report-plots", daemon=True)
+        self._process = context.Process(target=_serve, args=(child, self._conn), name="harness-report-plots", daemon=True)
         self._process.start()
         child.close()
         self._sent = False  # tables handed over (or told to stop)
@@ -76,10 +76,11 @@ class PlotWorker:
         self._conn.close()
 
 
-def _serve(conn: Connection) -> None:
+def _serve(conn: Connection, parents: Connection) -> None:
     """The child: import the plotting code (matplotlib) first, then draw what the parent sends, once."""
     import signal
 
+    parents.close()  # the fork's copy of the parent's end: with it open, a parent killed leaves this child waiting for ever
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends this process
     from harness.report import plots
 
