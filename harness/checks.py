@@ -48,8 +48,7 @@ from typing import Any
 
 import regex
 
-from harness.sandbox import is_within, open_plain, read_at_most, real_path_within
-from harness.tools import NO_SUCH_FILE
+from harness.sandbox import NO_SUCH_FILE, is_within, open_plain, read_at_most, real_path_within
 
 __all__ = ["CHECK_TYPES", "CheckContext", "CheckResult", "evaluate_checks", "validate_check"]
 

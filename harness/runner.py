@@ -464,24 +464,27 @@ def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> int:
     appended (a run not started yet, or already ended, gets none)."""
     recorded = 0
     for run_id in run_ids:
-        if ledger.turn_totals(run_id) is None:
+        totals = ledger.turn_totals(run_id)
+        if totals is None:
             continue  # claimed by no one yet: nothing was started
         try:
-            end_from_totals(ledger, run_id, "interrupted", "interrupted by the user (second Ctrl-C)")
+            end_from_totals(ledger, run_id, "interrupted", "interrupted by the user (second Ctrl-C)", totals=totals)
         except LedgerError:
             continue  # its worker wrote the end row meanwhile, or the run never started
         recorded += 1
     return recorded
 
 
-def end_from_totals(ledger: Ledger, run_id: str, outcome: Outcome, error: str) -> RunEnd:
+def end_from_totals(ledger: Ledger, run_id: str, outcome: Outcome, error: str, *,
+                    totals: tuple[int, int, int] | None = None) -> RunEnd:  # fmt: skip
     """Append the end row of a run that cannot end itself (its worker is gone or stuck), with the turn totals the
-    ledger holds for it (none: zeros), no checks and no answer; the row appended.
+    ledger holds for it (``totals`` when the caller just read them; none: zeros), no checks and no answer; the row
+    appended.
 
     Raises:
         LedgerError: the ledger cannot be written, or the run already ended.
     """
-    turns, prompt, completion = ledger.turn_totals(run_id) or (0, 0, 0)
+    turns, prompt, completion = totals or ledger.turn_totals(run_id) or (0, 0, 0)
     end = RunEnd(run_id=run_id, outcome=outcome, turns=turns, prompt_tokens=prompt, completion_tokens=completion,
                  breach=None, error=error, checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
     ledger.end_run(end)

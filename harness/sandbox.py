@@ -68,6 +68,10 @@ def real_path_within(root: Path, path: str) -> Path:
     return root.joinpath(*parts)
 
 
+NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+"""The errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)."""
+
+
 _SEED = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 """How :meth:`Sandbox.seed` opens a fixture (as ``write_text``, unbuffered)."""
 

@@ -31,7 +31,6 @@ Confinement (nothing the model sends may touch anything outside its run's sandbo
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
@@ -42,6 +41,7 @@ from typing import Any
 from harness.errors import ToolError
 from harness.sandbox import (
     DEFAULT_WRITE_LIMIT_BYTES,
+    NO_SUCH_FILE,
     Sandbox,
     is_within,
     open_plain,
@@ -178,10 +178,6 @@ def _list_files(sandbox: Sandbox, path: Any = ".") -> str:
             raise ToolError(f"{path!r} is not a directory") from None
         raise
     return json.dumps(sorted(names))
-
-
-NO_SUCH_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
-"""The errors with which ``Path.is_file`` says False instead of raising (``pathlib._IGNORED_ERRNOS``)."""
 
 
 def _read_file(sandbox: Sandbox, path: Any) -> str:

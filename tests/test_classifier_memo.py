@@ -329,3 +329,16 @@ def test_an_equal_schema_of_other_types_or_key_order_is_judged_as_a_fresh_proces
             validate._VALIDATORS.clear()
             classify(_STRINGS, tools=copy.deepcopy(variants[first]))
             assert _whole(classify(_STRINGS, tools=copy.deepcopy(variants[then]))) == fresh[then], (first, then)
+
+
+def test_the_path_memos_keep_no_long_text():
+    """Found in review: the path memos were bounded by entries only, so 1,024 replies with a 1 MB path held 1 GB."""
+    _forget()
+    heuristics._path_key.cache_clear()
+    long_path = "../" + "a" * (1 << 20)
+    reply = {"content": "", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "read_file", "arguments": json.dumps({"path": long_path, "x" * 5000 + "_path": "../up"})}}]}  # fmt: skip
+    modes = classify(reply, tools=FILE_TOOLS, history=[{"role": "user", "content": "Read it."}]).failure_modes
+    assert "sandbox_escape_attempt" in modes  # judged as ever
+    assert heuristics._escapes_sandbox.cache_info().currsize == 1  # "../up" only
+    assert heuristics._path_key.cache_info().currsize == 1  # "path" only

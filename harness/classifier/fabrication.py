@@ -36,7 +36,6 @@ from harness.classifier.readings import (
     is_data,
     tool_domains,
     unhedged,
-    units,
 )
 from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, ToolCall, short
 from harness.classifier.values import TEMPERATURE, temperature_given, temperature_spans, temperatures
@@ -45,11 +44,10 @@ __all__ = ["fabrication_step", "result_markup", "tool_only_facts"]
 
 
 def fabrication_step(
-    content: ContentResult, calls: list[ToolCall], past: History, tools: Any, seq: list[Unit] | None = None
+    content: ContentResult, calls: list[ToolCall], past: History, tools: Any, seq: list[Unit]
 ) -> tuple[set[str], dict[str, Any]]:
     """``fabricated_tool_result``: evidence is the list of what was found (markup, ``"weather: ..."``, ``"listing: ..."``,
-    unexplained ``stem.ext`` tokens, values no tool returned). ``seq``: :func:`units` of the visible text, if read."""
-    seq = seq if seq is not None else units(content.visible) if content.visible else []  # a reply that only calls has none
+    unexplained ``stem.ext`` tokens, values no tool returned). ``seq``: :func:`units` of the visible text (none when empty)."""
     results = " ".join(" ".join(past.tool_results).split()) if _MARKUP.search(content.visible) else ""  # read by markup only
     # with no tool offered, there is no output to fake; with no visible text, there is no markup and no call's output
     found = result_markup(content, seq, past.known(tools), results) if tools != [] and content.visible else []

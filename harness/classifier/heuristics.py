@@ -13,7 +13,7 @@ import json
 import marshal
 import posixpath
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,16 @@ _PATH_KEY = re.compile(
 )
 
 
+_MEMO_KEY_CHARS = 4096
+"""The longest text the two path memos below keep (1,024 entries each): a longer one is judged afresh, so the
+memos hold at most about 8M characters whatever a model sends."""
+
+
+def _short_memo(function: Callable[[str], bool], text: str) -> bool:
+    """``function(text)``, through its ``lru_cache`` only when ``text`` is at most :data:`_MEMO_KEY_CHARS` long."""
+    return function(text) if len(text) <= _MEMO_KEY_CHARS else function.__wrapped__(text)  # type: ignore[attr-defined]
+
+
 @functools.lru_cache(maxsize=1024)
 def _path_key(key: str) -> bool:
     snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key)
@@ -104,7 +114,7 @@ def _escapes_sandbox(path: str) -> bool:
 def path_values(call: ToolCall) -> list[tuple[str, str]]:
     out = []
     for key, value in [*call.arguments.items(), *call.shown.items()]:  # a broken object's pairs read as shown
-        if not _path_key(str(key)):
+        if not _short_memo(_path_key, str(key)):
             continue
         if isinstance(value, str):
             out.append((key, value))
@@ -121,7 +131,7 @@ def string_values(value: Any, skip_paths: bool, depth: int = 0) -> list[str]:
     if isinstance(value, Mapping):
         out = []
         for k, v in list(value.items())[:200]:
-            if skip_paths and depth == 0 and _path_key(str(k)):
+            if skip_paths and depth == 0 and _short_memo(_path_key, str(k)):
                 continue
             out.extend(string_values(v, skip_paths, depth + 1))
         return out
@@ -415,12 +425,12 @@ def escape_step(calls: list[ToolCall], broken: Sequence[str] = ()) -> tuple[set[
     escapes = []
     for call in calls:
         for key, value in path_values(call):
-            if _escapes_sandbox(value):
+            if _short_memo(_escapes_sandbox, value):
                 escapes.append({"tool": call.name, "argument": str(key), "path": short(value)})
     for text in broken[:MAX_CANDIDATES]:
         pairs = pairs_in(text)
         for key, value in pairs.items():
-            if _path_key(key) and _escapes_sandbox(value):
+            if _short_memo(_path_key, key) and _short_memo(_escapes_sandbox, value):
                 escapes.append({"tool": pairs.get("name", "?"), "argument": key, "path": short(value)})
     if not escapes:
         return set(), {}

@@ -32,7 +32,6 @@ from harness.classifier.readings import (
     is_code,
     is_data,
     tool_domains,
-    units,
 )
 from harness.classifier.types import MAX_SCAN_CHARS, get, short
 from harness.classifier.validate import offered_tools
@@ -131,11 +130,11 @@ def no_call_step(  # noqa: PLR0913 - the reply, what it attempted, the scenario'
     response: Any,
     tools: Any,
     requires_tool: bool | None,
-    seq: list[Unit] | None = None,
+    seq: list[Unit],
 ) -> tuple[set[str], dict[str, Any]]:
     """``empty_response`` (no visible text) or ``narration_without_call`` (an announcement of the
     reply's own tool action, a shell command, or code handed over), when the reply attempts no call. ``seq``:
-    :func:`units` of the visible text when already read."""
+    :func:`units` of the visible text."""
     if attempts:
         return set(), {}
     if not content.visible.strip():
@@ -149,7 +148,6 @@ def no_call_step(  # noqa: PLR0913 - the reply, what it attempted, the scenario'
     cue = _NARRATION.search(prose) or _NARRATION_CJK.search(prose) or _TASK_START.search(prose) or _bare_progressive(prose)
     if cue:
         return {"narration_without_call"}, {"narration_without_call": {"cue": short(cue.group())}}
-    seq = units(content.visible) if seq is None else seq
     fake = _fake_results(content.visible)
     shell = next((m for u in seq if not _inside(u, fake) and (m := _SHELL_ACTION.search(u.text))), None)
     shell = shell or next((m for u in seq if not u.fence and not _inside(u, fake) and (m := _inline_command(u.text))), None)

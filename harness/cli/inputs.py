@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tabulate import tabulate
-
 from harness.cli._common import Subparsers, default_scenario
 from harness.errors import ScenarioError, UsageError
 
@@ -41,6 +39,8 @@ def _scenario_files(folder: Path | None) -> list[Path]:
 
 
 def _cmd_scenarios_list(args: argparse.Namespace) -> int:
+    from tabulate import tabulate  # here, not at `harness --help` (about 40 ms)
+
     from harness.scenarios import load_scenario
 
     rows = []

@@ -82,10 +82,11 @@ def write_csv(table: pd.DataFrame, path: Path) -> None:
         OSError: the file cannot be written.
     """
     with path.open("w", encoding="utf-8", newline="") as handle:
-        csv.writer(handle, lineterminator="\n").writerow([str(c) for c in table.columns])
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow([str(c) for c in table.columns])
         if len(table.columns) < 2:  # with one field per row the writer quotes an empty one: it writes every cell
             columns = [_csv_cells(table[name], quoted=False) for name in table.columns]
-            csv.writer(handle, lineterminator="\n").writerows(zip(*columns, strict=True))
+            writer.writerows(zip(*columns, strict=True))
             return
         for start in range(0, len(table), _CSV_BLOCK_ROWS):  # a block at a time: the text of every cell at once took 0.1 GB
             block = table.iloc[start : start + _CSV_BLOCK_ROWS]

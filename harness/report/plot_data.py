@@ -70,9 +70,9 @@ def plot_data(frames: LedgerFrames, axes: Sequence[str], failures: pd.DataFrame,
     rows = row_axes(axes)
     rates = summary_table(frames, [*rows, *(a for a in axes if a not in rows), "task_kind"], latency=False)
     outcome_axes = _few_rows(frames, axes)
-    runs = frames.runs[[*outcome_axes[0], "outcome"]][frames.runs["counted"]]
-    counts = runs.groupby([*outcome_axes[0], "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
     few = outcome_axes[0]
+    runs = frames.runs[[*few, "outcome"]][frames.runs["counted"]]
+    counts = runs.groupby([*few, "outcome"]).size().unstack("outcome", fill_value=0).sort_index()
     table = grouped if grouped is not None and few == axes else summary_table(frames, few, latency=False)
     return PlotData(
         axes=axes,
