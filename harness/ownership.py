@@ -177,9 +177,9 @@ def _flock_owner(fd: int) -> bool:
     return True
 
 
-def owned_elsewhere(ledger_path: str | Path, identity: str) -> bool:
+def owned_elsewhere(ledger_path: str | Path, identity: str, *, folder: Path | None = None) -> bool:
     """Whether a live process (or another open file of this one) holds the identity's lock now; takes no lock and
-    creates nothing (``--dry-run``).
+    creates nothing (``--dry-run``). ``folder``: :func:`lock_folder` of ``ledger_path`` when the caller has it already.
 
     Returns:
         True when an owner holds it; False when the lock is free or was never made, or the lock file is not a regular
@@ -187,7 +187,9 @@ def owned_elsewhere(ledger_path: str | Path, identity: str) -> bool:
     """
     offset = lock_byte(identity)
     try:  # O_NONBLOCK: opening a FIFO put in the lock file's place for reading would wait for a writer forever
-        fd = os.open(lock_path(lock_folder(ledger_path), identity), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(
+            lock_path(folder or lock_folder(ledger_path), identity), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        )
     except OSError:
         return False
     try:

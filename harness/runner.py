@@ -235,8 +235,9 @@ def plan_matrix(
     for endpoint in endpoints.values():
         endpoint.backend.close()
     if ledger is not None:
+        folder = lock_folder(ledger.path)  # once: every identity's lock is in the same file
         for planned in result.planned:
-            planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity)
+            planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity, folder=folder)
     check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)

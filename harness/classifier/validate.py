@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 import marshal
 import re
@@ -71,6 +72,12 @@ def schema_types(schema: Any) -> dict[str, Any]:
     return {k: v.get("type") for k, v in schema["properties"].items() if isinstance(v, Mapping)}
 
 
+@functools.cache
+def _budgeted(cls: Any) -> Any:
+    """``cls`` (a jsonschema validator class) extended with :data:`BUDGETED_KEYWORDS`, made once per class."""
+    return jsonschema.validators.extend(cls, BUDGETED_KEYWORDS)
+
+
 def _validator(schema: Any) -> Any:
     """A cached jsonschema validator, or ``None`` when the schema itself is invalid.
 
@@ -102,7 +109,7 @@ def _validator(schema: Any) -> Any:
             warnings.simplefilter("ignore")
             cls = jsonschema.validators.validator_for(own, default=jsonschema.Draft202012Validator)
             cls.check_schema(own)
-            validator = jsonschema.validators.extend(cls, BUDGETED_KEYWORDS)(own)
+            validator = _budgeted(cls)(own)
     except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
         validator = None
     if key is not None:
