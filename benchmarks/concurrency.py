@@ -14,8 +14,10 @@ fraction of ideal,
 ``turns/s / (jobs / latency)`` (each run in flight completes one turn per latency at best).
 
 Cases (targets of issue 14): 64 jobs against a server that answers at once (>= 1,000 turns/s), and 64, 128, 256 jobs
-against a server answering after 200 ms (>= 0.85 of ideal). ``--jobs``, ``--latency-ms`` and ``--runs-per-job`` pick one
-case; ``--profile`` runs it under cProfile (every run thread, through :func:`threading.setprofile`) and prints the top
+against a server answering after 200 ms (>= 0.85 of ideal). Each case runs ``--runs-per-job`` runs per job slot
+(default: 16, and at least 3,072 runs in all, so a case lasts several seconds and the figure is a sustained rate: the
+time includes starting the worker processes, about half a second of CPU each). ``--jobs``, ``--latency-ms`` and
+``--runs-per-job`` pick one case; ``--profile`` runs it under cProfile (every run thread, through :func:`threading.setprofile`) and prints the top
 entries of the harness side (the driver only: the workers' own time is in their CPU figure).
 
 ``--baseline DIR`` (a checkout of other code, e.g. ``git worktree add /tmp/old HEAD~1``) runs every case with this
@@ -48,6 +50,7 @@ CODE = Path(os.environ.get("HARNESS_BENCH_CODE") or REPO)  # the code measured (
 sys.path.insert(0, str(CODE))
 
 TURNS_PER_RUN = 3
+MIN_RUNS = 3072  # runs of a case by default: several seconds, so worker start-up does not dominate
 _SCRIPT = (
     {"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]},
     {"tool_calls": [{"name": "write_file", "arguments": {
@@ -183,6 +186,11 @@ def measure(
     return figures
 
 
+def runs_per_job(jobs: int, asked: int | None) -> int:
+    """Runs per job slot of a case: ``asked``, or by default 16 and at least :data:`MIN_RUNS` runs in all."""
+    return asked if asked is not None else max(16, -(-MIN_RUNS // jobs))
+
+
 def _children_cpu_s() -> float:
     """User + system CPU seconds of this process's children that have been waited for (the joined workers)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -226,7 +234,7 @@ def compare(baseline: Path, cases: list[tuple[int, float]], args: argparse.Names
         for round_ in range(args.rounds):  # the order turns each round: the one measured second pays for the first's
             for name, code in sorted(codes.items(), reverse=bool(round_ % 2)):  # clean-up (thousands of files deleted)
                 command = [sys.executable, __file__, "--child", "--jobs", str(jobs), "--latency-ms", str(latency),
-                           "--runs-per-job", str(args.runs_per_job), "--executor", executor]  # fmt: skip
+                           "--runs-per-job", str(runs_per_job(jobs, args.runs_per_job)), "--executor", executor]  # fmt: skip
                 if args.workers:
                     command += ["--workers", str(args.workers)]
                 env = {**os.environ, "HARNESS_BENCH_CODE": str(code)}
@@ -267,7 +275,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, help="one case: runs in flight")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's delay per reply (default 0)")
-    parser.add_argument("--runs-per-job", type=int, default=16, help="runs per job slot in each case (default 16)")
+    parser.add_argument(
+        "--runs-per-job", type=int, help="runs per job slot in each case (default: 16, at least 3,072 runs a case)"
+    )
     parser.add_argument(
         "--executor",
         default="threads,processes",
@@ -295,7 +305,13 @@ def main() -> None:
         for (jobs, latency), executor in itertools.product(cases, args.executor.split(",")):
             profiles: list[cProfile.Profile] | None = [] if args.profile else None
             figures = measure(
-                jobs, latency, jobs * args.runs_per_job, Path(folder), profiles, executor=executor, workers=args.workers
+                jobs,
+                latency,
+                jobs * runs_per_job(jobs, args.runs_per_job),
+                Path(folder),
+                profiles,
+                executor=executor,
+                workers=args.workers,
             )
             if args.child:
                 print(json.dumps(figures))

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -152,12 +153,15 @@ def _wait_for_runs(ledger_path, n: int, timeout_s: float = 60) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig):
+@pytest.mark.parametrize(
+    ("sig", "executor"), [(signal.SIGKILL, "threads"), (signal.SIGINT, "threads"), (signal.SIGKILL, "processes")]
+)
+def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig, executor):
     ledger_path = tmp_path / "ledger.sqlite"
     with FakeAgentServer(delay_s=0.05, slots=2) as server:
         args = [str(SCENARIO), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native", "--repeats", "10",
-                "--temperature", "0", "--temperature", "0.5", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+                "--temperature", "0", "--temperature", "0.5", "--jobs", "2", "--ledger", str(ledger_path),
+                "--executor", executor]  # fmt: skip
         proc = _harness("run", *args)
         _wait_for_runs(ledger_path, 4)
         proc.send_signal(sig)
@@ -171,6 +175,9 @@ def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig):
             assert ledger.verify().ok
             if sig == signal.SIGINT:
                 assert head_at_stop.endswith(ledger.head().anchor)
+            turn_rows = Counter(turn.record.run_id for turn in ledger.turns())
+        # an ended run has every turn its end row counts (the processes executor's turns are not waited for)
+        assert all(turn_rows[r.run_id] == r.end.turns for r in runs if r.end is not None)
         assert 4 <= len([r for r in runs if r.outcome in ("pass",)]) < 20
         if sig == signal.SIGINT:  # every run that started has an end row
             assert all(r.outcome is not None for r in runs)

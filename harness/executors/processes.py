@@ -8,8 +8,9 @@ exist), each a :func:`~harness.executors.worker.worker_main` hosting its runs in
 ``--jobs`` in flight per model endpoint, to the worker with the fewest; a worker's runs reach the ledger only through
 :class:`~harness.executors.channel.LedgerProxy`, whose calls the driver applies in its one thread, in the order they
 arrive. The messages that arrive together (one :func:`~multiprocessing.connection.wait`) are committed as one
-transaction (a group commit, :meth:`Ledger.group <harness.ledger.Ledger.group>`), and only then acknowledged: a turn is
-durable before its run goes on, and a crash of the driver loses at most the group in flight, none of it acknowledged.
+transaction (a group commit, :meth:`Ledger.group <harness.ledger.Ledger.group>`), and only then acknowledged. Turns are
+notices, not waited for (:mod:`~harness.executors.channel`): a crash of the driver loses at most the turns of runs that
+have not ended (resume runs them again); a run's end row is acknowledged only after every turn before it is committed.
 The driver also takes and releases each run's claim (the identity's lock, released after its end row commits), and
 reports progress from the rows it wrote: a run's ``run_finished`` summary is built from its end row and its turns'
 labels, also after the commit.
