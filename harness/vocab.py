@@ -14,6 +14,7 @@ from typing import Literal, get_args
 __all__ = [
     "plural",
     "printable",
+    "size_text",
     "DEFAULT_THINK",
     "EXCLUDED_OUTCOMES",
     "OUTCOMES",
@@ -73,6 +74,11 @@ def is_scored(outcome: str | None) -> bool:
 def plural(count: int, word: str) -> str:
     """``"1 run"``, ``"3 runs"``: a count with its noun (console lines and the report alike)."""
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def size_text(size: int) -> str:
+    """A file size in decimal units as ``harness models list`` shows it: ``"98.4 MB"``, ``"4.68 GB"`` (``size`` in bytes)."""
+    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
 
 
 _UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # controls, format (bidi) and line separators, lone surrogates

@@ -205,9 +205,11 @@ def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_pa
     with Ledger(ledger_path, readonly=True) as ledger:
         interrupted = [r for r in ledger.runs() if r.outcome == "interrupted"]
         assert ledger.verify().ok
+        anchor = ledger.head().anchor
     assert proc.returncode == 130 and "Traceback" not in err, err
     said = re.search(r"quit; (\d+) runs? in flight recorded as interrupted", err)
     assert said is not None and int(said.group(1)) == len(interrupted), err
+    assert out.strip().splitlines()[-1].endswith(f": {anchor}"), out  # the head ends the output, as after one Ctrl-C
 
 
 def test_ctrl_c_while_the_workers_are_spawned_prints_no_traceback(tmp_path):

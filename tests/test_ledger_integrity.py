@@ -112,6 +112,35 @@ def test_deleting_the_whole_last_run_fails_verify(copy, capsys, built):
     assert rc == 1 and "rows were removed from the end" in text
 
 
+# reviewer finding: with the last _migrations row deleted, verify named a symptom ("the index turns_run is missing":
+# it then compared the schema with m013 undone) instead of the edit
+@pytest.mark.parametrize(("cut", "said"), [
+    (1, "m013_drop_turns_run is missing from it, but its changes are there"),
+    (2, "m012_mode_index and m013_drop_turns_run are missing from it, but their changes are there"),
+    (13, "m001_initial to m013_drop_turns_run (13 migrations) are missing from it, but their changes are there"),
+])  # fmt: skip
+def test_migration_rows_cut_from_the_end_are_named_as_the_edit(copy, capsys, cut, said):
+    assert len(_registered()) == 13  # a new migration: extend the names above
+    tamper(copy, f"DELETE FROM _migrations WHERE rowid > (SELECT MAX(rowid) FROM _migrations) - {cut}")
+    rc, text = _verify(capsys, copy)
+    assert rc == 1 and text.strip().endswith(f"verification FAILED: the _migrations table was edited ({said})."), text
+
+
+def test_a_ledger_from_before_a_migration_still_verifies_and_an_unexplained_schema_names_its_object(copy, capsys):
+    # m013 not applied and its index still there: a real older ledger, not an edit
+    tamper(copy, "CREATE INDEX turns_run ON turns(run_id)", "DELETE FROM _migrations WHERE name = 'm013_drop_turns_run'")
+    assert _verify(capsys, copy)[0] == 0
+    tamper(copy, "DROP INDEX turns_report")  # matches no migration count: the object is named, as before
+    rc, text = _verify(capsys, copy)
+    assert rc == 1 and text.strip().endswith("verification FAILED: the index turns_report is missing."), text
+
+
+def _registered() -> list[str]:
+    from harness.ledger.migrations import MIGRATIONS
+
+    return [name for name, _ in MIGRATIONS]
+
+
 # Cut and re-chained ledgers look whole from inside: the anchor catches them.
 def _cut_every_table(path):
     tamper(path, *(f"DELETE FROM {t} WHERE seq = (SELECT MAX(seq) FROM {t})" for t in CHAINED), fix_counters=True)

@@ -554,3 +554,33 @@ def test_a_lock_file_that_is_a_fifo_is_refused_by_a_run_and_never_blocks_a_dry_r
     assert f"harness: {lock} is not a lock file" in err
     with Ledger(ledger_path, readonly=True) as ledger:
         assert len(ledger.runs_frame()) == 1
+
+
+def _progress(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("[")]
+
+
+# newcomer finding: two processes splitting a matrix each stopped their progress at [2/4]; the runs the other took
+# were never counted, so neither output looked finished
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_two_processes_splitting_a_matrix_each_count_it_to_the_end(tmp_path, executor):
+    gate = threading.Event()
+    with FakeAgentServer(faults=lambda n: gate.wait(120) and None if n <= 2 else None, slots=8) as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "4",
+                "--executor", executor, "--ledger", str(tmp_path / "ledger.sqlite")]  # fmt: skip
+        first = _harness("run", *args, "--jobs", "2")  # takes runs 0 and 1; their first calls wait for the gate
+        _wait_until(lambda: server.requests >= 2 or first.poll() is not None, "both runs of the first process to call the model")
+        rc, second_out, err = _finish(_harness("run", *args, "--jobs", "1"))  # finds 0 and 1 taken, runs 2 and 3
+        assert rc == 0, err
+        gate.set()
+        rc, first_out, err = _finish(first)  # finishes 0 and 1, then finds 2 and 3 done
+        assert rc == 0, err
+    second, first_lines = _progress(second_out), _progress(first_out)
+    assert [line[:5] for line in second] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], second_out
+    assert sum(line.endswith("-> running in another process, not run here") for line in second) == 2, second_out
+    assert sum(" -> pass " in line for line in second) == 2, second_out
+    assert [line[:5] for line in first_lines] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], first_out
+    assert sum(line.endswith("-> done by another process, not run here") for line in first_lines) == 2, first_out
+    assert "2 running in another process, skipped" in second_out and "2 already in the ledger, skipped" in first_out
+    with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:
+        assert sorted(r.outcome for r in ledger.runs()) == ["pass"] * 4 and ledger.verify().ok

@@ -166,6 +166,20 @@ class EmbeddedBackend(Backend):
         return self._planned and not self.model_file.is_file()
 
     @property
+    def fetch_facts(self) -> tuple[int | None, bool]:
+        """What fetching this model involves, from the catalogue the package ships (no I/O, no request).
+
+        Returns:
+            ``(size, from_hub)``: the download's size in bytes as pinned in :data:`~harness.backends.models.KNOWN_MODELS`
+            (all parts of a split model), or ``None`` when nothing pins it (an ``hf:`` reference); and whether it
+            comes from the Hugging Face hub (else with pip, from the package index).
+        """
+        info = models.KNOWN_MODELS.get(self.name)
+        if info is None:
+            return None, self.name.startswith(HUB_PREFIX)
+        return info.size or None, info.hub is not None
+
+    @property
     def base_url(self) -> str | None:
         """The running server's OpenAI API root (``http://127.0.0.1:PORT/v1``), or ``None``."""
         return self._client.base_url if self._client is not None else None

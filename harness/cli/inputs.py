@@ -111,9 +111,10 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from harness.backends import models
+    from harness.vocab import size_text
 
     rows = [
-        [m.info.name, _size_text(m.info.size), "yes" if m.cached else "no", m.info.license, _source_text(m.info),
+        [m.info.name, size_text(m.info.size), "yes" if m.cached else "no", m.info.license, _source_text(m.info),
          m.info.chat_template or "the GGUF's own"]
         + ([m.path] if args.paths else [])
         for m in models.list_models()
@@ -123,10 +124,6 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     if not args.paths:
         print(f"\nCache: {models.cache_dir()} (add --paths for each file's path).")
     return 0
-
-
-def _size_text(size: int) -> str:
-    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
 
 
 def _source_text(info: ModelInfo) -> str:

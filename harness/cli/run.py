@@ -240,17 +240,28 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
             print(
                 f"harness: quit; {plural(quit.abandoned, 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True
             )
+            _print_head(ledger)  # the rows recorded are committed by now: the head ends the output, as after a first Ctrl-C
             os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
         except KeyboardInterrupt:  # first Ctrl-C: the runs in flight are recorded as interrupted; the head still ends the output
             progress.close()
-            head = ledger.take_head()
-            if head is not None:
-                print(head_line(head.anchor), flush=True)
+            _print_head(ledger)
             raise
         finally:
             progress.close()
         ledger.take_head()
         return result
+
+
+def _print_head(ledger: _LedgerOnDemand) -> None:
+    """End the output with the ledger's head line after a Ctrl-C, when the ledger was opened and can be read."""
+    from harness.errors import LedgerError
+
+    try:
+        head = ledger.take_head()
+    except LedgerError:
+        return  # unreadable now: `harness ledger verify` says why; the interrupt still ends the process
+    if head is not None:
+        print(head_line(head.anchor), flush=True)
 
 
 class _CtrlC:

@@ -263,6 +263,7 @@ class ProcessMatrixRun:
                 self.result.running_elsewhere += 1
             else:
                 self.result.already_done += 1
+            self.after.append(functools.partial(self.events.run_taken, flight.planned.plan, in_flight=outcome[1]))
         elif outcome[0] == "bug":
             self.after.append(functools.partial(_fail, outcome[1]))  # once the other runs' rows are committed
         elif flight.end is not None:

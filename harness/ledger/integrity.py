@@ -7,7 +7,7 @@ cover the rest of the file:
   applied migrations create (:func:`~harness.ledger.migrations.reference_schema`), and nothing
   else exists. This catches an append-only trigger replaced by a no-op of the same name or moved
   to another event, a column added or retyped, and a ``_migrations`` row removed while its
-  objects stay.
+  objects stay (named as that edit when the schema is exactly what more migrations create).
 * :func:`migrations_problem`: ``_migrations`` lists registered migrations only, in their order,
   with no gap, each with a UTC timestamp, never going back in time.
 * :func:`storage_problem`: SQLite's ``integrity_check`` (an index swapped under an unchanged
@@ -85,11 +85,37 @@ def _utc(text: object) -> datetime | None:
 def schema_problem(db: sqlite3.Connection, applied_count: int) -> str | None:
     """Compare every object in ``sqlite_master`` with what the first ``applied_count`` migrations create.
 
+    When they differ but the schema is exactly what more migrations create (the last rows of ``_migrations`` were
+    deleted while their changes stay), the sentence names that instead of the object the schema seems to have too
+    many or too few of; only then are the later migrations' schemas built (in memory, a few milliseconds each).
+
     Returns:
-        One sentence naming the first object that is missing, unexpected or has other SQL, or None.
+        One sentence naming the migrations missing from ``_migrations`` whose changes are there, else the first object
+        that is missing, unexpected or has other SQL, or None.
     """
-    expected = migrations.reference_schema(applied_count)
     actual = {(t, n): sql for t, n, sql in db.execute("SELECT type, name, sql FROM sqlite_master")}
+    problem = _schema_difference(actual, migrations.reference_schema(applied_count))
+    if problem is None:
+        return None
+    for count in range(applied_count + 1, len(migrations.MIGRATIONS) + 1):
+        if _schema_difference(actual, migrations.reference_schema(count)) is None:
+            return f"the _migrations table was edited ({_missing(applied_count, count)})"
+    return problem
+
+
+def _missing(applied_count: int, count: int) -> str:
+    """``m013_x is missing from it, but its changes are there`` for the registered migrations ``applied_count:count``."""
+    names = [name for name, _ in migrations.MIGRATIONS[applied_count:count]]
+    if len(names) == 1:
+        return f"{names[0]} is missing from it, but its changes are there"
+    listed = " and ".join(names) if len(names) == 2 else f"{names[0]} to {names[-1]} ({len(names)} migrations)"
+    return f"{listed} are missing from it, but their changes are there"
+
+
+def _schema_difference(
+    actual: Mapping[tuple[str, str], str | None], expected: Mapping[tuple[str, str], str | None]
+) -> str | None:
+    """The first object of ``expected`` missing from ``actual`` or with other SQL, else the first one added, or None."""
     for (kind, name), sql in sorted(expected.items()):
         if (kind, name) not in actual:
             return f"the {'append-only trigger' if kind == 'trigger' else _KINDS.get(kind, kind)} {name} is missing"
