@@ -38,7 +38,7 @@ from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Rep
 from harness.backends.replay import CassetteRecorder
 from harness.backends.streaming import stored_stream
 from harness.breaker import CircuitBreaker
-from harness.canonical import canonical_json
+from harness.canonical import canonical_json, canonical_members
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
@@ -157,7 +157,7 @@ class RunPlan:
         if slots is not None and slots != 1:
             payload["slots"] = slots
         texts = {key: canonical_json(value) for key, value in payload.items()} | _scenario_texts(self.scenario, self.tool_mode)
-        text = "{" + ",".join(f"{canonical_json(key)}:{texts[key]}" for key in sorted(texts)) + "}"  # canonical_json's
+        text = "{" + canonical_members(texts) + "}"  # canonical_json's of the whole payload
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
