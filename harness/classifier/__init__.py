@@ -51,6 +51,7 @@ from harness.classifier.types import (
     Classification,
     ToolCall,
     get,
+    is_listed,
     jsonable,
     short,
 )
@@ -131,7 +132,7 @@ vendor's call markers included) and payload (the other envelope modes describe t
 
 def _problems(value: Any) -> list[str]:
     """The ``stream_problems`` input as a list of short strings (anything else counts as none)."""
-    if type(value) is not list and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
+    if not is_listed(value):
         return []
     return [short(p) for p in value if isinstance(p, str) and p]
 
@@ -141,7 +142,7 @@ def _classify(
 ) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
-    known = type(tools) is list or (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)))
+    known = is_listed(tools)
     content, clipped = response_content(response)
     raw_calls = get(response, "tool_calls")
     structured, structured_modes = structured_calls(raw_calls)

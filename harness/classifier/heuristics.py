@@ -28,6 +28,7 @@ from harness.classifier.types import (
     UNPARSED_ARGUMENTS,
     ToolCall,
     get,
+    is_listed,
     jsonable,
     short,
     text_of,
@@ -336,11 +337,7 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
     ``memo`` False reads every message afresh instead of from the bounded memo of messages read before (same result).
     """
     past = History()
-    messages = (
-        list(history)[-MAX_HISTORY_MESSAGES:]
-        if (type(history) is list or (isinstance(history, Sequence) and not isinstance(history, (str, bytes))))
-        else []
-    )
+    messages = list(history)[-MAX_HISTORY_MESSAGES:] if is_listed(history) else []
     budget = MAX_HISTORY_TEXT
     known_parts, earlier = past.known_parts, past.earlier
     schemas_key: bytes | None = None

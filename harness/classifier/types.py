@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "ToolCall",
     "UNPARSED_ARGUMENTS",
     "get",
+    "is_listed",
     "jsonable",
     "short",
     "text_of",
@@ -335,6 +336,12 @@ def text_of(content: Any) -> str:
                 parts.append(part["text"])
         return "\n".join(parts)
     return ""
+
+
+def is_listed(value: Any) -> bool:
+    """Whether a field reads as a list: a ``list``, or another Sequence that is not text (``str``, ``bytes``); a
+    tuple of tool calls counts, a string of them does not."""
+    return type(value) is list or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
 
 
 def get(mapping: Any, key: str) -> Any:
