@@ -12,7 +12,6 @@ import copy
 import difflib
 import functools
 import json
-import marshal
 import re
 import warnings
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from harness.classifier.types import (
     MAX_REPAIR_CHARS,
     UNPARSED_ARGUMENTS,
     ToolCall,
+    content_key,
     get,
     is_listed,
     jsonable,
@@ -99,10 +99,7 @@ def _validator(schema: Any) -> Any:
     schema's calls by the edited one, and the enum memo kept the old members of an enum list edited in place)."""
     if not isinstance(schema, (Mapping, bool)):
         return None
-    try:
-        key: bytes | None = marshal.dumps(schema, 2)  # type: ignore[arg-type]  # version 2: no back-references, so one value has one key
-    except ValueError:  # a type marshal does not write, or nesting beyond its limit
-        key = None
+    key = content_key(schema, 2)  # version 2: no back-references, so one value has one key
     if key is not None and key in _VALIDATORS:
         return _VALIDATORS[key]
     try:
