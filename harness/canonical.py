@@ -70,7 +70,7 @@ def canonical_members(texts: Mapping[str, str] | Iterable[str], *, first: bool =
     Returns:
         The members' text, e.g. ``"a":1,"b":[2]`` or ``,3,4``.
     """
-    if isinstance(texts, Mapping):
+    if type(texts) is not list and isinstance(texts, Mapping):  # a list first: the request hasher's, on every turn
         joined = ",".join(f"{canonical_json(key)}:{texts[key]}" for key in sorted(texts))
     else:
         joined = ",".join(texts)
