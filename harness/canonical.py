@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["canonical_json", "sha256_of"]
+__all__ = ["canonical_json", "canonical_members", "sha256_of"]
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 """``json.dumps`` with these options builds a new encoder on every call; one is enough (it keeps no state)."""
@@ -46,3 +47,31 @@ def canonical_json(value: Any) -> str:
 def sha256_of(value: Any) -> str:
     """SHA-256 (64 hex digits) of ``value``'s :func:`canonical_json` text, UTF-8 encoded."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def canonical_members(texts: Mapping[str, str] | Iterable[str], *, first: bool = True) -> str:
+    """The text between the brackets of a canonical JSON array or object, from its members' :func:`canonical_json`
+    texts, without encoding the members again (for text built piece by piece or partly remembered).
+
+    :func:`canonical_json` writes an array as ``[`` + its items' texts joined by ``,`` + ``]`` and an object as ``{`` +
+    ``"key":text`` joined by ``,`` in sorted key order + ``}``, with no white space; its escapes of what UTF-8 cannot
+    hold act per character, so a member's text is the same alone as inside its container. So
+    ``"[" + canonical_members([canonical_json(v) for v in items]) + "]" == canonical_json(items)``, and
+    ``"{" + canonical_members({k: canonical_json(v) for k, v in obj.items()}) + "}" == canonical_json(obj)``
+    (tests/test_canonical_members.py holds both, for any JSON data). Exact for arrays of any JSON-ready items, and for
+    objects whose keys are all ``str`` (JSON's own keys; sorted as ``sort_keys`` sorts them). Not for objects with
+    other keys (``canonical_json`` writes ``1`` as ``"1"`` and refuses to sort mixed types).
+
+    Args:
+        texts: an array's item texts, in order; or an object's member texts by key.
+        first: False when members precede these in the same container (the text then starts with ``,``, unless
+            there is no member here).
+
+    Returns:
+        The members' text, e.g. ``"a":1,"b":[2]`` or ``,3,4``.
+    """
+    if type(texts) is not list and isinstance(texts, Mapping):  # a list first: the request hasher's, on every turn
+        joined = ",".join(f"{canonical_json(key)}:{texts[key]}" for key in sorted(texts))
+    else:
+        joined = ",".join(texts)
+    return joined if first or not joined else "," + joined

@@ -23,6 +23,7 @@ is :mod:`harness.tool_protocol`'s business; what the run is (:class:`RunPlan`) i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -38,7 +39,7 @@ from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Rep
 from harness.backends.replay import CassetteRecorder
 from harness.backends.streaming import stored_stream
 from harness.breaker import CircuitBreaker
-from harness.canonical import canonical_json
+from harness.canonical import canonical_json, canonical_members
 from harness.checks import CheckContext, evaluate_checks
 from harness.classifier import Classification, ToolCall, classify
 from harness.classifier.validate import MAX_STRUCTURED_CALLS, structured_overflow
@@ -114,15 +115,12 @@ class RunPlan:
             stream=self.stream,
         )
 
-    @property
+    @functools.cached_property  # the plan is frozen: parsed once (cached_property writes the instance's __dict__)
     def named_model(self) -> str:
         """The spec that names the model in the run's identity and in the ledger's ``model`` column: :attr:`model`,
         or for a spec listing replicas the first replica's spec (:func:`harness.backends.replica_specs`), so which
         replica serves a run, and which others the spec lists, changes neither."""
-        named = self.__dict__.get("_named_model")  # the plan is frozen: parsed once
-        if named is None:
-            named = self.__dict__["_named_model"] = replica_specs(self.model)[0]
-        return named
+        return replica_specs(self.model)[0]
 
     def identity(self, model_digest: str | None = None, slots: int | None = None) -> str:
         """Deterministic SHA-256 over everything that can change the model's output.
@@ -157,7 +155,7 @@ class RunPlan:
         if slots is not None and slots != 1:
             payload["slots"] = slots
         texts = {key: canonical_json(value) for key, value in payload.items()} | _scenario_texts(self.scenario, self.tool_mode)
-        text = "{" + ",".join(f"{canonical_json(key)}:{texts[key]}" for key in sorted(texts)) + "}"  # canonical_json's
+        text = "{" + canonical_members(texts) + "}"  # canonical_json's of the whole payload
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

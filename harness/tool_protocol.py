@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.canonical import canonical_json, sha256_of
+from harness.canonical import canonical_json, canonical_members, sha256_of
 
 __all__ = [
     "TOOL_RESPONSE_OPEN",
@@ -158,10 +158,9 @@ def request_hash(messages: Sequence[Mapping[str, Any]]) -> str:
 class RequestHasher:
     """:func:`request_hash` of a message list that only grows, encoding each message once (not the whole list per turn).
 
-    The canonical JSON of a list is ``[`` + its items' canonical JSON joined by ``,`` + ``]`` (no whitespace; the
-    UTF-8 escapes of :func:`~harness.canonical.canonical_json` act per character, so per item the same), and SHA-256
-    takes its input in pieces: the running hash holds ``[m1,m2,...`` and each :meth:`digest` finishes a copy with
-    ``]``. So the value is :func:`request_hash`'s, byte for byte (a test holds them equal).
+    The canonical JSON of a list is ``[`` + :func:`~harness.canonical.canonical_members` of its items' canonical JSON
+    + ``]``, and SHA-256 takes its input in pieces: the running hash holds ``[m1,m2,...`` and each :meth:`digest`
+    finishes a copy with ``]``. So the value is :func:`request_hash`'s, byte for byte (a test holds them equal).
 
     The caller owns the list: messages are only appended, never edited or removed, after :meth:`digest` has seen them
     (the loop's ``_Run.messages``; backends read the list and never change it).
@@ -180,10 +179,9 @@ class RequestHasher:
         sha, seen = self._sha, self._seen
         if len(messages) < seen:
             raise ValueError(f"the message list shrank from {seen} to {len(messages)} messages: it may only grow")
-        for message in messages[seen:]:
-            sha.update((b"," if seen else b"") + canonical_json(message).encode("utf-8"))
-            seen += 1
-        self._seen = seen
+        if len(messages) > seen:
+            sha.update(canonical_members([canonical_json(m) for m in messages[seen:]], first=not seen).encode("utf-8"))
+            self._seen = len(messages)
         done = sha.copy()
         done.update(b"]")
         return done.hexdigest()

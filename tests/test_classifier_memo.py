@@ -82,11 +82,9 @@ _OFFERED = offered_tools(FILE_TOOLS)
 
 def _forget() -> None:
     """Empty every memo the history and the tool results fill."""
-    heuristics._READS.clear()
-    heuristics._READ_CHARS[0] = 0
+    heuristics._READS.clear()  # and what it holds
     heuristics._escapes_sandbox.cache_clear()
     heuristics._TOOLS_TEXT.clear()
-    heuristics._TOOLS_TEXT_HELD[0] = 0
     for memo in (contradiction._result_values, contradiction._skies, contradiction._result_pairs, contradiction._listing_length):
         memo.memo.cache_clear()
 
@@ -141,7 +139,7 @@ def test_the_history_memo_stays_bounded():
         assert len(heuristics._READS) <= heuristics._MAX_READS
     big = "x" * (heuristics._MAX_READ_CHARS // 3)
     heuristics.scan_history([{"role": "tool", "content": big + str(k)} for k in range(4)], _OFFERED)
-    assert heuristics._READ_CHARS[0] <= heuristics._MAX_READ_CHARS
+    assert heuristics._READS.size_held <= heuristics._MAX_READ_CHARS
 
 
 def test_tools_changed_in_place_after_a_call_are_read_afresh():
@@ -241,8 +239,8 @@ def test_the_tools_memo_stays_bounded():
         assert len(heuristics._TOOLS_TEXT) <= heuristics._TOOLS_TEXT_ENTRIES
     for k in range(12):  # lists of about 1 MB each: the bytes and characters held stay under the cap
         heuristics.tools_text([{"description": f"{k} " + "y" * (heuristics._TOOLS_KEY_BYTES - 100)}])
-        assert heuristics._TOOLS_TEXT_HELD[0] <= heuristics._MAX_TOOLS_TEXT_HELD
-        assert heuristics._TOOLS_TEXT_HELD[0] == sum(len(key) + len(text) for key, text in heuristics._TOOLS_TEXT.items())
+        assert heuristics._TOOLS_TEXT.size_held <= heuristics._MAX_TOOLS_TEXT_HELD
+        assert heuristics._TOOLS_TEXT.size_held == sum(len(key) + len(text) for key, text in heuristics._TOOLS_TEXT.items())
     _forget()
     huge = [{"description": "x" * heuristics._TOOLS_KEY_BYTES}]
     assert heuristics.tools_text(huge) == _fresh_tools_text(huge)

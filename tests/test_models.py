@@ -195,3 +195,20 @@ def test_models_list_shows_that_the_tools_alias_differs_by_its_chat_template(cap
     assert rows["smollm2-135m"].rstrip().endswith("the GGUF's own")
     assert rows["smollm2-135m-tools"].rstrip().endswith("chatml_tools.jinja")
     assert max(len(line) for line in rows.values()) < 150  # no cache path column by default
+
+
+def test_hub_source_is_the_source_resolve_and_plan_model_read():
+    """:func:`models.hub_source`, shared by ``resolve`` and ``hub_fetch.plan_model``: a known hub model's pinned
+    source, an ``hf:`` reference parsed, nothing for a model shipped in a package or an unknown name."""
+    from harness.backends.hub import parse_hub_spec
+    from harness.backends.ladder import LADDER
+
+    for entry in LADDER:
+        assert models.hub_source(entry.name) == entry.source
+    assert models.hub_source("hf:owner/repo/model.gguf") == parse_hub_spec("owner/repo/model.gguf")
+    assert models.hub_source("smollm2-135m") is None and models.KNOWN_MODELS["smollm2-135m"].hub is None
+    assert models.hub_source("no-such-model") is None
+    with pytest.raises(UsageError):
+        models.hub_source("hf:not-a-reference")
+    with pytest.raises(UsageError, match="Unknown model 'no-such-model'; known models: "):
+        models.resolve("no-such-model", fetch=False)

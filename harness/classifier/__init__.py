@@ -4,9 +4,9 @@ Pure package: no I/O, no clock, no imports from the loop, ledger or backends. :f
 runs on every turn of the agent loop and behind ``harness classify``; it never raises. The only
 state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
 tuples of strings, bytes) or holding the object they were computed from, so no call can see another's
-input in its result: validators by schema text (``validate``), the offered tools' text by the list's
-``marshal`` bytes (``heuristics.tools_text``: exact built-in types only, so a list edited in place is read
-afresh), whether a path leaves the sandbox by its text (``heuristics``), calls recovered from earlier
+input in its result: validators by the schema's and the offered tools' text by the list's ``marshal`` bytes
+(``types.content_key``: exact built-in types only, so a list edited in place is read afresh; ``validate``,
+``heuristics.tools_text``), whether a path leaves the sandbox by its text (``heuristics``), calls recovered from earlier
 assistant messages by text digest (``content``), each history message's reading by its role, text and
 call strings (``heuristics``: the loop hands the whole history again on every turn), and what the tool
 results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds
@@ -51,6 +51,7 @@ from harness.classifier.types import (
     Classification,
     ToolCall,
     get,
+    is_listed,
     jsonable,
     short,
 )
@@ -131,7 +132,7 @@ vendor's call markers included) and payload (the other envelope modes describe t
 
 def _problems(value: Any) -> list[str]:
     """The ``stream_problems`` input as a list of short strings (anything else counts as none)."""
-    if type(value) is not list and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
+    if not is_listed(value):
         return []
     return [short(p) for p in value if isinstance(p, str) and p]
 
@@ -141,7 +142,7 @@ def _classify(
 ) -> Classification:
     """Run both passes, then the steps in order; modes are merged, evidence in step order."""
     offered = offered_tools(tools)
-    known = type(tools) is list or (isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)))
+    known = is_listed(tools)
     content, clipped = response_content(response)
     raw_calls = get(response, "tool_calls")
     structured, structured_modes = structured_calls(raw_calls)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import marshal
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,8 +25,11 @@ from harness.classifier.types import (
     MAX_SCAN_CHARS,
     PLAIN_JSON,
     UNPARSED_ARGUMENTS,
+    BoundedMemo,
     ToolCall,
+    content_key,
     get,
+    is_listed,
     jsonable,
     short,
     text_of,
@@ -143,34 +145,21 @@ def string_values(value: Any, skip_paths: bool, depth: int = 0) -> list[str]:
     return []
 
 
-_TOOLS_TEXT: dict[bytes, str] = {}
 _TOOLS_TEXT_ENTRIES = 64
 _TOOLS_KEY_BYTES = 1 << 20
 _MAX_TOOLS_TEXT_HELD = 8_000_000
-_TOOLS_TEXT_HELD = [0]
+_TOOLS_TEXT: BoundedMemo[bytes, str] = BoundedMemo(_TOOLS_TEXT_ENTRIES, _MAX_TOOLS_TEXT_HELD)
 """The tools-text memo: at most 64 texts, each keyed by at most 1 MiB of marshal bytes, and at most 8M key bytes plus
-text characters in all (``_TOOLS_TEXT_HELD[0]``: what it holds now)."""
-
-
-def content_key(value: Any) -> bytes | None:
-    """``marshal.dumps(value, 4)``: bytes equal only for values equal in every byte and type (see :func:`tools_text`);
-    None for a value marshal does not write (a subclass of a built-in type, a custom object, nesting past its limit)."""
-    try:
-        return marshal.dumps(value, 4)
-    except ValueError:
-        return None
+text characters in all (``_TOOLS_TEXT.size_held``: what it holds now)."""
 
 
 def tools_text(tools: Any) -> str:
     """The offered tool definitions as JSON text (names a model may legitimately repeat).
 
-    Memoised by content (the loop hands equal lists on every turn and every run): the key is ``marshal.dumps(tools,
-    4)``, which accepts only the exact built-in types (a ``str`` or ``dict`` subclass, a custom Mapping: no key, the
-    text is computed each time), distinguishes ``True``, ``1`` and ``1.0``, a list from a tuple and an ``int`` key from a
-    ``str`` one, and runs no code of the objects it reads. ``marshal.loads`` gives the value back from the bytes, so
-    two values with one key are equal in every byte and type (version 4 also marks objects referenced more than once,
-    so the same value can give other bytes: a miss, never a wrong hit; it writes about twice as fast as version 2). A
-    list edited in place has another key. At most :data:`_TOOLS_TEXT_ENTRIES` entries, keys of at most
+    Memoised by content (the loop hands equal lists on every turn and every run): the key is :func:`content_key`
+    (``marshal.dumps(tools, 4)``), which accepts only the exact built-in types (a ``str`` or ``dict`` subclass, a
+    custom Mapping: no key, the text is computed each time); two values with one key are equal in every byte and
+    type, and a list edited in place has another key. At most :data:`_TOOLS_TEXT_ENTRIES` entries, keys of at most
     :data:`_TOOLS_KEY_BYTES` bytes (longer ones are not kept), :data:`_MAX_TOOLS_TEXT_HELD` bytes and characters in all.
     """
     key = content_key(tools)
@@ -183,12 +172,7 @@ def tools_text(tools: Any) -> str:
     except (TypeError, ValueError):
         text = ""
     if key is not None and len(key) <= _TOOLS_KEY_BYTES:
-        size = len(key) + len(text)
-        if len(_TOOLS_TEXT) >= _TOOLS_TEXT_ENTRIES or _TOOLS_TEXT_HELD[0] + size > _MAX_TOOLS_TEXT_HELD:
-            _TOOLS_TEXT.clear()
-            _TOOLS_TEXT_HELD[0] = 0
-        _TOOLS_TEXT[key] = text
-        _TOOLS_TEXT_HELD[0] += size
+        _TOOLS_TEXT.keep(key, text, len(key) + len(text))
     return text
 
 
@@ -280,13 +264,12 @@ def _read(message: Any) -> _Read:
     return _Read(text, tool_result, prompt, user_code, keys, len(hcalls) - len(keys), parts, content_calls, known)
 
 
-_READS: dict[tuple[Any, ...], _Read] = {}
+_MAX_READS = 4096
+_MAX_READ_CHARS = 8_000_000
+_READS: BoundedMemo[tuple[Any, ...], _Read] = BoundedMemo(_MAX_READS, _MAX_READ_CHARS)
 """Memo of :func:`_read` by :func:`_message_key` (the loop hands the whole history again on every turn). Bounded: cleared
 when it holds :data:`_MAX_READS` messages or :data:`_MAX_READ_CHARS` characters of them. Its keys are tuples of strings,
 so a message changed after it was read is read afresh; a hit holds what :func:`_read` gives (a test holds them equal)."""
-_MAX_READS = 4096
-_MAX_READ_CHARS = 8_000_000
-_READ_CHARS = [0]
 
 
 def _message_key(message: Any) -> tuple[Any, ...] | None:
@@ -321,12 +304,7 @@ def _remembered(message: Any) -> _Read:
     read = _READS.get(key)
     if read is None:
         read = _read(message)
-        size = len(read.text) + sum(map(len, read.parts))
-        if len(_READS) >= _MAX_READS or _READ_CHARS[0] + size > _MAX_READ_CHARS:
-            _READS.clear()
-            _READ_CHARS[0] = 0
-        _READS[key] = read
-        _READ_CHARS[0] += size
+        _READS.keep(key, read, len(read.text) + sum(map(len, read.parts)))
     return read
 
 
@@ -336,11 +314,7 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
     ``memo`` False reads every message afresh instead of from the bounded memo of messages read before (same result).
     """
     past = History()
-    messages = (
-        list(history)[-MAX_HISTORY_MESSAGES:]
-        if (type(history) is list or (isinstance(history, Sequence) and not isinstance(history, (str, bytes))))
-        else []
-    )
+    messages = list(history)[-MAX_HISTORY_MESSAGES:] if is_listed(history) else []
     budget = MAX_HISTORY_TEXT
     known_parts, earlier = past.known_parts, past.earlier
     schemas_key: bytes | None = None
@@ -372,7 +346,7 @@ def scan_history(history: Any, offered: Mapping[str, Any], *, memo: bool = True)
     return past
 
 
-_CONTENT_CACHE: dict[tuple[bytes, bytes], list[str]] = {}
+_CONTENT_CACHE: BoundedMemo[tuple[bytes, bytes], list[str]] = BoundedMemo(512)
 _NO_KEY = b""
 
 
@@ -393,9 +367,7 @@ def history_content_calls(text: str, offered: Mapping[str, Any], schemas: bytes 
         result = analyse_content(text[:MAX_SCAN_CHARS], offered, tools_known=bool(offered))
         cached = [c.canonical() for c in result.calls]
         if schemas:
-            if len(_CONTENT_CACHE) > 512:
-                _CONTENT_CACHE.clear()
-            _CONTENT_CACHE[key] = cached
+            _CONTENT_CACHE.keep(key, cached)
     return cached
 
 

@@ -12,10 +12,9 @@ import copy
 import difflib
 import functools
 import json
-import marshal
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
@@ -30,7 +29,17 @@ from harness.classifier.schemakw import (
     PatternTimeout,
     budgeted_search,
 )
-from harness.classifier.types import MAX_CANDIDATES, MAX_REPAIR_CHARS, UNPARSED_ARGUMENTS, ToolCall, get, jsonable, short
+from harness.classifier.types import (
+    MAX_CANDIDATES,
+    MAX_REPAIR_CHARS,
+    UNPARSED_ARGUMENTS,
+    ToolCall,
+    content_key,
+    get,
+    is_listed,
+    jsonable,
+    short,
+)
 
 __all__ = [
     "MAX_PATTERN_CHECKS",
@@ -90,10 +99,7 @@ def _validator(schema: Any) -> Any:
     schema's calls by the edited one, and the enum memo kept the old members of an enum list edited in place)."""
     if not isinstance(schema, (Mapping, bool)):
         return None
-    try:
-        key: bytes | None = marshal.dumps(schema, 2)  # type: ignore[arg-type]  # version 2: no back-references, so one value has one key
-    except ValueError:  # a type marshal does not write, or nesting beyond its limit
-        key = None
+    key = content_key(schema, 2)  # version 2: no back-references, so one value has one key
     if key is not None and key in _VALIDATORS:
         return _VALIDATORS[key]
     try:
@@ -199,7 +205,7 @@ def offered_tools(tools: Any) -> dict[str, Any]:
     stale schemas when a tool was edited in place (red team, on ``tools_text``'s memo). The schemas returned are
     the definitions' own objects: read them, never change them."""
     offered: dict[str, Any] = {}
-    if type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes))):
+    if not is_listed(tools):
         return offered
     for tool in list(tools)[:1000]:
         fn = tool.get("function") if type(tool) is dict else get(tool, "function")  # get() of a plain dict, inline
@@ -329,7 +335,7 @@ def structured_calls(tool_calls: Any) -> tuple[list[ToolCall], set[str]]:
     :data:`MAX_STRUCTURED_CALLS` only (:func:`structured_overflow` gives the rest)."""
     calls: list[ToolCall] = []
     modes: set[str] = set()
-    if type(tool_calls) is not list and (not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes))):
+    if not is_listed(tool_calls):
         return calls, modes
     for item in list(tool_calls)[:MAX_STRUCTURED_CALLS]:
         if type(item) is not dict and not isinstance(item, Mapping):
@@ -368,7 +374,7 @@ def structured_overflow(tool_calls: Any) -> list[ToolCall]:
     Returns:
         One :class:`ToolCall` per call object after the 128th, in order (``[]`` for at most 128).
     """
-    if type(tool_calls) is not list and (not isinstance(tool_calls, Sequence) or isinstance(tool_calls, (str, bytes))):
+    if not is_listed(tool_calls):
         return []
     rest = list(tool_calls)[MAX_STRUCTURED_CALLS:]
     chunks = (structured_calls(rest[i : i + MAX_STRUCTURED_CALLS])[0] for i in range(0, len(rest), MAX_STRUCTURED_CALLS))
@@ -380,7 +386,7 @@ def structured_cap_step(tool_calls: Any) -> tuple[set[str], dict[str, Any]]:
 
     The detail is ``{"structured_calls": total, "acted_on": 128, "refused": total - 128}`` (call objects only).
     """
-    listed = type(tool_calls) is list or (isinstance(tool_calls, Sequence) and not isinstance(tool_calls, (str, bytes)))
+    listed = is_listed(tool_calls)
     if not listed or len(tool_calls) <= MAX_STRUCTURED_CALLS:
         return set(), {}
     refused = sum(isinstance(item, Mapping) for item in list(tool_calls)[MAX_STRUCTURED_CALLS:])
@@ -438,7 +444,7 @@ def validation_step(calls: list[ToolCall], tools: Any, offered: Mapping[str, Any
     """
     modes: set[str] = set()
     evidence: dict[str, Any] = {}
-    if tools is None or (type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)))):
+    if not is_listed(tools):
         return _nameless(calls)  # the offered tools are not known: only a call with no name is judged
     tool_names = frozenset(offered)
     BUDGET.set(PatternBudget())  # this reply's pattern checks start afresh

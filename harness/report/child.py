@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from harness.errors import ReportError
 
-__all__ = ["ChildCall", "can_fork", "fork_is_safe", "receive"]
+__all__ = ["ChildCall", "ForkedChild", "can_fork", "child_started", "fork_is_safe", "receive"]
 
 _T = TypeVar("_T")
 
@@ -36,7 +36,56 @@ def fork_is_safe() -> bool:
     return can_fork() and threading.active_count() == 1
 
 
-class ChildCall(Generic[_T]):
+class ForkedChild:
+    """What :class:`ChildCall` and :class:`harness.report.plot_worker.PlotWorker` share: a forked child process, a
+    pipe to it, its one answer read with :func:`receive`, and :meth:`close`.
+
+    A subclass calls :meth:`_start` in its constructor and :meth:`_answer` to wait for the answer; it overrides
+    :meth:`_told_to_stop` when its child can be asked to end rather than stopped.
+    """
+
+    _task = "working"
+    """What the child does, for :func:`receive`'s sentence (a subclass names it)."""
+
+    def _start(self, target: Callable[..., None], args: tuple[Any, ...], *, duplex: bool, name: str | None = None) -> None:
+        """Fork ``target(child_end, parent_end, *args)`` (a daemon) and keep this end of the pipe."""
+        context = multiprocessing.get_context("fork")  # made only where forking is safe (fork_is_safe)
+        self._conn, child = context.Pipe(duplex=duplex)
+        self._process = context.Process(target=target, args=(child, self._conn, *args), name=name, daemon=True)
+        self._process.start()
+        child.close()
+        self._answered = False
+
+    def _answer(self) -> Any:
+        """The child's value (waited for; the child is closed either way).
+
+        Raises:
+            Exception: what the child raised, re-raised here.
+            ReportError: the child died without a whole answer (its exit code or signal in the message).
+        """
+        try:
+            ok, value = receive(self._conn, self._process, self._task)
+            self._answered = True
+        finally:
+            self.close()
+        if not ok:
+            raise value
+        return value
+
+    def _told_to_stop(self) -> bool:
+        """Ask a running child to end by itself; whether it was asked (here never: it is stopped instead)."""
+        return False
+
+    def close(self) -> None:
+        """End the child and wait for it: asked to stop where :meth:`_told_to_stop` can, else stopped if it still runs
+        and its answer is not wanted (idempotent)."""
+        if self._process.exitcode is None and not self._answered and not self._told_to_stop():
+            self._process.terminate()
+        self._process.join()
+        self._conn.close()
+
+
+class ChildCall(ForkedChild, Generic[_T]):
     """``function(*args)`` in a forked child, started by the constructor (requires :func:`can_fork`; use it where
     :func:`fork_is_safe`).
 
@@ -44,13 +93,10 @@ class ChildCall(Generic[_T]):
     :meth:`result` or :meth:`close` (in ``finally``): the child is waited for either way.
     """
 
+    _task = "reading the ledger's turns"
+
     def __init__(self, function: Callable[..., _T], *args: Any) -> None:
-        context = multiprocessing.get_context("fork")
-        self._conn, child = context.Pipe(duplex=False)
-        self._process = context.Process(target=_call, args=(child, self._conn, function, args), daemon=True)
-        self._process.start()
-        child.close()
-        self._answered = False
+        self._start(_call, (function, args), duplex=False)
 
     def result(self) -> _T:
         """The child's value; waits for it.
@@ -59,21 +105,8 @@ class ChildCall(Generic[_T]):
             Exception: what the function raised in the child, re-raised here.
             ReportError: the child died without a whole answer (killed mid-send too; its exit code in the message).
         """
-        try:
-            ok, value = receive(self._conn, self._process, "reading the ledger's turns")
-            self._answered = True
-        finally:
-            self.close()
-        if not ok:
-            raise value
+        value: _T = self._answer()
         return value
-
-    def close(self) -> None:
-        """Stop the child if it still runs (its answer is not wanted) and wait for it."""
-        if self._process.exitcode is None and not self._answered:
-            self._process.terminate()
-        self._process.join()
-        self._conn.close()
 
 
 def receive(conn: Connection, process: BaseProcess, task: str) -> tuple[bool, Any]:
@@ -97,11 +130,18 @@ def _died(task: str, exitcode: int | None) -> str:
     return f"the report's child process {task} {how} before it answered; the report in that folder is incomplete: run it again."
 
 
-def _call(conn: Connection, parents: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def child_started(parents: Connection) -> None:
+    """What a forked child does first: close the fork's copy of the parent's end of the pipe (with it open, a parent
+    killed leaves the child blocked for ever, waiting to read or to write) and ignore Ctrl-C (it reaches the parent,
+    which ends the child)."""
     import signal
 
-    parents.close()  # the fork's copy of the parent's end: with it open, a parent killed leaves this child blocked for ever
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops this process
+    parents.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _call(conn: Connection, parents: Connection, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    child_started(parents)
     try:
         answer: tuple[bool, Any] = (True, function(*args))
     except Exception as exc:  # noqa: BLE001 - re-raised in the parent

@@ -9,17 +9,16 @@ The files are the same bytes as when drawn in-process (``benchmarks/report_same_
 
 from __future__ import annotations
 
-import multiprocessing
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from harness.report.child import receive
+from harness.report.child import ForkedChild, child_started
 from harness.report.plot_data import PlotData
 
 __all__ = ["PlotWorker"]
 
 
-class PlotWorker:
+class PlotWorker(ForkedChild):
     """One child process that draws one report's plots (:func:`harness.report.plots.draw_all`).
 
     Started by the constructor (forked: made only where :func:`harness.report.child.fork_is_safe`); :meth:`draw` hands it the tables,
@@ -27,14 +26,11 @@ class PlotWorker:
     :meth:`result` or :meth:`close`, e.g. in ``finally``).
     """
 
+    _task = "drawing the plots"
+
     def __init__(self) -> None:
-        context = multiprocessing.get_context("fork")  # made only where forking is safe (child.fork_is_safe)
-        self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, self._conn), name="harness-report-plots", daemon=True)
-        self._process.start()
-        child.close()
         self._sent = False  # tables handed over (or told to stop)
-        self._answered = False
+        self._start(_serve, (), duplex=True, name="harness-report-plots")
 
     def draw(self, data: PlotData, out: Path) -> None:
         """Hand the child the tables to draw into ``out`` (once); a child already gone is reported by :meth:`result`."""
@@ -52,36 +48,23 @@ class PlotWorker:
             ReportError: the child died before it answered (its exit code or signal in the message).
             Exception: whatever drawing raised in the child, re-raised here.
         """
-        try:
-            ok, value = receive(self._conn, self._process, "drawing the plots")
-            self._answered = True
-        finally:
-            self.close()
-        if not ok:
-            raise value
-        return dict(value)
+        return dict(self._answer())
 
-    def close(self) -> None:
-        """End the child and wait for it: told to stop if it has nothing to draw, stopped if its answer is not wanted."""
-        if self._process.exitcode is None:
-            if not self._sent:
-                try:
-                    self._conn.send(None)
-                except OSError:  # the child is gone already
-                    pass
-                self._sent = True
-            elif not self._answered:  # the report failed while the child drew: its plots are not wanted
-                self._process.terminate()
-            self._process.join()
-        self._conn.close()
+    def _told_to_stop(self) -> bool:
+        """A child given nothing to draw is told to stop (it then ends by itself); one drawing is stopped."""
+        if self._sent:
+            return False
+        try:
+            self._conn.send(None)
+        except OSError:  # the child is gone already
+            pass
+        self._sent = True
+        return True
 
 
 def _serve(conn: Connection, parents: Connection) -> None:
     """The child: import the plotting code (matplotlib) first, then draw what the parent sends, once."""
-    import signal
-
-    parents.close()  # the fork's copy of the parent's end: with it open, a parent killed leaves this child waiting for ever
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which ends this process
+    child_started(parents)
     from harness.report import plots
 
     try:
