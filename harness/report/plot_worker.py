@@ -4,7 +4,7 @@ On the 1,000,000-turn benchmark the plots cost about 4 s of CPU (matplotlib's im
 of the ledger's reads and the tables; on a machine with two cores, :class:`PlotWorker` moves them off the report's
 critical path: the child is started before the ledger is read (it imports matplotlib meanwhile), receives the small
 tables of :class:`harness.report.plot_data.PlotData` once they are computed, draws, and answers with the captions.
-The files are the same bytes as when drawn in-process (``benchmarks/report_same_bytes.py``, tests/test_report_worker.py).
+The files are the same bytes as when drawn in-process (``benchmarks/report_same_bytes.py``, tests/test_report_processes.py).
 """
 
 from __future__ import annotations
