@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,9 +17,9 @@ from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
 
 
-def _harness(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
 
 
 def _children(pid: int) -> list[int]:
@@ -33,6 +34,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _left_after(pids: list[int], seconds: float) -> list[int]:
+    """The processes of ``pids`` still running ``seconds`` from now (or once all are gone); those are killed."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in pids if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
 def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
     """Found by red25: after a SIGKILL of the driver, each worker lived on until its runs' model calls came back (as long
     as the request timeout), holding the server's slots and then running the replies' tool calls in the sandboxes,
@@ -40,7 +52,7 @@ def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
     with FakeAgentServer(delay_s=30, slots=4) as server:
         proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
                         "--repeats", "4", "--temperature", "0", "--jobs", "4", "--ledger", str(tmp_path / "l.sqlite"),
-                        "--executor", "processes", "--workers", "2")  # fmt: skip
+                        "--executor", "processes", "--workers", "2", stderr=subprocess.DEVNULL)  # fmt: skip
         deadline = time.monotonic() + 60
         while server.requests < 4:  # both workers have runs waiting on a reply
             assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
@@ -48,10 +60,30 @@ def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
         workers = _children(proc.pid)
         proc.kill()
         proc.wait()
-        killed = time.monotonic()
-        while any(_alive(pid) for pid in workers) and time.monotonic() - killed < 5:
-            time.sleep(0.05)
-        left = [pid for pid in workers if _alive(pid)]
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
+        left = _left_after(workers, 5)
     assert len(workers) >= 2 and not left
+
+
+def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path):
+    """Found by red25: when the driver could not write the ledger, it asked the workers to quit and waited up to 10 s
+    for each, one after the other, while their runs waited on model calls whose rows it would never read; the error
+    came that much later. Here one run's reply comes after 1 s, the other's after 30 s."""
+    ledger_path = tmp_path / "l.sqlite"
+    with FakeAgentServer([{"content": "Done."}], delay_s=1, faults=lambda n: "slow" if n > 1 else None, slow_s=30) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
+                        "--executor", "processes", "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 2:  # both runs started; the first reply comes in 1 s, the second in 30 s
+            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
+            time.sleep(0.01)
+        workers = _children(proc.pid)
+        db = sqlite3.connect(ledger_path)
+        db.execute("ALTER TABLE turns RENAME TO turns_moved")  # the first run's turn cannot be written
+        db.close()
+        moved = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - moved
+        left = _left_after(workers, 2)
+    assert proc.returncode == 1 and "turns" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
+    assert took < 8 and not left, took

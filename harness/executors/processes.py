@@ -19,7 +19,8 @@ A worker that dies (``kill -9``, out of memory): its runs not yet started go bac
 gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
 place. Ctrl-C: the first stops handing out runs and tells the workers to stop (runs end as ``interrupted`` before
 their next model call; the driver waits for them); the second ends the runs in flight as ``interrupted`` at once, kills
-the workers and raises :class:`~harness.runner.MatrixQuit`.
+the workers and raises :class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be
+written, a worker's harness bug) kills the workers at once too: nothing their runs send would be read any more.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class ProcessMatrixRun:
             self._interrupted(interrupt)
         except BaseException:
             self.stop.set()
+            self.quitting = True  # nothing the workers' runs send is read any more: they go at once, not after 10 s each
             raise
         finally:
             self._shut_down()
