@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
 
@@ -24,6 +25,11 @@ def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]
 
 def _children(pid: int) -> list[int]:
     return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
+def _workers(pid: int) -> list[int]:
+    """The worker processes of the driver ``pid`` (multiprocessing's resource tracker aside)."""
+    return [c for c in _children(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 def _alive(pid: int) -> bool:
@@ -87,3 +93,29 @@ def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path):
         left = _left_after(workers, 2)
     assert proc.returncode == 1 and "turns" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
     assert took < 8 and not left, took
+
+
+def test_a_killed_worker_s_runs_end_with_its_exit_code_and_every_turn_that_reached_the_driver(tmp_path):
+    """Found by red25: the end row said "died (exit code None)": the driver read the exit code as soon as the worker's
+    sentinel fired, before the process could be reaped."""
+    ledger_path = tmp_path / "l.sqlite"
+    with FakeAgentServer(delay_s=0.5, slots=16) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "16", "--temperature", "0", "--jobs", "16", "--ledger", str(ledger_path),
+                        "--executor", "processes", "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 24:  # every run has a turn recorded and waits on its second reply
+            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
+            time.sleep(0.01)
+        os.kill(_workers(proc.pid)[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        turns: dict[str, list[int]] = {}
+        for turn in ledger.turns():
+            turns.setdefault(turn.record.run_id, []).append(turn.record.turn)
+        assert ledger.verify().ok
+    dead = [run for run in runs if run.outcome == "infra_error"]
+    assert proc.returncode == 1 and dead, err
+    assert all(run.end is not None and turns.get(run.run_id, []) == list(range(1, run.end.turns + 1)) for run in runs)
+    assert all("died (exit code -9)" in (run.end.error or "") for run in dead), [run.end.error for run in dead]

@@ -299,6 +299,8 @@ class ProcessMatrixRun:
         self._drain(worker)  # what it sent before it died
         self.workers.remove(worker)
         worker.conn.close()
+        if worker.process.sentinel is not None:  # it has exited; reaped a moment later (its exit code None until then)
+            worker.process.join(5)
         code = worker.process.exitcode
         self.deaths = 0 if worker.heard else self.deaths + 1
         if self.deaths >= _DEATHS_BEFORE_GIVING_UP:
