@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
@@ -70,10 +72,12 @@ def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
     assert len(workers) >= 2 and not left
 
 
-def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path):
+@pytest.mark.parametrize("ctrl_c_first", [False, True], ids=["running", "stopping"])
+def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path, ctrl_c_first):
     """Found by red25: when the driver could not write the ledger, it asked the workers to quit and waited up to 10 s
     for each, one after the other, while their runs waited on model calls whose rows it would never read; the error
-    came that much later. Here one run's reply comes after 1 s, the other's after 30 s."""
+    came that much later (also while it waited for the runs in flight after a first Ctrl-C). Here one run's reply
+    comes after 1 s, the other's after 30 s."""
     ledger_path = tmp_path / "l.sqlite"
     with FakeAgentServer([{"content": "Done."}], delay_s=1, faults=lambda n: "slow" if n > 1 else None, slow_s=30) as server:
         proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
@@ -84,6 +88,8 @@ def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path):
             assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
             time.sleep(0.01)
         workers = _children(proc.pid)
+        if ctrl_c_first:
+            proc.send_signal(signal.SIGINT)
         db = sqlite3.connect(ledger_path)
         db.execute("ALTER TABLE turns RENAME TO turns_moved")  # the first run's turn cannot be written
         db.close()
@@ -91,7 +97,8 @@ def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path):
         _, err = proc.communicate(timeout=60)
         took = time.monotonic() - moved
         left = _left_after(workers, 2)
-    assert proc.returncode == 1 and "turns" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in err and last.startswith("harness: could not") and "turns" in last, err
     assert took < 8 and not left, took
 
 

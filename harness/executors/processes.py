@@ -164,6 +164,9 @@ class ProcessMatrixRun:
                 if flight.claim is not None:
                     flight.claim.release()
             raise MatrixQuit(recorded) from None
+        except BaseException:
+            self.quitting = True  # the driver failed while it waited: as in run()
+            raise
         raise interrupt
 
     def _stop(self) -> None:
