@@ -238,7 +238,7 @@ def _check_turns(matrix: Matrix, failures: list[str]) -> None:
         for turn in ledger.turns():
             numbers.setdefault(turn.record.run_id, []).append(turn.record.turn)
         ended = [run for run in ledger.runs() if run.end is not None]
-    short = [run.run_id for run in ended if numbers.get(run.run_id, []) != list(range(1, run.end.turns + 1))]  # type: ignore[union-attr]
+    short = [run.run_id for run in ended if numbers.get(run.run_id, []) != list(range(1, run.end.turns + 1))]
     print(f"  ended runs whose turn rows are not 1..end.turns: {len(short)} of {len(ended)}")
     if short:
         failures.append(f"{len(short)} ended runs lack turn rows their end row counts (or have extra): {short[:3]}")
