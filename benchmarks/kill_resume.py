@@ -1,7 +1,7 @@
 """Kill-and-resume benchmark (issue 11, "Done when"): nothing lost, nothing run twice, tampering caught.
 
-Run: ``python benchmarks/kill_resume.py [--runs 500] [--kills 10] [--latency-ms 50] [--jobs 4] [--seed N]``
-(about a minute on 2 cores at the defaults). It
+Run: ``python benchmarks/kill_resume.py [--runs 500] [--kills 10] [--latency-ms 50] [--jobs 4] [--seed N]
+[--executor processes --workers 2]`` (about a minute on 2 cores at the defaults). It
 
 1. starts a scripted OpenAI-compatible server on 127.0.0.1 (tests/fake_agent_server.py) that answers
    every request after ``--latency-ms`` like an ideal model (3 requests per run of list_and_report);
@@ -12,7 +12,9 @@ Run: ``python benchmarks/kill_resume.py [--runs 500] [--kills 10] [--latency-ms 
    where unavailable), and the first restart always is when it is available;
 3. takes ``harness ledger head`` after the first kill, lets the last start finish, and checks:
    ``--dry-run`` says every planned run is done; the finished (scored) runs in the ledger are
-   exactly the planned identities, each once; ``ledger verify`` and ``ledger verify --anchor HEAD``
+   exactly the planned identities, each once; every run with an end row has its turn rows 1..``end.turns``
+   (the processes executor sends turns without waiting for them); no process the killed harness started
+   (its workers) is still running 5 s after the kill; ``ledger verify`` and ``ledger verify --anchor HEAD``
    pass; and a tampered copy of each kind issue 11 lists fails verify (cuts past the anchor and
    re-chained edits with ``--anchor``, the rest without it), using tests/ledger_tamper.py.
 
@@ -84,13 +86,14 @@ def _harness_pid(proc: subprocess.Popen[bytes], as_pid_1: bool) -> int:
 class Matrix:
     """One ``harness run`` matrix against the server, started, killed and restarted as a subprocess."""
 
-    def __init__(self, server: FakeAgentServer, folder: Path, runs: int, jobs: int) -> None:
+    def __init__(self, server: FakeAgentServer, folder: Path, runs: int, jobs: int, executor: tuple[str, ...] = ()) -> None:
         self.server, self.folder = server, folder
         self.ledger = folder / "ledger.sqlite"
         self.model = f"openai:ideal@{server.base_url}"
         self.args = (str(SCENARIO), "--model", self.model, *FLAGS, "--repeats", str(runs), "--jobs", str(jobs),
-                     "--ledger", str(self.ledger))  # fmt: skip
+                     "--ledger", str(self.ledger), *executor)  # fmt: skip
         self.starts = 0
+        self.orphans: list[int] = []  # processes of a killed harness still running 5 s after the kill
 
     def start(self, as_pid_1: bool) -> subprocess.Popen[bytes]:
         """Start ``harness run`` (output to files: a full pipe must not stall it)."""
@@ -131,9 +134,38 @@ class Matrix:
             moment = f"{delay_s * 1000:4.0f} ms after request {request}"
         if proc.poll() is not None:
             return None
-        os.kill(_harness_pid(proc, as_pid_1), signal.SIGKILL)
+        pid = _harness_pid(proc, as_pid_1)
+        children = _children(pid)
+        os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=60)
+        self.orphans += _left_after(children, 5.0)
         return moment
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (a killed harness's workers)."""
+    try:
+        return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def _left_after(pids: list[int], seconds: float) -> list[int]:
+    """Those of ``pids`` still running after ``seconds`` (or once all are gone); they are killed."""
+    deadline = time.monotonic() + seconds
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in pids if _running(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def _run_with_kills(matrix: Matrix, rng: random.Random, kills: int, latency_s: float, runs: int, jobs: int, pid1: bool) -> dict:
@@ -196,6 +228,20 @@ def _check_identities(matrix: Matrix, runs: int, failures: list[str]) -> None:
                         f"{len(extra)} not planned")  # fmt: skip
     if set(outcomes) - {"pass", "unfinished (killed)"}:
         failures.append(f"outcomes other than pass (the server is ideal): {dict(outcomes)}")
+    _check_turns(matrix, failures)
+
+
+def _check_turns(matrix: Matrix, failures: list[str]) -> None:
+    """Every run with an end row has its turn rows 1..``end.turns``, no gap, none after."""
+    with Ledger(matrix.ledger, readonly=True) as ledger:
+        numbers: dict[str, list[int]] = {}
+        for turn in ledger.turns():
+            numbers.setdefault(turn.record.run_id, []).append(turn.record.turn)
+        ended = [run for run in ledger.runs() if run.end is not None]
+    short = [run.run_id for run in ended if numbers.get(run.run_id, []) != list(range(1, run.end.turns + 1))]
+    print(f"  ended runs whose turn rows are not 1..end.turns: {len(short)} of {len(ended)}")
+    if short:
+        failures.append(f"{len(short)} ended runs lack turn rows their end row counts (or have extra): {short[:3]}")
 
 
 def _truncate_to_before(anchor: str) -> Callable[[Path], None]:
@@ -300,20 +346,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=50.0, help="the server's delay per reply; default 50")
     parser.add_argument("--jobs", type=int, default=4, help="harness run --jobs (and the server's slots); default 4")
     parser.add_argument("--seed", type=int, default=None, help="the RNG seed (default: a random one, printed)")
+    parser.add_argument("--executor", choices=("threads", "processes"), default="threads", help="harness run --executor")
+    parser.add_argument("--workers", type=int, default=2, help="--workers with --executor processes; default 2")
     args = parser.parse_args(argv)
     if args.runs < 3 or not 1 <= args.kills <= REQUESTS_PER_RUN * args.runs - 8:
         parser.error("--runs must be at least 3 and --kills from 1 to about 3 x --runs")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)
     pid1 = pid_namespace_works()
+    executor = ("--executor", "processes", "--workers", str(args.workers)) if args.executor == "processes" else ()
     print(f"kill_resume: {args.runs} runs, {args.kills} kills, {args.latency_ms:g} ms per reply, --jobs {args.jobs}, "
-          f"seed {seed}")  # fmt: skip
+          f"{' '.join(executor) or '--executor threads'}, seed {seed}")  # fmt: skip
     if not pid1:
         print("  note: unshare -pf --mount-proc is not available here; every start is a plain child process")
     failures: list[str] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, FakeAgentServer(delay_s=args.latency_ms / 1000, slots=args.jobs) as server:
-        matrix = Matrix(server, Path(tmp), args.runs, args.jobs)
+        matrix = Matrix(server, Path(tmp), args.runs, args.jobs, executor)
         outcome = _run_with_kills(matrix, rng, args.kills, args.latency_ms / 1000, args.runs, args.jobs, pid1)
         elapsed = time.perf_counter() - started
         print(f"  {outcome['landed']} of {args.kills} kills landed; {matrix.starts} starts, {outcome['as_pid_1']} as pid 1; "
@@ -322,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(f"only {outcome['landed']} of {args.kills} kills landed before the matrix finished")
         if outcome["final_rc"] != 0:
             failures.append(f"the last start exited {outcome['final_rc']}: {outcome['final_err'][-500:]}")
+        print(f"  processes of a killed harness still running 5 s after its kill: {len(matrix.orphans)}")
+        if matrix.orphans:
+            failures.append(f"{len(matrix.orphans)} processes outlived their killed harness by 5 s (killed now)")
         _check_identities(matrix, args.runs, failures)
         _check_ledger(matrix, outcome["anchor"], failures)
     total = time.perf_counter() - started

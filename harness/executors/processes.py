@@ -19,7 +19,8 @@ A worker that dies (``kill -9``, out of memory): its runs not yet started go bac
 gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
 place. Ctrl-C: the first stops handing out runs and tells the workers to stop (runs end as ``interrupted`` before
 their next model call; the driver waits for them); the second ends the runs in flight as ``interrupted`` at once, kills
-the workers and raises :class:`~harness.runner.MatrixQuit`.
+the workers and raises :class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be
+written, a worker's harness bug) kills the workers at once too: nothing their runs send would be read any more.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class ProcessMatrixRun:
             self._interrupted(interrupt)
         except BaseException:
             self.stop.set()
+            self.quitting = True  # nothing the workers' runs send is read any more: they go at once, not after 10 s each
             raise
         finally:
             self._shut_down()
@@ -162,6 +164,9 @@ class ProcessMatrixRun:
                 if flight.claim is not None:
                     flight.claim.release()
             raise MatrixQuit(recorded) from None
+        except BaseException:
+            self.quitting = True  # the driver failed while it waited: as in run()
+            raise
         raise interrupt
 
     def _stop(self) -> None:
@@ -298,6 +303,8 @@ class ProcessMatrixRun:
         self._drain(worker)  # what it sent before it died
         self.workers.remove(worker)
         worker.conn.close()
+        if worker.process.sentinel is not None:  # it has exited; reaped a moment later (its exit code None until then)
+            worker.process.join(5)
         code = worker.process.exitcode
         self.deaths = 0 if worker.heard else self.deaths + 1
         if self.deaths >= _DEATHS_BEFORE_GIVING_UP:

@@ -8,6 +8,7 @@ to handle, which tells the worker to stop (its runs end as ``interrupted`` befor
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import traceback
@@ -121,6 +122,10 @@ class _Backends:
 def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: int, *, ship_sandboxes: bool = False) -> None:
     """The worker process: serve the driver's messages until it says ``quit`` or goes away.
 
+    When the driver goes away (killed), the process exits at once (``os._exit``): its runs in flight cannot be
+    recorded any more, and waiting for their model calls kept it alive (holding the server's slots, then running the
+    replies' tool calls in the sandboxes) for as long as the request timeout.
+
     Args:
         conn: the worker's end of its duplex pipe to the driver (:mod:`harness.executors.channel`).
         recipes: model spec -> how to open its backend.
@@ -133,12 +138,14 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     link, stop, backends = WorkerLink(conn), threading.Event(), _Backends(recipes, remote=ship_sandboxes)
     pool = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="run")
+    orphaned = False
     try:
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                break  # the driver is gone
+                orphaned = True  # the driver is gone
+                break
             if message[0] == "replies":
                 for reply in message[1]:
                     link.deliver(*reply)
@@ -153,6 +160,8 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
         link.break_all()
         pool.shutdown(wait=False, cancel_futures=True)
         backends.close()
+    if orphaned:  # nothing its runs do can be recorded now: exit, not wait for their model calls (the pool's threads)
+        os._exit(0)
 
 
 def _run_task(link: WorkerLink, backends: _Backends, task: RunTask, stop: threading.Event, ship: bool) -> None:

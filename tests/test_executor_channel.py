@@ -1,0 +1,128 @@
+"""The ``processes`` executor's channel under stress: the driver killed, its workers' fate; turns sent as notices.
+
+Real spawned worker processes, real HTTP servers on 127.0.0.1, real SQLite ledgers; each case takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.ledger import Ledger
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, SCENARIO_FILE
+
+
+def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
+def _workers(pid: int) -> list[int]:
+    """The worker processes of the driver ``pid`` (multiprocessing's resource tracker aside)."""
+    return [c for c in _children(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for a reaper that never comes counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _left_after(pids: list[int], seconds: float) -> list[int]:
+    """The processes of ``pids`` still running ``seconds`` from now (or once all are gone); those are killed."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in pids if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
+    """Found by red25: after a SIGKILL of the driver, each worker lived on until its runs' model calls came back (as long
+    as the request timeout), holding the server's slots and then running the replies' tool calls in the sandboxes,
+    though nothing it did could be recorded any more."""
+    with FakeAgentServer(delay_s=30, slots=4) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "4", "--temperature", "0", "--jobs", "4", "--ledger", str(tmp_path / "l.sqlite"),
+                        "--executor", "processes", "--workers", "2", stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 4:  # both workers have runs waiting on a reply
+            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
+            time.sleep(0.02)
+        workers = _children(proc.pid)
+        proc.kill()
+        proc.wait()
+        left = _left_after(workers, 5)
+    assert len(workers) >= 2 and not left
+
+
+@pytest.mark.parametrize("ctrl_c_first", [False, True], ids=["running", "stopping"])
+def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path, ctrl_c_first):
+    """Found by red25: when the driver could not write the ledger, it asked the workers to quit and waited up to 10 s
+    for each, one after the other, while their runs waited on model calls whose rows it would never read; the error
+    came that much later (also while it waited for the runs in flight after a first Ctrl-C). Here one run's reply
+    comes after 1 s, the other's after 30 s."""
+    ledger_path = tmp_path / "l.sqlite"
+    with FakeAgentServer([{"content": "Done."}], delay_s=1, faults=lambda n: "slow" if n > 1 else None, slow_s=30) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
+                        "--executor", "processes", "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 2:  # both runs started; the first reply comes in 1 s, the second in 30 s
+            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
+            time.sleep(0.01)
+        workers = _children(proc.pid)
+        if ctrl_c_first:
+            proc.send_signal(signal.SIGINT)
+        db = sqlite3.connect(ledger_path)
+        db.execute("ALTER TABLE turns RENAME TO turns_moved")  # the first run's turn cannot be written
+        db.close()
+        moved = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - moved
+        left = _left_after(workers, 2)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in err and last.startswith("harness: could not") and "turns" in last, err
+    assert took < 8 and not left, took
+
+
+def test_a_killed_worker_s_runs_end_with_its_exit_code_and_every_turn_that_reached_the_driver(tmp_path):
+    """Found by red25: the end row said "died (exit code None)": the driver read the exit code as soon as the worker's
+    sentinel fired, before the process could be reaped."""
+    ledger_path = tmp_path / "l.sqlite"
+    with FakeAgentServer(delay_s=0.5, slots=16) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "16", "--temperature", "0", "--jobs", "16", "--ledger", str(ledger_path),
+                        "--executor", "processes", "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 24:  # every run has a turn recorded and waits on its second reply
+            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
+            time.sleep(0.01)
+        os.kill(_workers(proc.pid)[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        turns: dict[str, list[int]] = {}
+        for turn in ledger.turns():
+            turns.setdefault(turn.record.run_id, []).append(turn.record.turn)
+        assert ledger.verify().ok
+    dead = [run for run in runs if run.outcome == "infra_error"]
+    assert proc.returncode == 1 and dead, err
+    assert all(run.end is not None and turns.get(run.run_id, []) == list(range(1, run.end.turns + 1)) for run in runs)
+    assert all("died (exit code -9)" in (run.end.error or "") for run in dead), [run.end.error for run in dead]
