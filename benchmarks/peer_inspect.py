@@ -22,7 +22,9 @@ token usage given so none is counted) through ``use_tools`` and ``generate(tool_
 a time (``max_samples=1``, the harness's jobs 1; ``--inspect-max-samples`` changes it), ``display="none"``, its
 ``.eval`` log with every sample (the peer of the ledger) but without realtime event logging
 (``log_realtime=False``, about a fifth less CPU than the default) written to a temporary folder, and a scorer doing
-the same checks. The CPU time of each child over the same window is printed beside the wall time.
+the same checks. ``--inspect-max-samples 0`` runs inspect_ai with its own defaults instead (samples in flight,
+realtime event log, display): its configuration as a user gets it, the realtime log being what lets its viewer show
+a sample in progress, as the harness's viewer shows a run's turns. The CPU time of each child over the same window is printed beside the wall time.
 
 The harness is measured from this checkout (``PYTHONPATH``), inspect_ai with the virtual environment's python.
 Without ``--venv`` (or with a folder that holds no inspect_ai) only the harness side is measured and the
@@ -237,8 +239,8 @@ def _inspect_runs(runs: int, folder: Path, max_samples: int = 1) -> tuple[float,
 
     task = _inspect_task(runs, folder / "work")
     start, cpu = time.perf_counter(), time.process_time()
-    [log] = inspect_eval(task, model=_inspect_model(), max_samples=max_samples, display="none", log_dir=str(folder / "logs"),
-                         log_format="eval", log_realtime=False)  # fmt: skip
+    lean: dict[str, object] = {"max_samples": max_samples, "display": "none", "log_realtime": False} if max_samples else {}
+    [log] = inspect_eval(task, model=_inspect_model(), log_dir=str(folder / "logs"), log_format="eval", **lean)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     if log.status != "success" or log.samples is None:
         raise RuntimeError(f"inspect_ai: status {log.status}: {log.error}")
@@ -386,7 +388,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--runs", type=int, default=200, help=f"runs ({TURNS_PER_RUN} turns each) per measurement (default 200)")
     parser.add_argument("--inspect-max-samples", type=int, default=1, metavar="N",
-                        help="inspect_ai's samples in flight (default 1, as the harness's jobs 1)")  # fmt: skip
+                        help="inspect_ai's samples in flight (default 1, as the harness's jobs 1; 0: all of "
+                             "inspect_ai's defaults, realtime log and display included)")  # fmt: skip
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
