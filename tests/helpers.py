@@ -107,6 +107,11 @@ IDEAL = [
 _FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 
 
+def child_pids(pid: int) -> list[int]:
+    """The process ids of ``pid``'s children (every thread's, from ``/proc``: Linux only)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
 def ledger_counts(ledger: Ledger) -> dict[str, int]:
     """Row counts of the runs, turns and run_ends tables."""
     return {t: n for t, n in ledger.row_counts().items() if t in ("runs", "turns", "run_ends")}

@@ -17,7 +17,7 @@ import pytest
 
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE
+from tests.helpers import REPO, SCENARIO_FILE, child_pids
 
 
 def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
@@ -25,13 +25,9 @@ def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]
                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
-
-
 def _workers(pid: int) -> list[int]:
     """The worker processes of the driver ``pid`` (multiprocessing's resource tracker aside)."""
-    return [c for c in _children(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return [c for c in child_pids(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 def _alive(pid: int) -> bool:
@@ -65,7 +61,7 @@ def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
         while server.requests < 4:  # both workers have runs waiting on a reply
             assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
             time.sleep(0.02)
-        workers = _children(proc.pid)
+        workers = child_pids(proc.pid)
         proc.kill()
         proc.wait()
         left = _left_after(workers, 5)
@@ -87,7 +83,7 @@ def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path, ctrl
         while server.requests < 2:  # both runs started; the first reply comes in 1 s, the second in 30 s
             assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
             time.sleep(0.01)
-        workers = _children(proc.pid)
+        workers = child_pids(proc.pid)
         if ctrl_c_first:
             proc.send_signal(signal.SIGINT)
         db = sqlite3.connect(ledger_path)

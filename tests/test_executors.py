@@ -25,7 +25,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import MatrixEvents, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE
+from tests.helpers import REPO, SCENARIO_FILE, child_pids
 
 CASSETTES = REPO / "tests" / "cassettes" / "list_and_report"
 EXECUTORS = ("threads", "processes")
@@ -181,10 +181,6 @@ def test_ctrl_c_once_ends_the_runs_in_flight_as_interrupted_and_resume_completes
 # a second Ctrl-C with --executor processes: tests/test_matrix.py, parametrized over both executors
 
 
-def _children(pid: int) -> list[str]:
-    return [c for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
-
-
 def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_path):
     """Found by red22: a quit while the workers were still starting said "2 runs in flight recorded as interrupted"
     over a ledger without a run: the count was of runs handed to workers, not of end rows written."""
@@ -194,7 +190,7 @@ def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_pa
                         "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
                         "--executor", "processes", "--workers", "2")  # fmt: skip
         deadline = time.monotonic() + 60
-        while len(_children(proc.pid)) < 2:  # Ctrl-C twice once the runs are handed out, before the workers start them
+        while len(child_pids(proc.pid)) < 2:  # Ctrl-C twice once the runs are handed out, before the workers start them
             assert time.monotonic() < deadline and not server.requests
             time.sleep(0.01)
         time.sleep(0.2)  # the workers are still importing
@@ -221,7 +217,7 @@ def test_ctrl_c_while_the_workers_are_spawned_prints_no_traceback(tmp_path):
                         "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path), "--executor", "processes",
                         "--workers", "2")  # fmt: skip
         deadline = time.monotonic() + 60
-        while len(_children(proc.pid)) < 2:  # the second worker is being started
+        while len(child_pids(proc.pid)) < 2:  # the second worker is being started
             assert time.monotonic() < deadline
             time.sleep(0.005)
         proc.send_signal(signal.SIGINT)
