@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -122,3 +123,50 @@ def test_a_killed_worker_s_runs_end_with_its_exit_code_and_every_turn_that_reach
     assert proc.returncode == 1 and dead, err
     assert all(run.end is not None and turns.get(run.run_id, []) == list(range(1, run.end.turns + 1)) for run in runs)
     assert all("died (exit code -9)" in (run.end.error or "") for run in dead), [run.end.error for run in dead]
+
+
+CLOSED: list[str] = []  # model specs whose backend the driver closed (a worker's closes stay in the worker)
+
+
+def _closing_factory(spec: str, **kwargs):  # noqa: ANN202 - module level, so a worker can unpickle it
+    from harness.backends import open_backend
+
+    backend = open_backend(spec, **kwargs)
+    close = backend.close
+
+    def closed() -> None:
+        CLOSED.append(spec)
+        close()
+
+    backend.close = closed  # type: ignore[method-assign]
+    return backend
+
+
+def test_a_ledger_failure_in_the_driver_still_closes_its_backends(tmp_path):
+    """Found by review: the failure path marked the matrix as quitting at once (a second Ctrl-C's flag), so run_matrix
+    skipped closing the driver's backends."""
+    from harness.errors import LedgerError
+    from harness.loop import RunOptions
+    from harness.matrix import MatrixOverrides
+    from harness.runner import expand_matrix, run_matrix
+    from harness.scenarios import load_scenario
+
+    ledger_path = tmp_path / "l.sqlite"
+    CLOSED.clear()
+    with FakeAgentServer([{"content": "Done."}], delay_s=1) as server:
+        model = f"openai:ideal@{server.base_url}"
+        plans = expand_matrix([load_scenario(SCENARIO_FILE)], MatrixOverrides([model], [0.0], 2, None, ["native"], None))
+
+        def move_turns() -> None:
+            while server.requests < 2:
+                time.sleep(0.01)
+            db = sqlite3.connect(ledger_path)
+            db.execute("ALTER TABLE turns RENAME TO turns_moved")
+            db.close()
+
+        mover = threading.Thread(target=move_turns, daemon=True)
+        mover.start()
+        options = RunOptions(runs_dir=tmp_path / "runs", jobs=2, executor="processes", workers=2)
+        with Ledger(ledger_path) as ledger, pytest.raises(LedgerError, match="turns"):
+            run_matrix(plans, ledger, options, backend_factory=_closing_factory)
+    assert CLOSED == [model]

@@ -139,7 +139,7 @@ class ProcessMatrixRun:
             self._interrupted(interrupt)
         except BaseException:
             self.stop.set()
-            self.quitting = True  # nothing the workers' runs send is read any more: they go at once, not after 10 s each
+            self._kill_workers()  # nothing their runs send is read any more: they go at once, not after 10 s each
             raise
         finally:
             self._shut_down()
@@ -157,17 +157,22 @@ class ProcessMatrixRun:
         except KeyboardInterrupt:
             abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
             self.quitting = True
-            for worker in self.workers:
-                worker.process.kill()  # nothing but the driver writes the ledger, and it writes the end rows now
+            self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
             recorded = _end_abandoned(self.ledger, abandoned)
             for flight in self.flights.values():
                 if flight.claim is not None:
                     flight.claim.release()
             raise MatrixQuit(recorded) from None
         except BaseException:
-            self.quitting = True  # the driver failed while it waited: as in run()
+            self._kill_workers()  # the driver failed while it waited: as in run()
             raise
         raise interrupt
+
+    def _kill_workers(self) -> None:
+        """Kill every worker process at once (``quitting`` stays as it was: the backends are still closed unless the
+        caller exits at once after a second Ctrl-C)."""
+        for worker in self.workers:
+            worker.process.kill()
 
     def _stop(self) -> None:
         """No new run starts; the workers' runs end as interrupted before their next model call."""
