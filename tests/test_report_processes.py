@@ -196,7 +196,9 @@ def test_a_child_ends_when_its_parent_is_killed(tmp_path, kind):
 
     script = tmp_path / "parent.py"
     script.write_text(_ORPHAN_PARENT.format(repo=str(Path(__file__).resolve().parents[1])))
-    with subprocess.Popen([sys.executable, str(script), kind], stdout=subprocess.PIPE, text=True) as parent:
+    errors = tmp_path / "stderr.txt"  # the children's too: they inherit it
+    with errors.open("w") as err, subprocess.Popen([sys.executable, str(script), kind], stdout=subprocess.PIPE, stderr=err,
+                                                   text=True) as parent:  # fmt: skip
         child = int(parent.stdout.readline())  # type: ignore[union-attr]
         time.sleep(1.0 if kind == "call" else 0.2)  # the answer fills the pipe
         parent.kill()
@@ -207,3 +209,4 @@ def test_a_child_ends_when_its_parent_is_killed(tmp_path, kind):
     if not gone:
         os.kill(child, signal.SIGKILL)
     assert gone
+    assert "Traceback" not in errors.read_text()  # review: the child's answer to a dead parent printed two tracebacks

@@ -33,6 +33,7 @@ from harness.classifier.types import (
     MAX_CANDIDATES,
     MAX_REPAIR_CHARS,
     UNPARSED_ARGUMENTS,
+    BoundedMemo,
     ToolCall,
     content_key,
     get,
@@ -64,7 +65,8 @@ NO_PROPERTY = "is a positional argument with no property to fill"
 """The end of the error of a positional argument to a tool that declares no property (``arg0 is a positional ...``)."""
 # --------------------------------------------------------------------------- schema helpers
 
-_VALIDATORS: dict[bytes, Any] = {}
+_VALIDATORS: BoundedMemo[bytes, Any] = BoundedMemo(257)
+_NOT_HELD = object()
 
 
 def schema_properties(schema: Any) -> list[str]:
@@ -100,8 +102,10 @@ def _validator(schema: Any) -> Any:
     if not isinstance(schema, (Mapping, bool)):
         return None
     key = content_key(schema, 2)  # version 2: no back-references, so one value has one key
-    if key is not None and key in _VALIDATORS:
-        return _VALIDATORS[key]
+    if key is not None:
+        held = _VALIDATORS.get(key, _NOT_HELD)  # one read: another thread may empty the memo between two
+        if held is not _NOT_HELD:
+            return held
     try:
         json.dumps(schema, sort_keys=True, default=str)  # a schema JSON cannot write is not validated
     except (TypeError, ValueError, RecursionError):
@@ -119,9 +123,7 @@ def _validator(schema: Any) -> Any:
     except Exception:  # noqa: BLE001 - any broken schema just disables validation for that tool
         validator = None
     if key is not None:
-        if len(_VALIDATORS) > 256:
-            _VALIDATORS.clear()
-        _VALIDATORS[key] = validator
+        _VALIDATORS.keep(key, validator)
     return validator
 
 

@@ -148,5 +148,7 @@ def _call(conn: Connection, parents: Connection, function: Callable[..., Any], a
         answer = (False, exc)
     try:
         conn.send(answer)
+    except OSError:
+        return  # the parent is gone (killed): nobody to answer
     except Exception as exc:  # noqa: BLE001 - a value or exception that does not pickle: its text
         conn.send((False, RuntimeError(f"a report's child process could not send its answer: {exc!r}")))
