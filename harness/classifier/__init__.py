@@ -4,10 +4,10 @@ Pure package: no I/O, no clock, no imports from the loop, ledger or backends. :f
 runs on every turn of the agent loop and behind ``harness classify``; it never raises. The only
 state kept between calls is bounded memos of pure functions, keyed by immutable content (strings,
 tuples of strings, bytes) or holding the object they were computed from, so no call can see another's
-input in its result: validators by the schema's and the offered tools' text by the list's ``marshal`` bytes
+input in its result: validators by their schema's ``marshal`` bytes and the offered tools' text by the tools list's
 (``types.content_key``: exact built-in types only, so a list edited in place is read afresh; ``validate``,
 ``heuristics.tools_text``), whether a path leaves the sandbox by its text (``heuristics``), calls recovered from earlier
-assistant messages by text digest (``content``), each history message's reading by its role, text and
+assistant messages by the text's digest and the schemas' (``heuristics``), each history message's reading by its role, text and
 call strings (``heuristics``: the loop hands the whole history again on every turn), and what the tool
 results' text holds by that text (``contradiction``); ``tests/test_classifier_memo.py`` holds
 results equal with the memos empty and warm. The

@@ -4,7 +4,7 @@ Messages are tuples on one duplex :func:`multiprocessing.Pipe` per worker (pickl
 
 * worker -> driver: ``(kind, request, run_id, *payload)``. A ``request`` above 0 waits for its reply; 0 is a notice.
   Kinds: ``claim`` (identity), ``start`` (:class:`~harness.ledger.RunStart`, whether the run holds a claim),
-  ``attempt``, ``turn``, ``end`` (their records), ``cached`` (identity, request hash), ``sandbox`` (the run's files, from
+  ``attempt``, ``end`` (their records), ``turn`` (its record, a notice), ``cached`` (identity, request hash), ``sandbox`` (the run's files, from
   a worker on another machine), ``retrying``
   (:class:`~harness.ledger.Attempt`, a notice) and ``done`` (a notice: ``("ran",)``, ``("taken", in_flight)``,
   ``("skipped",)`` for a run that arrived after ``stop``, or ``("bug", text)``).

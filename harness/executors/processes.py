@@ -308,7 +308,7 @@ class ProcessMatrixRun:
         self._drain(worker)  # what it sent before it died
         self.workers.remove(worker)
         worker.conn.close()
-        if worker.process.sentinel is not None:  # it has exited; reaped a moment later (its exit code None until then)
+        if worker.process.sentinel is not None:  # a process (a Ray actor has none): reap it, or its exit code reads None
             worker.process.join(5)
         code = worker.process.exitcode
         self.deaths = 0 if worker.heard else self.deaths + 1
