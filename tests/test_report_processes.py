@@ -210,3 +210,30 @@ def test_a_child_ends_when_its_parent_is_killed(tmp_path, kind):
         os.kill(child, signal.SIGKILL)
     assert gone
     assert "Traceback" not in errors.read_text()  # review: the child's answer to a dead parent printed two tracebacks
+
+
+def test_every_plot_s_texts_lie_inside_its_figure(varied, tmp_path, monkeypatch):
+    """Found by a newcomer: the failure-mode heatmap's title ran past both edges of a 2-row figure and its colour bar's
+    label past the bottom. Every text of every plot (titles, labels, ticks, colour bars) must lie inside its figure."""
+    from harness.report import plots
+
+    outside: list[tuple[str, str]] = []
+    save = plots._save
+
+    def checked(fig, path, footer):  # the real _save, after a look at where each text landed
+        save(fig, path, footer)
+        renderer = fig.canvas.get_renderer()
+        box = fig.bbox
+        for text in fig.findobj(match=lambda a: hasattr(a, "get_text") and a.get_visible() and a.get_text()):
+            extent = text.get_window_extent(renderer)
+            if extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1 or extent.y0 < box.y0 - 1 or extent.y1 > box.y1 + 1:
+                outside.append((path.name, text.get_text()))
+
+    monkeypatch.setattr(plots, "_save", checked)
+    frames = load_frames(varied)
+    for axes, modes in ((["model"], None), (["temperature"], None), (["temperature"], 3)):  # 3 modes: a narrow figure
+        failures = failure_mode_table(frames, axes)
+        if modes:
+            failures = failures[failures["mode"].isin(failures["mode"].unique()[:modes])]
+        plots.draw_all(plot_data(frames, axes, failures), tmp_path)
+    assert not outside, outside

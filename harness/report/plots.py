@@ -191,7 +191,8 @@ def _failure_heatmap(data: PlotData, out: Path) -> tuple[str, str, str] | None:
             values[i, j] = 100 * r["share"]
             if cell_texts_shown(values.size):
                 texts[i][j] = f"{int(r['runs_with'])}/{int(r['scored_runs'])}"
-    fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.8 * len(modes)), 2.8 + 0.32 * len(groups))
+    # at least 4 in high: a shorter axes cut its colour bar's label (newcomer)
+    fig = _figure(max(6.0, 3.5 + 0.12 * max(len(x) for x in labels) + 0.8 * len(modes)), max(4.0, 2.8 + 0.32 * len(groups)))
     ax = fig.add_subplot()
     image = _heat(ax, values, texts, "Reds")
     ax.set_xticks(
@@ -201,7 +202,7 @@ def _failure_heatmap(data: PlotData, out: Path) -> tuple[str, str, str] | None:
     ax.set_xlabel("failure mode (sorted by spread across the rows)")
     ax.set_ylabel(" × ".join(axes))
     what = " (cell text: runs with it/scored runs)" if cell_texts_shown(values.size) else ""
-    ax.set_title(f"Share of scored runs showing each failure mode{what}")
+    ax.set_title(_fitted(fig, f"Share of scored runs showing each failure mode{what}", 12.0))  # cut at both edges: newcomer
     fig.colorbar(image, ax=ax, label="runs with ≥1 occurrence (%)", location="right", shrink=0.9)
     total = int(groups.merge(firsts, on=axes)["scored_runs"].sum())
     footer = f"n = {plural(total, 'scored run')} over {plural(len(groups), 'row')}; Wilson intervals in the report's table{_no_text_note(values.size)}"
