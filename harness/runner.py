@@ -211,6 +211,11 @@ class MatrixResult:
     running_elsewhere: int = 0
     warnings: list[str] = field(default_factory=list)
 
+    def note_taken(self, in_flight: bool) -> None:
+        """Count a planned run another process on the ledger took: running it now (``in_flight``) or done since."""
+        self.running_elsewhere += in_flight
+        self.already_done += not in_flight
+
 
 def plan_matrix(
     plans: Sequence[RunPlan],
@@ -426,10 +431,7 @@ class _MatrixRun:
             summary = run_once(planned.plan, handle, self.ledger, options, run_id=run_id)
         except IdentityTaken as taken:  # another matrix on this ledger finished it or is running it now
             with self.lock:
-                if taken.in_flight:
-                    self.result.running_elsewhere += 1
-                else:
-                    self.result.already_done += 1
+                self.result.note_taken(taken.in_flight)
                 self.events.run_taken(planned.plan, in_flight=taken.in_flight)
             return
         finally:

@@ -58,7 +58,7 @@ def test_pull_downloads_verifies_and_records_the_digest(hub, tmp_path, capsys, s
     rc, out, err = cli(capsys, "models", "pull", REF)
     target = _cached_file(tmp_path, FILE)
     assert (rc, out) == (0, f"{target}\n"), err
-    assert f"downloading {FILE} (98 MB) from {REPO} at main for model '{REF}'" in err
+    assert f"downloading {FILE} (98.4 MB) from {REPO} at main for model '{REF}'" in err
     assert f"verified (sha256 {sha}) and cached at {target}" in err
     assert target.read_bytes() == smollm2_bytes
     assert (target.parent / f"{FILE}.sha256").read_text() == f"{sha}  {FILE}\n"

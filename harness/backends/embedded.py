@@ -175,9 +175,7 @@ class EmbeddedBackend(Backend):
             comes from the Hugging Face hub (else with pip, from the package index).
         """
         info = models.KNOWN_MODELS.get(self.name)
-        if info is None:
-            return None, self.name.startswith(HUB_PREFIX)
-        return info.size or None, info.hub is not None
+        return (info.size or None) if info is not None else None, models.hub_source(self.name) is not None
 
     @property
     def base_url(self) -> str | None:

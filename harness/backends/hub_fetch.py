@@ -41,6 +41,7 @@ from harness.backends import models
 from harness.backends.hub import HubFile, HubSource, hub_offline, is_sha256, model_digest
 from harness.backends.models import file_sha256, hub_paths, recheck_recorded, recorded_sha256, write_sidecar
 from harness.errors import ModelCacheError
+from harness.vocab import size_text
 
 __all__ = ["fetch_source", "plan_model", "plan_source"]
 
@@ -155,7 +156,7 @@ def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progr
     _make_room(partial, size, label=label)
     if progress:
         _log.info(
-            "downloading %s (%.0f MB) from %s at %s for model '%s'...", file.path, size / 1e6, source.repo, source.revision, label
+            "downloading %s (%s) from %s at %s for model '%s'...", file.path, size_text(size), source.repo, source.revision, label
         )
     try:
         # O_NOFOLLOW: a symbolic link planted under the partial's name must not make us append to (or truncate) its target

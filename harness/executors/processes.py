@@ -269,10 +269,7 @@ class ProcessMatrixRun:
     def _on_done(self, flight: Flight, outcome: tuple[Any, ...]) -> None:
         self._land(flight.run_id)
         if outcome[0] == "taken":
-            if outcome[1]:
-                self.result.running_elsewhere += 1
-            else:
-                self.result.already_done += 1
+            self.result.note_taken(outcome[1])
             self.after.append(functools.partial(self.events.run_taken, flight.planned.plan, in_flight=outcome[1]))
         elif outcome[0] == "bug":
             self.after.append(functools.partial(_fail, outcome[1]))  # once the other runs' rows are committed
