@@ -46,6 +46,7 @@ from harness.runner import expand_matrix, plan_matrix  # noqa: E402
 from harness.scenarios import load_scenario  # noqa: E402
 from harness.vocab import is_scored  # noqa: E402
 from tests.fake_agent_server import FakeAgentServer  # noqa: E402
+from tests.helpers import child_pids, left_after  # noqa: E402
 from tests.ledger_tamper import CHAINED, delete_last_run, rechain, tamper  # noqa: E402
 
 SCENARIO = REPO / "scenarios" / "list_and_report.toml"
@@ -135,37 +136,11 @@ class Matrix:
         if proc.poll() is not None:
             return None
         pid = _harness_pid(proc, as_pid_1)
-        children = _children(pid)
+        children = child_pids(pid)
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=60)
-        self.orphans += _left_after(children, 5.0)
+        self.orphans += left_after(children, 5.0)
         return moment
-
-
-def _children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (a killed harness's workers)."""
-    try:
-        return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-    except OSError:
-        return False
-
-
-def _left_after(pids: list[int], seconds: float) -> list[int]:
-    """Those of ``pids`` still running after ``seconds`` (or once all are gone); they are killed."""
-    deadline = time.monotonic() + seconds
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [pid for pid in pids if _running(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return left
 
 
 def _run_with_kills(matrix: Matrix, rng: random.Random, kills: int, latency_s: float, runs: int, jobs: int, pid1: bool) -> dict:

@@ -19,8 +19,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
+import signal
 import threading
-from contextlib import contextmanager
+import time
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -108,8 +111,31 @@ _FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
 
 
 def child_pids(pid: int) -> list[int]:
-    """The process ids of ``pid``'s children (every thread's, from ``/proc``: Linux only)."""
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    """The process ids of ``pid``'s children (every thread's, from ``/proc``: Linux only); none once ``pid`` is gone."""
+    try:
+        return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie left for a reaper that never comes counts as gone; Linux only)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def left_after(pids: list[int], seconds: float) -> list[int]:
+    """Those of ``pids`` still running ``seconds`` from now (or once all are gone); they are killed (SIGKILL)."""
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in pids if running(pid)]
+    for pid in left:
+        with suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def ledger_counts(ledger: Ledger) -> dict[str, int]:

@@ -18,7 +18,7 @@ import pytest
 
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE, child_pids
+from tests.helpers import REPO, SCENARIO_FILE, child_pids, left_after
 
 
 def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
@@ -29,25 +29,6 @@ def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]
 def _workers(pid: int) -> list[int]:
     """The worker processes of the driver ``pid`` (multiprocessing's resource tracker aside)."""
     return [c for c in child_pids(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie left for a reaper that never comes counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _left_after(pids: list[int], seconds: float) -> list[int]:
-    """The processes of ``pids`` still running ``seconds`` from now (or once all are gone); those are killed."""
-    deadline = time.monotonic() + seconds
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [pid for pid in pids if _alive(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return left
 
 
 def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
@@ -65,7 +46,7 @@ def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
         workers = child_pids(proc.pid)
         proc.kill()
         proc.wait()
-        left = _left_after(workers, 5)
+        left = left_after(workers, 5)
     assert len(workers) >= 2 and not left
 
 
@@ -93,7 +74,7 @@ def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path, ctrl
         moved = time.monotonic()
         _, err = proc.communicate(timeout=60)
         took = time.monotonic() - moved
-        left = _left_after(workers, 2)
+        left = left_after(workers, 2)
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 1 and "Traceback" not in err and last.startswith("harness: could not") and "turns" in last, err
     assert took < 8 and not left, took

@@ -20,6 +20,7 @@ from harness.report import markdown as report_markdown
 from harness.report.child import ChildCall, can_fork
 from harness.report.plot_data import plot_data
 from harness.report.plot_worker import PlotWorker
+from tests.helpers import running
 from tests.test_report_aggregates import _varied_ledger
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="the child processes are used where the platform forks")
@@ -179,14 +180,6 @@ time.sleep(60)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("kind", ["plots", "call"])
 def test_a_child_ends_when_its_parent_is_killed(tmp_path, kind):
     """Found in review: a forked child kept its copy of the parent's end of the pipe, so after the parent's SIGKILL
@@ -203,9 +196,9 @@ def test_a_child_ends_when_its_parent_is_killed(tmp_path, kind):
         time.sleep(1.0 if kind == "call" else 0.2)  # the answer fills the pipe
         parent.kill()
     deadline = time.monotonic() + 60  # the plot child imports matplotlib before it reads
-    while _alive(child) and time.monotonic() < deadline:
+    while running(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    gone = not _alive(child)
+    gone = not running(child)
     if not gone:
         os.kill(child, signal.SIGKILL)
     assert gone
