@@ -235,3 +235,20 @@ def test_an_error_sentence_naming_a_hostile_file_name_stays_one_escaped_line(tmp
     rc, out, err = cli(capsys, "run", tmp_path / "x\x1b[2J\rY\n.toml")
     assert rc == 1 and err.count("\n") == 1 and "\x1b" not in err and "\r" not in err
     assert "x\\x1b[2J\\rY\\n.toml: no such scenario file" in err
+
+
+def test_a_dry_run_with_no_resume_counts_the_done_runs_as_the_real_run_runs_them(tmp_path, capsys):
+    """Found by a newcomer: `--dry-run --no-resume` said "0 to run" over a finished ledger, then the real
+    `--no-resume` ran every run again."""
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", *RUN_FLAGS, "--repeats", "2",
+            "--ledger", tmp_path / "ledger.sqlite"]  # fmt: skip
+    assert cli(capsys, *argv)[0] == 0
+    rc, out, _ = cli(capsys, *argv, "--dry-run")
+    assert rc == 0 and out.strip().endswith("2 runs planned, 2 already done, 0 to run."), out
+    rc, out, _ = cli(capsys, *argv, "--dry-run", "--no-resume")
+    assert rc == 0 and out.count("(done; runs again)") == 2, out
+    assert out.strip().endswith("2 runs planned, 2 already done (run again: --no-resume), 2 to run."), out
+    rc, out, _ = cli(capsys, *argv, "--no-resume")
+    with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:
+        assert rc == 0 and len(ledger.runs()) == 4  # the real run did what the dry run said

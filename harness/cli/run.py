@@ -112,7 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plans = mine
     path = ledger_path(args)
     if args.dry_run:
-        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots)
+        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots, resume=not args.no_resume)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
                          retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
                          executor=args.executor, workers=args.workers, ray_address=args.ray_address,
@@ -135,8 +135,9 @@ def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[st
     return parse_ray_resources(values, sorted({plan.model for plan in plans}))
 
 
-def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:
-    """Print the planned runs and what a real run would do with them now; never creates a ledger.
+def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume: bool = True) -> int:
+    """Print the planned runs and what a real run would do with them now (without ``resume``, ``--no-resume``: the
+    runs already done run again); never creates a ledger.
 
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
@@ -157,17 +158,24 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int) -> int:
         if ledger is not None:
             ledger.close()
     for i, item in enumerate(planned.planned, 1):
-        note = " (done)" if item.done else " (running in another process)" if item.running else ""
+        note = (
+            (" (done)" if resume else " (done; runs again)")
+            if item.done
+            else " (running in another process)"
+            if item.running
+            else ""
+        )
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
     for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
-    to_run = len(planned.planned) - planned.already_done - planned.running_elsewhere
+    to_run = len(planned.planned) - planned.running_elsewhere - (planned.already_done if resume else 0)
+    done = f"{planned.already_done} already done" + ("" if resume else " (run again: --no-resume)")
     running = f"{planned.running_elsewhere} running in another process, " if planned.running_elsewhere else ""
     cannot = f"{unplanned} cannot be planned, " if unplanned else ""
-    print(f"{plural(len(plans), 'run')} planned, {planned.already_done} already done, {running}{cannot}{to_run} to run.")
+    print(f"{plural(len(plans), 'run')} planned, {done}, {running}{cannot}{to_run} to run.")
     return 1 if unplanned else 0
 
 
