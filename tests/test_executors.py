@@ -25,7 +25,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import MatrixEvents, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE, child_pids
+from tests.helpers import REPO, SCENARIO_FILE, child_pids, cli
 
 CASSETTES = REPO / "tests" / "cassettes" / "list_and_report"
 EXECUTORS = ("threads", "processes")
@@ -358,3 +358,10 @@ def test_an_error_in_a_run_thread_stops_the_threads_matrix_with_that_error(tmp_p
             run_matrix(plans, ledger, RunOptions(runs_dir=tmp_path / "runs", jobs=2), backend_factory=factory)
         runs = ledger.runs()
         assert len(runs) < len(plans) and all(run.outcome is not None for run in runs) and ledger.verify().ok
+
+
+def test_workers_out_of_range_says_so_alone(tmp_path, capsys):
+    """Found by a newcomer: `--executor processes --workers 0` was told it needed --executor processes."""
+    rc, _, err = cli(capsys, "run", str(SCENARIO_FILE), "--model", "replay:x.jsonl", "--executor", "processes",
+                     "--workers", "0", "--ledger", str(tmp_path / "l.sqlite"))  # fmt: skip
+    assert rc == 2 and err.strip() == "harness: --workers must be from 1 to 256, not 0." and not (tmp_path / "l.sqlite").exists()

@@ -89,8 +89,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard) if args.shard is not None else None
     if not 1 <= args.jobs <= 256 or not 1 <= args.embedded_slots <= 256 or not 1 <= args.max_attempts <= 100:
         raise UsageError("--jobs and --embedded-slots must be from 1 to 256 and --max-attempts from 1 to 100.")
-    if args.workers is not None and (args.executor == "threads" or not 1 <= args.workers <= 256):
-        raise UsageError("--workers needs --executor processes or ray and must be from 1 to 256.")
+    if args.workers is not None and args.executor == "threads":
+        raise UsageError("--workers needs --executor processes or ray.")
+    if args.workers is not None and not 1 <= args.workers <= 256:
+        raise UsageError(f"--workers must be from 1 to 256, not {args.workers}.")
     if (args.ray_address or args.ray_resources) and args.executor != "ray":
         raise UsageError("--ray-address and --ray-resources need --executor ray.")
     if args.timeout is not None and not 1 <= args.timeout <= 86_400:  # also refuses nan
