@@ -25,7 +25,6 @@ from harness.backends.hub import hub_offline
 from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
 from harness.ledger import Ledger
 from harness.loop import RunPlan
-from harness.ownership import lock_folder, owned_elsewhere
 from harness.replicas import ReplicaSet, open_replicas
 from harness.vocab import size_text
 
@@ -33,8 +32,7 @@ if TYPE_CHECKING:
     from harness.runner import MatrixResult
 
 __all__ = [
-    "BackendFactory", "Concurrency", "Endpoint", "PlannedRun", "check_memory_together", "check_thinking", "mark_running",
-    "open_endpoints",
+    "BackendFactory", "Concurrency", "Endpoint", "PlannedRun", "check_memory_together", "check_thinking", "open_endpoints",
 ]  # fmt: skip
 
 BackendFactory = Callable[..., Backend]
@@ -63,22 +61,13 @@ class PlannedRun:
         plan: what to run.
         identity: :meth:`RunPlan.identity` with the model digest the server reported (and the embedded slot count).
         done: the ledger already holds a finished, non-infrastructure run with this identity.
-        running: a live process holds the identity's lock now, as the matrix was planned (:func:`mark_running`).
+        running: a live process holds the identity's lock now, as the matrix was planned (:func:`~harness.ownership.mark_running`).
     """
 
     plan: RunPlan
     identity: str
     done: bool
     running: bool = False
-
-
-def mark_running(planned: Sequence[PlannedRun], ledger_path: str | os.PathLike[str]) -> None:
-    """Set each planned run's ``running``: not ``done`` and its identity's lock held by a live process now
-    (:func:`~harness.ownership.owned_elsewhere`: takes no lock, creates nothing). ``--dry-run`` and the real run's
-    opening line count the same runs so."""
-    folder = lock_folder(ledger_path)  # once: every identity's lock is in the same file
-    for item in planned:
-        item.running = not item.done and owned_elsewhere(ledger_path, item.identity, folder=folder)
 
 
 @dataclass

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.backends import open_backend, parse_model_spec, replica_specs
-from harness.endpoints import BackendFactory, Concurrency, Endpoint, PlannedRun, check_memory_together, mark_running, open_endpoints
+from harness.endpoints import BackendFactory, Concurrency, Endpoint, PlannedRun, check_memory_together, open_endpoints
 from harness.errors import LedgerError, UsageError
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
-from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, take_lock
+from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, mark_running, take_lock
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import Outcome, is_scored
