@@ -19,7 +19,10 @@ from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
 from harness.vocab import is_scored, plural, printable
 
-__all__ = ["Progress", "format_run_line", "next_steps", "plan_label", "plural", "print_run_summary", "printable", "summary_rows"]
+__all__ = [
+    "Progress", "format_run_line", "next_steps", "plan_counts", "plan_label", "plural", "print_run_summary", "printable",
+    "summary_rows",
+]  # fmt: skip
 
 _ERROR_CHARS = 300
 """Characters of an error message shown on a console line (the ledger keeps it whole)."""
@@ -91,24 +94,25 @@ class Progress(MatrixEvents):
     Args:
         total: planned runs (reset to the runs still to do once they are known).
         ledger_path: named in the start line.
+        resume: False for ``--no-resume`` (the runs already done run again; the start line says so).
     """
 
-    def __init__(self, total: int, ledger_path: Path) -> None:
+    def __init__(self, total: int, ledger_path: Path, *, resume: bool = True) -> None:
         from tqdm import tqdm
 
-        self.planned_total, self.ledger_path = total, ledger_path
+        self.planned_total, self.ledger_path, self.resume = total, ledger_path, resume
         self.total, self.done = total, 0
         self.counts = {"pass": 0, "fail": 0, "infra": 0}
         self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
 
     def planned(self, result: MatrixResult) -> None:
-        """Say how many runs will run; size the bar to them."""
+        """Say what the matrix holds as ``--dry-run`` says it (:func:`plan_counts`); size the bar to the runs not done
+        (a run another process is running gets its own line when its turn comes)."""
         todo = len(result.planned) - result.already_done
         self.total = todo
         if self.bar is not None:
             self.bar.reset(total=todo)
-        done = f" ({result.already_done} already in the ledger)" if result.already_done else ""
-        self._note(f"Running {todo} of {plural(self.planned_total, 'planned run')}{done}; ledger: {self.ledger_path}")
+        self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {self.ledger_path}")
 
     def model_starting(self, model: str) -> None:
         """Say that a model is loading, so a bar at 0 for a minute is not silent."""
@@ -166,6 +170,26 @@ class Progress(MatrixEvents):
         """Close the bar (idempotent)."""
         if self.bar is not None:
             self.bar.close()
+
+
+def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str:
+    """What a matrix holds as it starts, e.g. ``6 runs planned, 1 already done, 1 running in another process, 4 to
+    run``: ``--dry-run``'s last line and the real run's first, so the two say the same.
+
+    Args:
+        result: :func:`~harness.runner.plan_matrix`'s, or :func:`~harness.runner.run_matrix`'s once planned (each
+            :class:`~harness.endpoints.PlannedRun`'s ``done`` and ``running``; ``skipped`` models cannot be planned).
+        total: the planned runs, also those of skipped models.
+        resume: False for ``--no-resume``: the runs already done are counted as to run again.
+    """
+    done = sum(item.done for item in result.planned)
+    running = sum(item.running for item in result.planned)
+    unplanned = sum(count for _, _, count in result.skipped)
+    to_run = len(result.planned) - running - (done if resume else 0)
+    parts = [plural(total, "run") + " planned", f"{done} already done" + ("" if resume else " (run again: --no-resume)")]
+    parts += [f"{running} running in another process"] if running else []
+    parts += [f"{unplanned} cannot be planned"] if unplanned else []
+    return ", ".join([*parts, f"{to_run} to run"])
 
 
 def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False) -> None:

@@ -61,7 +61,7 @@ class PlannedRun:
         plan: what to run.
         identity: :meth:`RunPlan.identity` with the model digest the server reported (and the embedded slot count).
         done: the ledger already holds a finished, non-infrastructure run with this identity.
-        running: a live process holds the identity's lock now (resolved by :func:`~harness.runner.plan_matrix` only).
+        running: a live process holds the identity's lock now, as the matrix was planned (:func:`~harness.ownership.mark_running`).
     """
 
     plan: RunPlan

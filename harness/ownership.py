@@ -40,11 +40,15 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.ledger import IdentityHolder
 
-__all__ = ["LOCK_FILE", "Claim", "ClaimTaker", "RunLock", "lock_byte", "lock_folder", "lock_path", "owned_elsewhere", "take_lock"]
+if TYPE_CHECKING:
+    from harness.endpoints import PlannedRun
+
+__all__ = ["LOCK_FILE", "Claim", "ClaimTaker", "RunLock", "lock_byte", "lock_folder", "lock_path", "mark_running", "owned_elsewhere",
+           "take_lock"]  # fmt: skip
 
 LOCK_FILE = "runs.lock"
 """The name of the ledger's one lock file in :func:`lock_folder`."""
@@ -205,3 +209,12 @@ def owned_elsewhere(ledger_path: str | Path, identity: str, *, folder: Path | No
         return False
     finally:
         os.close(fd)
+
+
+def mark_running(planned: Sequence[PlannedRun], ledger_path: str | Path) -> None:
+    """Set each planned run's ``running``: not ``done``, and a live process holds its identity's lock now
+    (:func:`owned_elsewhere`: takes no lock, creates nothing). ``--dry-run`` and the real run's opening line count
+    these as running in another process."""
+    folder = lock_folder(ledger_path)  # once: every identity's lock is in the same file
+    for item in planned:
+        item.running = not item.done and owned_elsewhere(ledger_path, item.identity, folder=folder)

