@@ -57,7 +57,7 @@ from harness.ledger.anchor import Anchor, LedgerHead, read_head
 from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
 from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
 from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
-from harness.ledger.integrity import verify_ledger
+from harness.ledger.integrity import migrations_edited, verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import close_writable, connect_readonly, connect_writable, file_id, not_writable, swapped
 from harness.ledger.queries import (
@@ -184,10 +184,17 @@ class Ledger(RunReads, ReportReads, ViewerReads):
 
         Raises:
             LedgerError: SQLite refused a migration (a read-only file or folder, a full disk, a
-                file locked by another program); nothing of that migration is applied.
+                file locked by another program); nothing of that migration is applied. Or the last rows of
+                ``_migrations`` were deleted while their changes stay (:func:`~harness.ledger.integrity.migrations_edited`,
+                asked only when migrations are pending): nothing is applied, the file is left as it is.
         """
         with self._lock:
             try:
+                if migrations.pending(self._db) and (edit := migrations_edited(self._db, len(migrations.applied(self._db)))):
+                    raise LedgerError(
+                        f"the ledger {self.path} is not brought up to date: {edit}; restore it from a copy "
+                        f"(`harness ledger verify --ledger {self.path}` names the same edit)."
+                    )
                 return migrations.apply(self._db, self._transaction)
             except sqlite3.Error as exc:
                 raise LedgerError(
