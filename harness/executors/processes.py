@@ -18,15 +18,17 @@ labels, also after the commit.
 A worker that dies (``kill -9``, out of memory): its runs not yet started go back to the queue; a run it had started
 gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
 place. Ctrl-C: the first stops handing out runs and tells the workers to stop (runs end as ``interrupted`` before
-their next model call; the driver waits for them); the second ends the runs in flight as ``interrupted`` at once, kills
-the workers and raises :class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be
-written, a worker's harness bug) kills the workers at once too: nothing their runs send would be read any more. A
-ledger file moved, replaced or deleted meanwhile (a start row refused with :class:`~harness.errors.LedgerSwapped`)
-stops the matrix as a first Ctrl-C does, and the driver raises that error once the runs in flight have ended.
+their next model call; the driver waits for them); the second kills the workers, applies the turns and end rows they
+had sent that are still unread in the pipes, ends the other runs in flight as ``interrupted`` at once and raises
+:class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be written, a worker's harness
+bug) kills the workers at once too: nothing their runs send would be read any more. A ledger file moved, replaced or
+deleted meanwhile (a start row refused with :class:`~harness.errors.LedgerSwapped`) stops the matrix as a first Ctrl-C
+does, and the driver raises that error once the runs in flight have ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
-from harness.errors import HarnessError, LedgerSwapped
+from harness.errors import HarnessError, LedgerError, LedgerSwapped
 from harness.executors.channel import RunTask
 from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, worker_main
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
@@ -161,9 +163,10 @@ class ProcessMatrixRun:
             while self.flights:
                 self._pump(0.2)
         except KeyboardInterrupt:
-            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
+            self._salvage()
+            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
             recorded = _end_abandoned(self.ledger, abandoned)
             for flight in self.flights.values():
                 if flight.claim is not None:
@@ -173,6 +176,27 @@ class ProcessMatrixRun:
             self._kill_workers()  # the driver failed while it waited: as in run()
             raise
         raise interrupt
+
+    def _salvage(self, seconds: float = 2.0) -> None:
+        """Apply the turns, attempts and end rows the killed workers sent that are still unread in the pipes (one group
+        commit; a bounded drain that never waits for more): a run interrupted by a second Ctrl-C keeps every turn its
+        worker had sent, and a run whose end row was sent has ended. Claims and starts are not applied (those runs had
+        no row yet), nor replies sent."""
+        deadline = time.monotonic() + seconds
+        for worker in self.workers:
+            if worker.process.sentinel is not None:
+                worker.process.join(1)  # dead: a message the kill cut short reads as the end of its channel
+        with self.ledger.group():
+            for worker in self.workers:
+                try:
+                    while time.monotonic() < deadline and worker.conn.poll():
+                        kind, _, run_id, *payload = worker.conn.recv()
+                        flight = self.flights.get(run_id)
+                        if kind in ("turn", "attempt", "end") and flight is not None and flight.end is None:
+                            with contextlib.suppress(LedgerError):  # e.g. a run already ended: the others still count
+                                getattr(self, f"_on_{kind}")(flight, *payload)
+                except (EOFError, OSError):
+                    continue
 
     def _kill_workers(self) -> None:
         """Kill every worker process at once (``quitting`` stays as it was: the backends are still closed unless the
