@@ -6,7 +6,7 @@ Hierarchy::
     ├── UsageError                  bad command-line input (unknown model spec, bad flag value, a model too big for memory)
     ├── ScenarioError               a scenario file is missing, unreadable or has a wrong field
     ├── LedgerError                 the ledger cannot be opened, is corrupt, or fails verification
-    │   └── LedgerSwapped           the ledger file was moved, replaced or deleted while a matrix wrote it
+    │   └── LedgerSwapped           the ledger (or its lock file) was moved, replaced or deleted while a matrix ran
     ├── ModelCacheError             the embedded model cannot be fetched, extracted or verified
     ├── ReportError                 a report's child process died before it answered
     ├── BackendError                the model server failed: ends a run as ``infra_error``
@@ -74,9 +74,9 @@ class LedgerError(HarnessError):
 
 
 class LedgerSwapped(LedgerError):
-    """The ledger's path no longer names the file a writable :class:`~harness.ledger.Ledger` opened (moved, replaced or
-    deleted since): raised before a run's start row is written, so the matrix stops (runs in flight end in the open
-    file)."""
+    """The ledger's path no longer names the file a writable :class:`~harness.ledger.Ledger` opened, or its lock file is
+    not the one the matrix's earlier locks are on (:class:`~harness.ownership.LockFile`): moved, replaced or deleted
+    since. Raised before a run's claim or start row, so the matrix stops (runs in flight end in the open file)."""
 
 
 class ModelCacheError(HarnessError):

@@ -91,3 +91,32 @@ def test_a_ledger_replaced_mid_matrix_names_where_the_recorded_runs_are(tmp_path
     assert f"was replaced by another file (the one it held is now {old})" in err and f"--ledger {old}" in err, err
     with Ledger(ledger_path, readonly=True) as ledger:
         assert ledger.runs() == []  # nothing of the matrix went into the new file
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_a_lock_file_deleted_under_a_matrix_stops_it_at_its_next_lock_while_a_second_matrix_runs_on(tmp_path, executor):
+    """Deleting ``<ledger>.locks/runs.lock`` let a second process lock a new file and run the identities the first held."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    lock_file = tmp_path / "ledger.sqlite.locks" / "runs.lock"
+    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+        args = ["run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                "--repeats", "6", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+        first = _harness(*args, "--executor", executor, *(["--workers", "2"] if executor == "processes" else []))
+        deadline = time.monotonic() + 60
+        while server.requests < 3:  # its first two runs hold their locks
+            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
+            time.sleep(0.02)
+        lock_file.unlink()
+        second = _harness(*args)  # makes a new lock file and may lock the identities the first one is running
+        _, err = first.communicate(timeout=120)
+        _, second_err = second.communicate(timeout=120)
+    assert first.returncode == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"harness: the lock file {lock_file} was deleted or replaced while this matrix held run locks in it, so another "
+        f"process could run the same identity as this one; the matrix stops: let every harness run on {ledger_path} "
+        f"end, then run again (and leave {lock_file.parent} alone while one runs)."
+    ), err
+    assert second.returncode == 0, second_err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert ledger.verify().ok and all(run.outcome is not None for run in ledger.runs())
+        assert len(ledger.finished_identities()) == 6  # the second matrix completed the set
