@@ -47,7 +47,18 @@ from typing import Any
 from harness.errors import LedgerSwapped
 from harness.ledger import IdentityHolder
 
-__all__ = ["LOCK_FILE", "Claim", "ClaimTaker", "LockFile", "RunLock", "lock_byte", "lock_folder", "lock_path", "owned_elsewhere", "take_lock"]
+__all__ = [
+    "LOCK_FILE",
+    "Claim",
+    "ClaimTaker",
+    "LockFile",
+    "RunLock",
+    "lock_byte",
+    "lock_folder",
+    "lock_path",
+    "owned_elsewhere",
+    "take_lock",
+]
 
 LOCK_FILE = "runs.lock"
 """The name of the ledger's one lock file in :func:`lock_folder`."""

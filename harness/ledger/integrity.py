@@ -35,7 +35,15 @@ from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.queries import template_key
 from harness.ledger.records import VerifyResult
 
-__all__ = ["migrations_edited", "migrations_problem", "schema_problem", "sequence_problem", "storage_problem", "templates_problem", "verify_ledger"]
+__all__ = [
+    "migrations_edited",
+    "migrations_problem",
+    "schema_problem",
+    "sequence_problem",
+    "storage_problem",
+    "templates_problem",
+    "verify_ledger",
+]
 
 _KINDS = {"table": "table", "index": "index", "trigger": "trigger", "view": "view"}
 
