@@ -117,8 +117,8 @@ def migrations_edited(db: sqlite3.Connection, applied_count: int) -> str | None:
     gets None and migrates. Any other difference also gets None here: verify names it.
     """
     actual = {(t, n): sql for t, n, sql in db.execute("SELECT type, name, sql FROM sqlite_master")}
-    if _schema_difference(actual, migrations.reference_schema(applied_count)) is None:
-        return None
+    if not actual or _schema_difference(actual, migrations.reference_schema(applied_count)) is None:
+        return None  # a new file (no schema yet: nothing to compare, and the later schemas go unbuilt) or a true one
     return _edited(actual, applied_count)
 
 
