@@ -6,6 +6,7 @@ Hierarchy::
     ├── UsageError                  bad command-line input (unknown model spec, bad flag value, a model too big for memory)
     ├── ScenarioError               a scenario file is missing, unreadable or has a wrong field
     ├── LedgerError                 the ledger cannot be opened, is corrupt, or fails verification
+    │   └── LedgerSwapped           the ledger (or its lock file) was moved, replaced or deleted while a matrix ran
     ├── ModelCacheError             the embedded model cannot be fetched, extracted or verified
     ├── ReportError                 a report's child process died before it answered
     ├── BackendError                the model server failed: ends a run as ``infra_error``
@@ -36,6 +37,7 @@ __all__ = [
     "ContextOverflow",
     "HarnessError",
     "LedgerError",
+    "LedgerSwapped",
     "ModelCacheError",
     "ModelNotFound",
     "ReportError",
@@ -69,6 +71,12 @@ class ScenarioError(HarnessError):
 
 class LedgerError(HarnessError):
     """The ledger cannot be opened or written, is not a harness ledger, or fails verification."""
+
+
+class LedgerSwapped(LedgerError):
+    """The ledger's path no longer names the file a writable :class:`~harness.ledger.Ledger` opened, or its lock file is
+    not the one the matrix's earlier locks are on (:class:`~harness.ownership.LockFile`): moved, replaced or deleted
+    since. Raised before a run's claim or start row, so the matrix stops (runs in flight end in the open file)."""
 
 
 class ModelCacheError(HarnessError):

@@ -14,7 +14,8 @@ decides, in the start row's transaction, whether the ledger already holds a fini
 identity; while it holds the lock, any unfinished run of the identity is a dead one.
 
 * One lock file per ledger, empty, made once and never deleted (deleting it while another
-  process has it open would let two owners lock two different files). Taking a lock opens that
+  process has it open would let two owners lock two different files). A matrix whose next lock
+  finds another file under the name stops (:class:`LockFile`). Taking a lock opens that
   existing file (no new file per identity: making one cost a new inode on every run).
 * Each lock opens the file anew, so threads of one process conflict like processes: an OFD lock
   conflicts with every other open file description, also one in the same process.
@@ -37,18 +38,31 @@ import fcntl
 import os
 import stat
 import struct
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import LedgerSwapped
 from harness.ledger import IdentityHolder
 
 if TYPE_CHECKING:
     from harness.endpoints import PlannedRun
 
-__all__ = ["LOCK_FILE", "Claim", "ClaimTaker", "RunLock", "lock_byte", "lock_folder", "lock_path", "mark_running", "owned_elsewhere",
-           "take_lock"]  # fmt: skip
+__all__ = [
+    "LOCK_FILE",
+    "Claim",
+    "ClaimTaker",
+    "LockFile",
+    "RunLock",
+    "lock_byte",
+    "lock_folder",
+    "lock_path",
+    "mark_running",
+    "owned_elsewhere",
+    "take_lock",
+]
 
 LOCK_FILE = "runs.lock"
 """The name of the ledger's one lock file in :func:`lock_folder`."""
@@ -112,12 +126,14 @@ class RunLock:
     Attributes:
         path: the lock file.
         offset: the identity's byte in it (:func:`lock_byte`); None where each identity has its own file.
+        file: ``(st_dev, st_ino)`` of the file locked (the name may be another file's by now: :class:`LockFile`).
     """
 
-    def __init__(self, fd: int, path: Path, offset: int | None = None) -> None:
+    def __init__(self, fd: int, path: Path, offset: int | None = None, file: tuple[int, int] = (0, 0)) -> None:
         self._fd: int | None = fd
         self.path = path
         self.offset = offset
+        self.file = file
 
     def release(self) -> None:
         """Unlock and close the file (idempotent); the file stays for the next owner."""
@@ -151,7 +167,8 @@ def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = N
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o644)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
         if _OFD:
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
@@ -164,7 +181,52 @@ def take_lock(ledger_path: str | Path, identity: str, *, folder: Path | None = N
     except BaseException:
         os.close(fd)
         raise
-    return RunLock(fd, path, offset if _OFD else None)
+    return RunLock(fd, path, offset if _OFD else None, (info.st_dev, info.st_ino))
+
+
+class LockFile:
+    """One matrix's locks on one ledger: :func:`take_lock`, and every lock on the file the first one was on.
+
+    Deleting (or replacing) the lock file while a matrix holds locks in it would let another process make a new one and
+    lock, then run, the same identities. The next lock this matrix takes then opens the new file: :meth:`take` notices
+    (one comparison of the ``(st_dev, st_ino)`` the lock's ``fstat`` gave) and refuses, so the matrix stops. Where each
+    identity has its own file (no OFD locks) there is nothing to compare.
+
+    Args:
+        ledger_path: the ledger file.
+
+    Attributes:
+        folder: :func:`lock_folder` of the ledger.
+    """
+
+    def __init__(self, ledger_path: str | Path) -> None:
+        self.ledger_path = Path(ledger_path)
+        self.folder = lock_folder(ledger_path)
+        self._first: tuple[int, int] | None = None
+        self._guard = threading.Lock()
+
+    def take(self, identity: str) -> RunLock | None:
+        """:func:`take_lock` in :attr:`folder`.
+
+        Raises:
+            LedgerSwapped: the lock file is not the one this object's first lock was on (it was deleted or replaced
+                since); no lock is kept.
+            ValueError, OSError: as :func:`take_lock`.
+        """
+        lock = take_lock(self.ledger_path, identity, folder=self.folder)
+        if lock is None or lock.offset is None:
+            return lock
+        with self._guard:
+            self._first = self._first or lock.file
+            moved = lock.file != self._first
+        if moved:
+            lock.release()
+            raise LedgerSwapped(
+                f"the lock file {lock.path} was deleted or replaced while this matrix held run locks in it, so another "
+                "process could run the same identity as this one; the matrix stops: let every harness run on "
+                f"{self.ledger_path} end, then run again (and leave {self.folder} alone while one runs)."
+            )
+        return lock
 
 
 def _flock_owner(fd: int) -> bool:

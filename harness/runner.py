@@ -28,7 +28,7 @@ from harness.errors import LedgerError, UsageError
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
-from harness.ownership import Claim, ClaimTaker, lock_folder, lock_path, mark_running, take_lock
+from harness.ownership import Claim, ClaimTaker, LockFile, lock_path, mark_running
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import Outcome, is_scored
@@ -107,15 +107,15 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         (``lock_byte``) in the start row's config.
 
     Raises (from the taker):
-        LedgerError: the lock file cannot be made (e.g. the ledger's folder is read-only).
+        LedgerError: the lock file cannot be made (e.g. the ledger's folder is read-only); ``LedgerSwapped``: it was
+            deleted or replaced while this matrix held locks in it (:class:`harness.ownership.LockFile`).
     """
-    path = Path(ledger_path)
-    folder = lock_folder(path)  # once: each run's lock is then one open and one fcntl
-    policy = identity_free if resume else _accept_any
+    locks = LockFile(ledger_path)  # the folder found once: each run's lock is then one open and one fcntl
+    folder, policy = locks.folder, identity_free if resume else _accept_any
 
     def take(identity: str) -> Claim | None:
         try:
-            lock = take_lock(path, identity, folder=folder)
+            lock = locks.take(identity)
         except OSError as exc:
             file = lock_path(folder, identity)
             if file.is_symlink() or (file.exists() and not file.is_file()):

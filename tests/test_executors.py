@@ -208,6 +208,42 @@ def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_pa
     assert out.strip().splitlines()[-1].endswith(f": {anchor}"), out  # the head ends the output, as after one Ctrl-C
 
 
+def test_a_second_ctrl_c_keeps_the_turns_and_end_rows_still_in_the_pipes(tmp_path):
+    """Found in stop 25: after a second Ctrl-C the driver wrote the interrupted runs' end rows without reading what their
+    workers had sent, so those turns were lost. Here the first Ctrl-C comes while both runs wait on their first reply;
+    the driver is then stopped (SIGSTOP) while the replies come and each worker sends its run's turn (a notice) and
+    its ``interrupted`` end row (a call, left waiting); the second Ctrl-C is pending when it goes on (SIGCONT), so
+    everything sent is still unread in the pipes when it quits."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(delay_s=1.5, slots=2) as server:
+        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
+                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
+                        "--executor", "processes", "--workers", "2")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 2:  # both runs have started and wait on their first reply
+            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
+            time.sleep(0.01)
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # the first: the workers are told to stop; the driver waits for their runs
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(max(0.0, asked + 1.5 + 1.0 - time.monotonic()))  # the replies came, the turns and ends were sent
+            proc.send_signal(signal.SIGINT)  # the second, delivered when the driver goes on
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+        answered = server.requests
+    assert proc.returncode == 130 and "Traceback" not in err and "quit;" in err, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        turns = {run.run_id: len(ledger.turns(run.run_id)) for run in runs}
+        assert ledger.verify().ok
+    assert len(runs) == 2 and all(run.end is not None and turns[run.run_id] == run.end.turns for run in runs)
+    assert sum(turns.values()) == answered == 2  # no turn a worker sent was dropped
+    assert {run.outcome for run in runs} == {"interrupted"} and "quit; 0 runs in flight" in err  # their end rows too
+
+
 def test_ctrl_c_while_the_workers_are_spawned_prints_no_traceback(tmp_path):
     """Found by red22: a Ctrl-C in the middle of starting a worker process cut its start-up data short, and the child
     printed a traceback (EOFError in multiprocessing's spawn) on the user's terminal."""

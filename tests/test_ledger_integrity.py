@@ -6,6 +6,7 @@ outside anchor (`harness ledger head`); the untampered copy passes both. Also: r
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -124,6 +125,35 @@ def test_migration_rows_cut_from_the_end_are_named_as_the_edit(copy, capsys, cut
     tamper(copy, f"DELETE FROM _migrations WHERE rowid > (SELECT MAX(rowid) FROM _migrations) - {cut}")
     rc, text = _verify(capsys, copy)
     assert rc == 1 and text.strip().endswith(f"verification FAILED: the _migrations table was edited ({said})."), text
+
+
+# found by kill_resume.py's "_migrations last row deleted": a writable open re-applied m013 (DROP INDEX IF EXISTS) and
+# recorded it, and the edit no longer showed in verify
+@pytest.mark.parametrize("cut", [1, 2])
+def test_harness_run_refuses_a_ledger_whose_last_migration_rows_were_deleted_and_leaves_it_as_it_was(copy, tmp_path, cut):
+    tamper(copy, f"DELETE FROM _migrations WHERE rowid > (SELECT MAX(rowid) FROM _migrations) - {cut}")
+    before = copy.read_bytes()
+    with Ledger(copy, readonly=True) as ledger:
+        edit = ledger.verify().problem
+    assert edit is not None and edit.startswith("the _migrations table was edited (")
+    cassette = write_cassette(tmp_path / "ideal.jsonl", IDEAL)
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"replay:{cassette}",
+                           *RUN_FLAGS, "--ledger", str(copy)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"harness: the ledger {copy} is not brought up to date: {edit}; restore it from a copy "
+        f"(`harness ledger verify --ledger {copy}` names the same edit)."
+    ), proc.stderr
+    assert copy.read_bytes() == before and not Path(f"{copy}-wal").exists()
+    with Ledger(copy, readonly=True) as ledger:
+        assert ledger.verify().problem == edit
+
+
+def test_a_ledger_made_by_an_older_migration_set_still_migrates_on_a_writable_open(copy):
+    tamper(copy, "CREATE INDEX turns_run ON turns(run_id)", "DELETE FROM _migrations WHERE name = 'm013_drop_turns_run'")
+    with Ledger(copy) as ledger:
+        assert ledger.applied_migrations()[-1] == "m013_drop_turns_run" and ledger.verify().ok
 
 
 def test_a_ledger_from_before_a_migration_still_verifies_and_an_unexplained_schema_names_its_object(copy, capsys):

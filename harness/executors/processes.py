@@ -18,13 +18,17 @@ labels, also after the commit.
 A worker that dies (``kill -9``, out of memory): its runs not yet started go back to the queue; a run it had started
 gets an ``infra_error`` end row (redone on resume); a run that had ended is reported as ended. A new worker takes its
 place. Ctrl-C: the first stops handing out runs and tells the workers to stop (runs end as ``interrupted`` before
-their next model call; the driver waits for them); the second ends the runs in flight as ``interrupted`` at once, kills
-the workers and raises :class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be
-written, a worker's harness bug) kills the workers at once too: nothing their runs send would be read any more.
+their next model call; the driver waits for them); the second kills the workers, applies the turns and end rows they
+had sent that are still unread in the pipes, ends the other runs in flight as ``interrupted`` at once and raises
+:class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be written, a worker's harness
+bug) kills the workers at once too: nothing their runs send would be read any more. A ledger file moved, replaced or
+deleted meanwhile (a start row refused with :class:`~harness.errors.LedgerSwapped`) stops the matrix as a first Ctrl-C
+does, and the driver raises that error once the runs in flight have ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
-from harness.errors import HarnessError
+from harness.errors import HarnessError, LedgerError, LedgerSwapped
 from harness.executors.channel import RunTask
 from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, worker_main
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
@@ -92,6 +96,7 @@ class Flight:
     start: RunStart | None = None
     end: RunEnd | None = None
     labels: list[str] = field(default_factory=list)
+    refused: bool = False  # its start row was refused: the ledger file was swapped (LedgerSwapped)
 
 
 class ProcessMatrixRun:
@@ -119,6 +124,7 @@ class ProcessMatrixRun:
         self.deaths = 0
         self.replies: dict[int, tuple[Worker, list[tuple[int, bool, Any]]]] = {}  # per pump: sent after its commit
         self.after: list[Callable[[], None]] = []  # per pump: run after its commit
+        self.failure: LedgerSwapped | None = None  # raised once the runs in flight have ended
 
     def run(self, endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]]) -> None:
         """Run every todo; returns when all are done. Raises as :meth:`harness.runner.run_matrix` does."""
@@ -135,6 +141,8 @@ class ProcessMatrixRun:
                         self._stop()
                     self._dispatch()
                 self._pump(0.2)
+            if self.failure is not None:
+                raise self.failure
         except KeyboardInterrupt as interrupt:
             self._interrupted(interrupt)
         except BaseException:
@@ -155,9 +163,10 @@ class ProcessMatrixRun:
             while self.flights:
                 self._pump(0.2)
         except KeyboardInterrupt:
-            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
+            self._salvage()
+            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
             recorded = _end_abandoned(self.ledger, abandoned)
             for flight in self.flights.values():
                 if flight.claim is not None:
@@ -167,6 +176,27 @@ class ProcessMatrixRun:
             self._kill_workers()  # the driver failed while it waited: as in run()
             raise
         raise interrupt
+
+    def _salvage(self, seconds: float = 2.0) -> None:
+        """Apply the turns, attempts and end rows the killed workers sent that are still unread in the pipes (one group
+        commit; a bounded drain that never waits for more): a run interrupted by a second Ctrl-C keeps every turn its
+        worker had sent, and a run whose end row was sent has ended. Claims and starts are not applied (those runs had
+        no row yet), nor replies sent."""
+        deadline = time.monotonic() + seconds
+        for worker in self.workers:
+            if worker.process.sentinel is not None:
+                worker.process.join(1)  # dead: a message the kill cut short reads as the end of its channel
+        with self.ledger.group():
+            for worker in self.workers:
+                try:
+                    while time.monotonic() < deadline and worker.conn.poll():
+                        kind, _, run_id, *payload = worker.conn.recv()
+                        flight = self.flights.get(run_id)
+                        if kind in ("turn", "attempt", "end") and flight is not None and flight.end is None:
+                            with contextlib.suppress(LedgerError):  # e.g. a run already ended: the others still count
+                                getattr(self, f"_on_{kind}")(flight, *payload)
+                except (EOFError, OSError):
+                    continue
 
     def _kill_workers(self) -> None:
         """Kill every worker process at once (``quitting`` stays as it was: the backends are still closed unless the
@@ -228,9 +258,15 @@ class ProcessMatrixRun:
                 return False
             worker.heard = True
             kind, request, run_id, *payload = message
-            value = getattr(self, f"_on_{kind}")(self.flights[run_id], *payload)
+            ok = True
+            try:
+                value = getattr(self, f"_on_{kind}")(self.flights[run_id], *payload)
+            except LedgerSwapped as exc:  # refused before writing anything: stop, as on Ctrl-C, then raise it
+                ok, value, self.flights[run_id].refused = False, str(exc), True
+                self.failure = self.failure or exc
+                self.stop.set()
             if request:
-                self.replies.setdefault(id(worker), (worker, []))[1].append((request, True, value))
+                self.replies.setdefault(id(worker), (worker, []))[1].append((request, ok, value))
         return True
 
     # -- what the workers' runs ask for (each applied here, in arrival order) --------------------------------
@@ -271,7 +307,7 @@ class ProcessMatrixRun:
         if outcome[0] == "taken":
             self.result.note_taken(outcome[1])
             self.after.append(functools.partial(self.events.run_taken, flight.planned.plan, in_flight=outcome[1]))
-        elif outcome[0] == "bug":
+        elif outcome[0] == "bug" and not flight.refused:  # a refused start: the driver raises its failure
             self.after.append(functools.partial(_fail, outcome[1]))  # once the other runs' rows are committed
         elif flight.end is not None:
             self._finished(flight)

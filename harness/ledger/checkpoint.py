@@ -38,6 +38,7 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
+from urllib.parse import quote
 
 __all__ = ["COMMITS_PER_CHECKPOINT", "INLINE_BOUND_PAGES", "Checkpointer"]
 
@@ -102,7 +103,9 @@ class Checkpointer:
     def _main(self) -> None:
         try:
             with self._inside:
-                db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
+                # mode=rw: a ledger moved or deleted meanwhile is not made anew, empty, under its old name
+                db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, isolation_level=None,
+                                     check_same_thread=False, timeout=0)  # fmt: skip
         except sqlite3.Error:
             return  # the writer's inline bound still checkpoints
         try:

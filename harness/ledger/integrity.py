@@ -35,7 +35,15 @@ from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.queries import template_key
 from harness.ledger.records import VerifyResult
 
-__all__ = ["migrations_problem", "schema_problem", "sequence_problem", "storage_problem", "templates_problem", "verify_ledger"]
+__all__ = [
+    "migrations_edited",
+    "migrations_problem",
+    "schema_problem",
+    "sequence_problem",
+    "storage_problem",
+    "templates_problem",
+    "verify_ledger",
+]
 
 _KINDS = {"table": "table", "index": "index", "trigger": "trigger", "view": "view"}
 
@@ -97,10 +105,29 @@ def schema_problem(db: sqlite3.Connection, applied_count: int) -> str | None:
     problem = _schema_difference(actual, migrations.reference_schema(applied_count))
     if problem is None:
         return None
+    return _edited(actual, applied_count) or problem
+
+
+def migrations_edited(db: sqlite3.Connection, applied_count: int) -> str | None:
+    """The sentence :func:`schema_problem` gives when the last rows of ``_migrations`` were deleted while their changes
+    stay (``the _migrations table was edited (m013_... is missing from it, but its changes are there)``), else None.
+
+    A writable open asks this before it applies pending migrations (which would re-apply and record them, hiding the
+    edit from verify); a ledger made by an older migration set, whose schema is what its ``_migrations`` rows create,
+    gets None and migrates. Any other difference also gets None here: verify names it.
+    """
+    actual = {(t, n): sql for t, n, sql in db.execute("SELECT type, name, sql FROM sqlite_master")}
+    if not actual or _schema_difference(actual, migrations.reference_schema(applied_count)) is None:
+        return None  # a new file (no schema yet: nothing to compare, and the later schemas go unbuilt) or a true one
+    return _edited(actual, applied_count)
+
+
+def _edited(actual: Mapping[tuple[str, str], str | None], applied_count: int) -> str | None:
+    """The edit when ``actual`` is exactly what more than ``applied_count`` migrations create, else None."""
     for count in range(applied_count + 1, len(migrations.MIGRATIONS) + 1):
         if _schema_difference(actual, migrations.reference_schema(count)) is None:
             return f"the _migrations table was edited ({_missing(applied_count, count)})"
-    return problem
+    return None
 
 
 def _missing(applied_count: int, count: int) -> str:

@@ -10,6 +10,7 @@ the three files to a writable folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -17,7 +18,7 @@ from urllib.parse import quote
 
 from harness.errors import LedgerError
 
-__all__ = ["cannot_create", "connect_readonly", "connect_writable", "not_writable"]
+__all__ = ["cannot_create", "close_writable", "connect_readonly", "connect_writable", "file_id", "not_writable", "swapped"]
 
 
 def _uri(path: Path, query: str) -> str:
@@ -138,6 +139,79 @@ def not_writable(path: Path) -> str | None:
         )
     if path.exists() and not os.access(path, os.W_OK):
         return f"the ledger file {path} is not writable; copy it to a writable file and pass that with --ledger."
+    return None
+
+
+def file_id(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path`` now (following symlinks), or None when there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def swapped(path: Path, opened: tuple[int, int]) -> str | None:
+    """One sentence when ``path`` no longer names the file opened as the ledger (``opened``: its :func:`file_id` then),
+    else None. One ``stat``; the rest only when the file was moved, replaced or deleted.
+
+    The sentence says what happened, that the matrix stops, where the rows written so far are (the open file's name
+    now, found among this process's open files where the platform lists them: ``/proc/self/fd``) and what to do.
+    """
+    now = file_id(path)
+    if now == opened:
+        return None
+    moved_to = _open_name(opened)
+    if moved_to is None:
+        what = "deleted" if now is None else "replaced by another file"
+        where = "the runs recorded in it are lost once this process exits, the file being deleted"
+        todo = "restore the ledger from a copy if you have one, then run again"
+    else:
+        what = f"moved to {moved_to}" if now is None else f"replaced by another file (the one it held is now {moved_to})"
+        where = f"the runs recorded so far are in {moved_to}"
+        todo = f"move that file back to {path}, or pass --ledger {moved_to}, and run again to resume"
+    return f"the ledger {path} was {what} while the matrix ran, so the matrix stops ({where}); {todo}."
+
+
+def close_writable(db: sqlite3.Connection, path: Path, opened: tuple[int, int]) -> None:
+    """Close a writable ledger's connection; when ``path`` no longer names the file opened (``opened``: its
+    :func:`file_id` then), first copy every row still in the ``-wal`` file into the open file.
+
+    SQLite does not checkpoint a file moved since it was opened when its last connection closes, and it keeps the
+    ``-wal`` file under the old name: the moved file alone would lack those rows. When nothing stands under the old name
+    any more, the emptied ``-wal`` and ``-shm`` files left there are removed too.
+    """
+    now = file_id(path)
+    if now != opened:
+        try:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass  # the rows stay in the -wal file, as before
+    db.close()
+    if now is None:
+        real = Path(os.path.realpath(path))
+        wal = Path(f"{real}-wal")
+        with contextlib.suppress(OSError):
+            if wal.stat().st_size == 0 and not real.exists():
+                wal.unlink()
+                Path(f"{real}-shm").unlink(missing_ok=True)
+
+
+def _open_name(opened: tuple[int, int]) -> str | None:
+    """The name the open file ``opened`` (``(st_dev, st_ino)``) has now, from ``/proc/self/fd``; None when it has none
+    (deleted) or the platform does not say."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        link = f"/proc/self/fd/{fd}"
+        try:
+            info, name = os.stat(link), os.readlink(link)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == opened and info.st_nlink > 0 and name.startswith("/"):
+            return name
     return None
 
 

@@ -51,15 +51,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import LedgerError
+from harness.errors import LedgerError, LedgerSwapped
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
 from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
 from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
 from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
-from harness.ledger.integrity import verify_ledger
+from harness.ledger.integrity import migrations_edited, verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
-from harness.ledger.opening import connect_readonly, connect_writable, not_writable
+from harness.ledger.opening import close_writable, connect_readonly, connect_writable, file_id, not_writable, swapped
 from harness.ledger.queries import (
     export_sql,
     model_runs,
@@ -129,6 +129,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         self._lock = threading.RLock()
         self._grouped = False  # inside group(): appends share its one transaction
         self._db = connect_readonly(self.path) if readonly else connect_writable(self.path)
+        self._file = None if readonly else file_id(self.path)  # the file opened: start_run checks the path still names it
         try:
             self._check_tables(readonly)
             info = {t: list(self._db.execute(f"PRAGMA table_info({t})")) for t in CHAINED_TABLES}
@@ -183,10 +184,17 @@ class Ledger(RunReads, ReportReads, ViewerReads):
 
         Raises:
             LedgerError: SQLite refused a migration (a read-only file or folder, a full disk, a
-                file locked by another program); nothing of that migration is applied.
+                file locked by another program); nothing of that migration is applied. Or the last rows of
+                ``_migrations`` were deleted while their changes stay (:func:`~harness.ledger.integrity.migrations_edited`,
+                asked only when migrations are pending): nothing is applied, the file is left as it is.
         """
         with self._lock:
             try:
+                if migrations.pending(self._db) and (edit := migrations_edited(self._db, len(migrations.applied(self._db)))):
+                    raise LedgerError(
+                        f"the ledger {self.path} is not brought up to date: {edit}; restore it from a copy "
+                        f"(`harness ledger verify --ledger {self.path}` names the same edit)."
+                    )
                 return migrations.apply(self._db, self._transaction)
             except sqlite3.Error as exc:
                 raise LedgerError(
@@ -321,8 +329,12 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             True when the row was appended; False when ``claim`` refused.
 
         Raises:
+            LedgerSwapped: the ledger's path no longer names the file this object opened (it was moved, replaced or
+                deleted since: one ``stat`` per start row); nothing is written.
             LedgerError: the ledger cannot be written.
         """
+        if self._file is not None and (problem := swapped(self.path, self._file)):
+            raise LedgerSwapped(problem)
         guard = None
         if claim is not None:
             policy = claim
@@ -439,11 +451,16 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             raise LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify`.") from exc
 
     def close(self) -> None:
-        """Stop the checkpoint thread, then close the connection (idempotent)."""
+        """Stop the checkpoint thread, then close the connection (idempotent; one ``stat`` of the path: a file moved
+        meanwhile gets every row, :func:`~harness.ledger.opening.close_writable`)."""
         if self._checkpointer is not None:
             self._checkpointer.stop()
         with self._lock:
-            self._db.close()
+            opened, self._file = self._file, None
+            if opened is None:
+                self._db.close()
+            else:  # the rows are in the file opened, also when it was moved since
+                close_writable(self._db, self.path, opened)
 
     def __enter__(self) -> Ledger:
         return self
