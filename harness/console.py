@@ -17,7 +17,7 @@ from tabulate import tabulate
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
-from harness.vocab import is_scored, plural, printable
+from harness.vocab import counted, is_scored, plural, printable
 
 __all__ = [
     "Progress", "format_run_line", "next_steps", "plan_counts", "plan_label", "plural", "print_run_summary", "printable",
@@ -30,12 +30,12 @@ _ERROR_CHARS = 300
 
 def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     """One line per finished run, e.g. ``[2/4] list_and_report embedded:smollm2-135m T=0.7 ... -> task_failed
-    (...); failed checks: names_files; failure modes: none; run 3fa2b1c04e5d`` (the done checks that failed, if any;
+    (...); failed checks: names_files, file_json_field ×2; failure modes: none; run 3fa2b1c04e5d`` (the done checks that failed, if any;
     the run id's first 12 characters: a prefix that ``harness review`` and ``harness attest`` accept)."""
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
     failed = [str(c.get("check")) for c in summary.checks if isinstance(c, dict) and not c.get("passed")]
-    checks = f"; failed checks: {', '.join(failed)}" if failed else ""
+    checks = f"; failed checks: {counted(failed)}" if failed else ""
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
     extra = (
         f" ({printable(summary.error, _ERROR_CHARS)})"

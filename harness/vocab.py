@@ -9,9 +9,11 @@ place, :func:`is_scored`.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 __all__ = [
+    "counted",
     "plural",
     "printable",
     "size_text",
@@ -74,6 +76,15 @@ def is_scored(outcome: str | None) -> bool:
 def plural(count: int, word: str) -> str:
     """``"1 run"``, ``"3 runs"``: a count with its noun (console lines and the report alike)."""
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def counted(names: Sequence[str]) -> str:
+    """Names in first-seen order, each once, with ``×N`` when it occurs N > 1 times: ``"file_json_field ×5,
+    names_files"`` (a scenario's checks of one type; the run line and the viewer's run list alike)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
 
 
 def size_text(size: int) -> str:

@@ -106,6 +106,18 @@ def test_guard_bad_command_lines_are_one_sentence(capsys, argv):
     assert_one_sentence_error(rc, err)
 
 
+def test_the_run_line_counts_failed_checks_of_one_type_instead_of_repeating_them(tmp_path, capsys):
+    """A newcomer saw 'failed checks: file_json_field, file_json_field, file_json_field, ...' (extract_fields has five
+    checks of that type): the run line names each type once with its count, as the viewer's run list does."""
+    answer = {"content": "I cannot open files, but the invoice total is probably about 4,000 euros."}
+    with FakeAgentServer(script=[answer]) as server:
+        rc, out, err = cli(capsys, "run", REPO / "scenarios" / "extract_fields.toml", "--model", f"openai:m@{server.base_url}",
+                           *RUN_FLAGS, "--ledger", tmp_path / "l.sqlite")  # fmt: skip
+    assert rc == 0, err
+    run_line = next(line for line in out.splitlines() if "-> task_failed" in line)
+    assert "; failed checks: file_json_field ×5; failure modes: " in run_line, run_line
+
+
 def test_weather_answer_without_a_call_shows_its_failure_modes_in_the_run_line_and_the_report(tmp_path, capsys):
     """The weather_probe case of issue 10: an answer that never calls the tool is not 'failure modes: none'."""
     invented = {"content": "The weather in Paris is quite pleasant right now, around 21°C with clear skies."}
@@ -117,7 +129,7 @@ def test_weather_answer_without_a_call_shows_its_failure_modes_in_the_run_line_a
     assert "task_failed" in out and "failure modes: fabricated_tool_result, skipped_required_tool" in out
     # why it failed: the done checks that failed are on the run line; the model's load is announced; what to try next
     run_line = next(line for line in out.splitlines() if "-> task_failed" in line)
-    assert re.search(r"\); failed checks: [a-z_]+(, [a-z_]+)*; failure modes: ", run_line), run_line
+    assert re.search(r"\); failed checks: [a-z_]+( ×\d+)?(, [a-z_]+( ×\d+)?)*; failure modes: ", run_line), run_line
     assert f"Warming up openai:m@{server.base_url} with one request..." in err
     assert f"Next: `harness report --ledger {ledger}`" in out
     rc, out, err = cli(capsys, "report", "--ledger", ledger, "--out", tmp_path / "rep", "--format", "md")

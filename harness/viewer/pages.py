@@ -31,6 +31,7 @@ from harness.ledger import Ledger, RunFilter, RunRow
 from harness.ledger.viewer_reads import LIST_SORTS
 from harness.review import scenario_promise
 from harness.viewer.sandbox_files import sandbox_files
+from harness.vocab import counted
 
 __all__ = [
     "CONTENT_POLICY",
@@ -64,14 +65,6 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-
-
-def counted(names: list[str]) -> str:
-    """Names in first-seen order, each once, with ``×N`` when it occurs N > 1 times (two failed checks of one type)."""
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    return ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
 
 
 _ENV.filters["counted"] = counted
