@@ -129,7 +129,7 @@ class RunLock:
         file: ``(st_dev, st_ino)`` of the file locked (the name may be another file's by now: :class:`LockFile`).
     """
 
-    def __init__(self, fd: int, path: Path, offset: int | None = None, file: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, fd: int, path: Path, offset: int | None, file: tuple[int, int]) -> None:
         self._fd: int | None = fd
         self.path = path
         self.offset = offset

@@ -184,3 +184,24 @@ def test_a_fork_waits_for_the_checkpoint_in_progress(ledger_path, monkeypatch):
             os._exit(10 + checkpointer.checkpoints)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 11
+
+
+def test_the_thread_never_checkpoints_into_a_file_put_in_the_ledgers_place(tmp_path):
+    """Reviewer: the thread connects by name at its first wake; a ledger replaced before then (another file moved to
+    its name) would have taken this writer's ``-wal`` pages (SQLite finds the WAL by name) and been damaged."""
+    path, other = tmp_path / "ledger.sqlite", tmp_path / "elsewhere" / "other.sqlite"
+    with Ledger(other) as ledger:
+        _fill(ledger, 2)
+    before = other.read_bytes()
+    with Ledger(path) as ledger:
+        _fill(ledger, 1)
+        os.replace(other, path)  # the thread has not started yet: fewer appends than one wake
+        ledger.record_turn(turn("run00000", 4))
+        for n in range(COMMITS_PER_CHECKPOINT + 5):  # appends that do not check the path: the thread is woken
+            ledger.record_turn(turn("run00000", 5 + n))
+        checkpointer = ledger._checkpointer
+        assert checkpointer is not None
+        checkpointer.stop()
+        assert checkpointer.checkpoints == 0
+    assert path.read_bytes() == before  # the file put in its place is as it was, and it still verifies
+    assert Ledger(path, readonly=True).verify().ok

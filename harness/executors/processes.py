@@ -22,8 +22,9 @@ their next model call; the driver waits for them); the second kills the workers,
 had sent that are still unread in the pipes, ends the other runs in flight as ``interrupted`` at once and raises
 :class:`~harness.runner.MatrixQuit`. A failure of the driver itself (its ledger cannot be written, a worker's harness
 bug) kills the workers at once too: nothing their runs send would be read any more. A ledger file moved, replaced or
-deleted meanwhile (a start row refused with :class:`~harness.errors.LedgerSwapped`) stops the matrix as a first Ctrl-C
-does, and the driver raises that error once the runs in flight have ended.
+deleted meanwhile (a start row refused with :class:`~harness.errors.LedgerSwapped`), or its lock file (a claim refused
+with the same error, :class:`~harness.ownership.LockFile`), stops the matrix as a first Ctrl-C does, and the driver
+raises that error once the runs in flight have ended.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ class ProcessMatrixRun:
         except KeyboardInterrupt:
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
-            self._salvage()
+            with contextlib.suppress(LedgerError):  # a ledger that refuses the rows: the runs still end below, as before
+                self._salvage()
             abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
             recorded = _end_abandoned(self.ledger, abandoned)
             for flight in self.flights.values():
@@ -184,8 +186,7 @@ class ProcessMatrixRun:
         no row yet), nor replies sent."""
         deadline = time.monotonic() + seconds
         for worker in self.workers:
-            if worker.process.sentinel is not None:
-                worker.process.join(1)  # dead: a message the kill cut short reads as the end of its channel
+            worker.process.join(1)  # dead (a Ray actor too): a message the kill cut short reads as the end of its channel
         with self.ledger.group():
             for worker in self.workers:
                 try:

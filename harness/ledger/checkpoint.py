@@ -38,7 +38,8 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
-from urllib.parse import quote
+
+from harness.ledger.opening import file_id, file_uri
 
 __all__ = ["COMMITS_PER_CHECKPOINT", "INLINE_BOUND_PAGES", "Checkpointer"]
 
@@ -53,14 +54,18 @@ class Checkpointer:
 
     Args:
         path: the ledger file (opened by the thread with a connection of its own).
+        file: its ``(st_dev, st_ino)`` when the writer opened it (:func:`~harness.ledger.opening.file_id`): the thread
+            checkpoints only while ``path`` still names that file. Another file put in its place would otherwise take
+            the writer's ``-wal`` pages (SQLite finds the WAL by name) and be damaged; the writer's inline bound and
+            its close checkpoint into the file it has open.
 
     Attributes:
         checkpoints: checkpoints run so far (tests read it).
         last: the last checkpoint's ``(busy, wal_pages, pages_checkpointed)`` as SQLite reports it, or None.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, file: tuple[int, int] | None = None) -> None:
+        self.path, self.file = path, file
         self.checkpoints = 0
         self.last: tuple[int, int, int] | None = None
         self._wake = threading.Event()
@@ -104,8 +109,9 @@ class Checkpointer:
         try:
             with self._inside:
                 # mode=rw: a ledger moved or deleted meanwhile is not made anew, empty, under its old name
-                db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, isolation_level=None,
-                                     check_same_thread=False, timeout=0)  # fmt: skip
+                db = sqlite3.connect(
+                    file_uri(self.path, "mode=rw"), uri=True, isolation_level=None, check_same_thread=False, timeout=0
+                )
         except sqlite3.Error:
             return  # the writer's inline bound still checkpoints
         try:
@@ -113,6 +119,8 @@ class Checkpointer:
                 self._wake.wait()
                 if self._stopping:
                     return
+                if self.file is not None and file_id(self.path) != self.file:
+                    return  # moved, replaced or deleted: never checkpoint the writer's WAL into another file
                 with self._inside:
                     try:
                         row = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()

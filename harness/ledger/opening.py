@@ -18,10 +18,20 @@ from urllib.parse import quote
 
 from harness.errors import LedgerError
 
-__all__ = ["cannot_create", "close_writable", "connect_readonly", "connect_writable", "file_id", "not_writable", "swapped"]
+__all__ = [
+    "cannot_create",
+    "close_writable",
+    "connect_readonly",
+    "connect_writable",
+    "file_id",
+    "file_uri",
+    "not_writable",
+    "swapped",
+]
 
 
-def _uri(path: Path, query: str) -> str:
+def file_uri(path: Path, query: str) -> str:
+    """SQLite's URI of ``path`` (made absolute, percent-encoded) with ``query``, e.g. ``mode=ro``."""
     return f"file:{quote(str(path.absolute()))}?{query}"
 
 
@@ -49,7 +59,7 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         raise _not_a_file(path)
     if not path.is_file():
         raise LedgerError(f"no ledger at {path}; run `harness run` first or pass --ledger PATH.")
-    db = _connect(_uri(path, "mode=ro"), uri=True)
+    db = _connect(file_uri(path, "mode=ro"), uri=True)
     try:
         return _probe(db)
     except sqlite3.DatabaseError as exc:
@@ -63,7 +73,7 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
             f"{path} is in a read-only folder and rows are still in {wal.name} without its -shm file; copy the ledger "
             "with its -wal file into a writable folder and pass that copy with --ledger."
         )
-    db = _connect(_uri(path, "mode=ro&immutable=1"), uri=True)  # no -wal: every row is in the main file
+    db = _connect(file_uri(path, "mode=ro&immutable=1"), uri=True)  # no -wal: every row is in the main file
     try:
         return _probe(db)
     except sqlite3.DatabaseError as exc:

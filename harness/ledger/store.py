@@ -145,7 +145,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         self._until_checkpoint = -1  # appends until the checkpoint thread is woken; never 0 when read-only
         if not readonly:
             self._db.execute(f"PRAGMA wal_autocheckpoint={INLINE_BOUND_PAGES}")
-            self._checkpointer = Checkpointer(Path(os.path.realpath(self.path)))
+            self._checkpointer = Checkpointer(Path(os.path.realpath(self.path)), self._file)
             weakref.finalize(self, self._checkpointer.release)  # a ledger dropped unclosed ends its thread too
             self._until_checkpoint = COMMITS_PER_CHECKPOINT
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
@@ -190,7 +190,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         """
         with self._lock:
             try:
-                if migrations.pending(self._db) and (edit := migrations_edited(self._db, len(migrations.applied(self._db)))):
+                if migrations.pending(self._db) and (edit := self._edited_migrations()):
                     raise LedgerError(
                         f"the ledger {self.path} is not brought up to date: {edit}; restore it from a copy "
                         f"(`harness ledger verify --ledger {self.path}` names the same edit)."
@@ -212,6 +212,16 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         """Names of migrations not applied yet (a read-only open of an older ledger has some; ``harness ledger migrate`` applies them)."""
         with self._lock:
             return self._read_migrations(migrations.pending)
+
+    def _edited_migrations(self) -> str | None:
+        """:func:`~harness.ledger.integrity.migrations_edited` on one snapshot: ``_migrations`` and the schema read in
+        one read transaction, so a migration another process commits meanwhile (with its row) is seen whole or not at
+        all (read apart, the older row count beside the newer schema looked like an edit: reviewer, 1 open in 160)."""
+        self._db.execute("BEGIN")
+        try:
+            return migrations_edited(self._db, len(migrations.applied(self._db)))
+        finally:
+            self._db.execute("COMMIT")  # a read: nothing to write
 
     def _read_migrations(self, read: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
         try:
