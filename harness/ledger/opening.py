@@ -11,8 +11,10 @@ the three files to a writable folder.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
+import struct
 from pathlib import Path
 from urllib.parse import quote
 
@@ -91,7 +93,7 @@ def connect_writable(path: Path) -> sqlite3.Connection:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LedgerError(f"cannot create the folder {path.parent} for the ledger: {exc.strerror or exc}.") from exc
-    problem = not_writable(path)
+    problem = not_writable(path) or _orphan_journal(path)
     if problem:
         raise LedgerError(problem)
     try:
@@ -105,6 +107,38 @@ def connect_writable(path: Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         db.close()
         raise LedgerError(not_writable(path) or str(_unreadable(path, exc))) from exc
+
+
+_SHM_DMS = 128
+"""The byte of a ``-shm`` file every open SQLite connection holds a read lock on (os_unix.c: ``UNIX_SHM_DMS``)."""
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
+
+
+def _orphan_journal(path: Path) -> str | None:
+    """One sentence when no ledger (or an empty file) is at ``path`` but another process holds the ``-shm`` file there
+    open: a ledger opened under this name was moved or deleted while that process writes it, and its ``-wal`` and
+    ``-shm`` files stay under the name. SQLite would take them for a new file's (the two processes then read and write
+    each other's pages: both files damaged). None otherwise, also where the platform cannot say."""
+    if path.exists() and path.stat().st_size > 0:
+        return None
+    try:
+        fd = os.open(f"{path}-shm", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _SHM_DMS, 1, 0)
+        held = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0] != fcntl.F_UNLCK
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(fd)
+    if not held:
+        return None
+    return (
+        f"another process still has a ledger open under the name {path} (its -wal and -shm files are there: it was "
+        "moved or deleted while that process wrote it), so no new ledger is made there now; let that process end, or "
+        "pass another --ledger path."
+    )
 
 
 def cannot_create(path: Path) -> str | None:

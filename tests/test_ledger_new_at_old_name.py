@@ -1,0 +1,48 @@
+"""A new ledger at the name of one moved away while a matrix still writes it: refused, so neither file is damaged.
+
+SQLite keeps a ledger's ``-wal`` and ``-shm`` files under the name it was opened by. A ledger moved while ``harness run``
+writes it leaves them there, in use; a second ``harness run --ledger`` at the old name would take them for its new
+file's (the two processes then read and write each other's pages: both files came out damaged). Real processes, a real
+HTTP server on 127.0.0.1 and real SQLite files; the moved file is checked with a real ``harness ledger verify``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from harness.ledger import Ledger
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, SCENARIO_FILE
+
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def test_a_new_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_both_files_stay_whole(tmp_path):
+    ledger_path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+        args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
+                "--tool-mode", "native", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+        first = subprocess.Popen([*args, "--repeats", "6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=_ENV)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 3:  # two runs are past their first turn
+            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
+            time.sleep(0.02)
+        os.rename(ledger_path, moved)
+        second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
+        first.communicate(timeout=120)
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+    verify = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(moved)],
+                            capture_output=True, text=True, env=_ENV, timeout=60)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with Ledger(moved, readonly=True) as ledger:
+        assert ledger.runs() and all(run.outcome is not None for run in ledger.runs())
+    assert not ledger_path.exists() or ledger_path.stat().st_size == 0, "a ledger was made at the old name"
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"harness: another process still has a ledger open under the name {ledger_path} (its -wal and -shm files are "
+        "there: it was moved or deleted while that process wrote it), so no new ledger is made there now; let that "
+        "process end, or pass another --ledger path."
+    ), second.stderr
