@@ -120,3 +120,23 @@ def test_a_lock_file_deleted_under_a_matrix_stops_it_at_its_next_lock_while_a_se
     with Ledger(ledger_path, readonly=True) as ledger:
         assert ledger.verify().ok and all(run.outcome is not None for run in ledger.runs())
         assert len(ledger.finished_identities()) == 6  # the second matrix completed the set
+
+
+def test_a_ledger_hard_linked_then_unlinked_mid_matrix_does_not_name_a_deleted_path(tmp_path):
+    """``ln ledger kept; rm ledger`` under a matrix: the kernel shows the open file as ``ledger (deleted)``; the sentence
+    named that path (``pass --ledger .../ledger.sqlite (deleted)``) as where the runs were."""
+    ledger_path, kept = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+
+    def relink() -> None:
+        os.link(ledger_path, kept)
+        os.unlink(ledger_path)
+
+    rc, err = _run_and_swap(ledger_path, "threads", relink)
+    assert rc == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"harness: the ledger {ledger_path} was removed while the matrix ran, so the matrix stops (the runs recorded so "
+        "far are in the file it named, which lives on under another name (a hard link)); pass --ledger with that name, "
+        "or move that file back to this one, and run again to resume."
+    ), err
+    with Ledger(kept, readonly=True) as ledger:
+        assert ledger.verify().ok and ledger.runs() and all(run.outcome is not None for run in ledger.runs())

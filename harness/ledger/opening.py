@@ -196,7 +196,11 @@ def swapped(path: Path, opened: tuple[int, int]) -> str | None:
     if now == opened:
         return None
     moved_to = _open_name(opened)
-    if moved_to is None:
+    if moved_to == "":  # its name removed, another hard link made first keeps it
+        what = "removed" if now is None else "replaced by another file"
+        where = "the runs recorded so far are in the file it named, which lives on under another name (a hard link)"
+        todo = "pass --ledger with that name, or move that file back to this one, and run again to resume"
+    elif moved_to is None:
         what = "deleted" if now is None else "replaced by another file"
         where = "the runs recorded in it are lost once this process exits, the file being deleted"
         todo = "restore the ledger from a copy if you have one, then run again"
@@ -232,8 +236,9 @@ def close_writable(db: sqlite3.Connection, path: Path, opened: tuple[int, int]) 
 
 
 def _open_name(opened: tuple[int, int]) -> str | None:
-    """The name the open file ``opened`` (``(st_dev, st_ino)``) has now, from ``/proc/self/fd``; None when it has none
-    (deleted) or the platform does not say."""
+    """The name the open file ``opened`` (``(st_dev, st_ino)``) has now, from ``/proc/self/fd``; "" when it still has a
+    name but not the one opened by (that was removed after another hard link was made: the kernel then shows the old
+    name with `` (deleted)``, and no other name); None when it has none (deleted) or the platform does not say."""
     try:
         fds = os.listdir("/proc/self/fd")
     except OSError:
@@ -245,7 +250,7 @@ def _open_name(opened: tuple[int, int]) -> str | None:
         except OSError:
             continue
         if (info.st_dev, info.st_ino) == opened and info.st_nlink > 0 and name.startswith("/"):
-            return name
+            return name if file_id(Path(name)) == opened else ""
     return None
 
 
