@@ -140,3 +140,25 @@ def test_a_ledger_hard_linked_then_unlinked_mid_matrix_does_not_name_a_deleted_p
     ), err
     with Ledger(kept, readonly=True) as ledger:
         assert ledger.verify().ok and ledger.runs() and all(run.outcome is not None for run in ledger.runs())
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_the_ledgers_folder_renamed_mid_matrix_says_where_the_ledger_went_and_makes_nothing_under_the_old_name(
+    tmp_path, executor
+):
+    """``mv runs-folder elsewhere`` under a matrix: its next lock made the old folder anew (with a lock folder in it) and
+    the sentence blamed a deleted lock file."""
+    folder, renamed = tmp_path / "d", tmp_path / "d2"
+    folder.mkdir()
+    rc, err = _run_and_swap(folder / "ledger.sqlite", executor, lambda: os.rename(folder, renamed))
+    assert rc == 1 and "Traceback" not in err, err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"harness: the ledger {folder / 'ledger.sqlite'} was moved to {renamed / 'ledger.sqlite'} while the matrix ran"
+        )
+    ), err
+    assert not folder.exists()
+    with Ledger(renamed / "ledger.sqlite", readonly=True) as ledger:
+        assert ledger.verify().ok and ledger.runs() and all(run.outcome is not None for run in ledger.runs())
