@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from harness.ledger import Ledger
+from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
+from tests.ledger_builders import SMALL, add_run
+from tests.test_ledger import run_start, turn
 
 
 def _harness(*args: str) -> subprocess.Popen[str]:
@@ -162,3 +165,21 @@ def test_the_ledgers_folder_renamed_mid_matrix_says_where_the_ledger_went_and_ma
     assert not folder.exists()
     with Ledger(renamed / "ledger.sqlite", readonly=True) as ledger:
         assert ledger.verify().ok and ledger.runs() and all(run.outcome is not None for run in ledger.runs())
+
+
+def test_a_ledger_replaced_before_the_checkpoint_thread_starts_gets_none_of_the_old_files_pages(tmp_path):
+    """The thread starts at the hundredth append and opened the name: after a replacement, the new file, which SQLite
+    gives the writer's ``-wal`` (kept under the name), so the writer's pages were checkpointed into it (its own tables
+    gone) while the moved file kept none of them."""
+    ledger_path, old, other = tmp_path / "ledger.sqlite", tmp_path / "old.sqlite", tmp_path / "other" / "ledger.sqlite"
+    with Ledger(other) as ledger:
+        add_run(ledger, "theirs", model=SMALL)
+    with Ledger(ledger_path) as ledger:
+        ledger.start_run(run_start("mine"))  # a run in flight when the file is replaced: its turns go on
+        os.rename(ledger_path, old)
+        os.rename(other, ledger_path)
+        for n in range(1, COMMITS_PER_CHECKPOINT + 20):
+            ledger.record_turn(turn("mine", n))
+    with Ledger(ledger_path, readonly=True) as theirs, Ledger(old, readonly=True) as mine:
+        assert theirs.verify().ok and [run.run_id for run in theirs.runs()] == ["theirs"]
+        assert mine.verify().ok and len(mine.turns("mine")) == COMMITS_PER_CHECKPOINT + 19

@@ -40,6 +40,8 @@ import weakref
 from pathlib import Path
 from urllib.parse import quote
 
+from harness.ledger.opening import file_id
+
 __all__ = ["COMMITS_PER_CHECKPOINT", "INLINE_BOUND_PAGES", "Checkpointer"]
 
 COMMITS_PER_CHECKPOINT = 100
@@ -53,14 +55,17 @@ class Checkpointer:
 
     Args:
         path: the ledger file (opened by the thread with a connection of its own).
+        opened: ``(st_dev, st_ino)`` of the file the writer opened (:func:`~harness.ledger.opening.file_id`): the thread
+            opens ``path`` only while it still names that file. Another file put there after a move keeps the writer's
+            ``-wal`` and ``-shm`` under its name: a connection to it would copy the writer's pages into it.
 
     Attributes:
         checkpoints: checkpoints run so far (tests read it).
         last: the last checkpoint's ``(busy, wal_pages, pages_checkpointed)`` as SQLite reports it, or None.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, opened: tuple[int, int] | None = None) -> None:
+        self.path, self.opened = path, opened
         self.checkpoints = 0
         self.last: tuple[int, int, int] | None = None
         self._wake = threading.Event()
@@ -104,8 +109,13 @@ class Checkpointer:
         try:
             with self._inside:
                 # mode=rw: a ledger moved or deleted meanwhile is not made anew, empty, under its old name
+                if self.opened is not None and file_id(self.path) != self.opened:
+                    return  # moved, replaced or deleted before the first wake: the writer's inline bound checkpoints
                 db = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, isolation_level=None,
                                      check_same_thread=False, timeout=0)  # fmt: skip
+                if self.opened is not None and file_id(self.path) != self.opened:  # swapped while it connected
+                    db.close()
+                    return
         except sqlite3.Error:
             return  # the writer's inline bound still checkpoints
         try:

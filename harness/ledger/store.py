@@ -145,7 +145,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         self._until_checkpoint = -1  # appends until the checkpoint thread is woken; never 0 when read-only
         if not readonly:
             self._db.execute(f"PRAGMA wal_autocheckpoint={INLINE_BOUND_PAGES}")
-            self._checkpointer = Checkpointer(Path(os.path.realpath(self.path)))
+            self._checkpointer = Checkpointer(Path(os.path.realpath(self.path)), self._file)
             weakref.finalize(self, self._checkpointer.release)  # a ledger dropped unclosed ends its thread too
             self._until_checkpoint = COMMITS_PER_CHECKPOINT
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
