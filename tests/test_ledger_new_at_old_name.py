@@ -13,15 +13,23 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
+from tests.ledger_builders import SMALL, add_run
 
 _ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def test_a_new_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_both_files_stay_whole(tmp_path):
-    ledger_path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+@pytest.mark.parametrize("replaced", [False, True], ids=["new", "replaced"])
+def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_both_files_stay_whole(tmp_path, replaced):
+    """The second run makes a new ledger at the old name, or opens another ledger moved there (its tables and rows are
+    then read through the first process's journal: it ended with 'database disk image is malformed')."""
+    ledger_path, moved, other = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite", tmp_path / "o" / "ledger.sqlite"
+    with Ledger(other) as ledger:
+        add_run(ledger, "theirs", model=SMALL)
     with FakeAgentServer(delay_s=0.3, slots=4) as server:
         args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
                 "--tool-mode", "native", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
@@ -32,6 +40,8 @@ def test_a_new_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_an
             assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
             time.sleep(0.02)
         os.rename(ledger_path, moved)
+        if replaced:
+            os.rename(other, ledger_path)
         second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
         first.communicate(timeout=120)
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
@@ -40,9 +50,13 @@ def test_a_new_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_an
     assert verify.returncode == 0, verify.stdout + verify.stderr
     with Ledger(moved, readonly=True) as ledger:
         assert ledger.runs() and all(run.outcome is not None for run in ledger.runs())
-    assert not ledger_path.exists() or ledger_path.stat().st_size == 0, "a ledger was made at the old name"
+    if replaced:
+        with Ledger(ledger_path, readonly=True) as ledger:
+            assert ledger.verify().ok and [run.run_id for run in ledger.runs()] == ["theirs"]
+    else:
+        assert not ledger_path.exists(), "a ledger was made at the old name"
     assert second.stderr.strip().splitlines()[-1] == (
-        f"harness: another process still has a ledger open under the name {ledger_path} (its -wal and -shm files are "
-        "there: it was moved or deleted while that process wrote it), so no new ledger is made there now; let that "
-        "process end, or pass another --ledger path."
+        f"harness: another process still writes a ledger it opened under the name {ledger_path} (its -wal and -shm files "
+        "are there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
+        "let that process end, or pass another --ledger path."
     ), second.stderr

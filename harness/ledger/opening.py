@@ -111,33 +111,41 @@ def connect_writable(path: Path) -> sqlite3.Connection:
 
 _SHM_DMS = 128
 """The byte of a ``-shm`` file every open SQLite connection holds a read lock on (os_unix.c: ``UNIX_SHM_DMS``)."""
+_SHARED = (0x40000000 + 2, 510)
+"""The database file's SHARED range (os_unix.c: ``SHARED_FIRST``, ``SHARED_SIZE``): a connection in WAL mode holds a read
+lock on it from its first read until it closes."""
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
 
 
-def _orphan_journal(path: Path) -> str | None:
-    """One sentence when no ledger (or an empty file) is at ``path`` but another process holds the ``-shm`` file there
-    open: a ledger opened under this name was moved or deleted while that process writes it, and its ``-wal`` and
-    ``-shm`` files stay under the name. SQLite would take them for a new file's (the two processes then read and write
-    each other's pages: both files damaged). None otherwise, also where the platform cannot say."""
-    if path.exists() and path.stat().st_size > 0:
-        return None
+def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
+    """Whether another process holds a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks are
+    those); None when the file cannot be opened or the platform cannot say."""
     try:
-        fd = os.open(f"{path}-shm", os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _SHM_DMS, 1, 0)
-        held = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0] != fcntl.F_UNLCK
+        asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+        return bool(_FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0] != fcntl.F_UNLCK)
     except (OSError, struct.error):
         return None
     finally:
         os.close(fd)
-    if not held:
+
+
+def _orphan_journal(path: Path) -> str | None:
+    """One sentence when another process holds the ``-shm`` file at ``path`` open but not the ledger file there (none,
+    or another one): a ledger opened under this name was moved, deleted or replaced while that process writes it, and
+    its ``-wal`` and ``-shm`` files stay under the name. SQLite would take them for this file's (the two processes then
+    read and write each other's pages: both files damaged). None otherwise, also where the platform cannot say."""
+    if not _locked_elsewhere(f"{path}-shm", _SHM_DMS, 1):
         return None
+    if path.exists() and path.stat().st_size > 0 and _locked_elsewhere(path, *_SHARED) is not False:
+        return None  # the process holding the -shm has this very file open: two writers of one ledger
     return (
-        f"another process still has a ledger open under the name {path} (its -wal and -shm files are there: it was "
-        "moved or deleted while that process wrote it), so no new ledger is made there now; let that process end, or "
-        "pass another --ledger path."
+        f"another process still writes a ledger it opened under the name {path} (its -wal and -shm files are there: "
+        "that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; let that "
+        "process end, or pass another --ledger path."
     )
 
 
