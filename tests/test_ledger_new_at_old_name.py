@@ -60,3 +60,31 @@ def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_bo
         "are there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
         "let that process end, or pass another --ledger path."
     ), second.stderr
+
+
+def test_a_moved_ledger_opened_under_its_new_name_while_the_old_name_is_still_written_is_refused(tmp_path):
+    """The first run's sentence says to pass --ledger with the new name: a second run doing so while the first (or any
+    other process on the old name) still writes would give the one file two journals, each writer blind to the other's."""
+    ledger_path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+        args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
+                "--tool-mode", "native", "--temperature", "0", "--jobs", "2"]  # fmt: skip
+        first = subprocess.Popen([*args, "--repeats", "6", "--ledger", str(ledger_path)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=_ENV)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 3:  # two runs are past their first turn
+            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
+            time.sleep(0.02)
+        os.rename(ledger_path, moved)
+        second = subprocess.run([*args, "--repeats", "8", "--ledger", str(moved)], capture_output=True, text=True,
+                                env=_ENV, timeout=60)  # fmt: skip
+        first.communicate(timeout=120)
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"harness: another process still writes the ledger {moved} under another name (it was moved or renamed while "
+        "that process wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one "
+        "file with two journals loses rows); let that process end, then run again."
+    ), second.stderr
+    verify = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(moved)],
+                            capture_output=True, text=True, env=_ENV, timeout=60)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -15,6 +15,7 @@ import fcntl
 import os
 import sqlite3
 import struct
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -119,9 +120,11 @@ _FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
 
 def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
     """Whether another process holds a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks are
-    those); None when the file cannot be opened or the platform cannot say."""
+    those); False when there is no such file, None when it cannot be opened or the platform cannot say."""
     try:
         fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
     except OSError:
         return None
     try:
@@ -134,18 +137,31 @@ def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
 
 
 def _orphan_journal(path: Path) -> str | None:
-    """One sentence when another process holds the ``-shm`` file at ``path`` open but not the ledger file there (none,
-    or another one): a ledger opened under this name was moved, deleted or replaced while that process writes it, and
-    its ``-wal`` and ``-shm`` files stay under the name. SQLite would take them for this file's (the two processes then
-    read and write each other's pages: both files damaged). None otherwise, also where the platform cannot say."""
-    if not _locked_elsewhere(f"{path}-shm", _SHM_DMS, 1):
-        return None
-    if path.exists() and path.stat().st_size > 0 and _locked_elsewhere(path, *_SHARED) is not False:
-        return None  # the process holding the -shm has this very file open: two writers of one ledger
+    """One sentence when the ledger at ``path`` and the ``-wal``/``-shm`` files beside it are not one ledger's in another
+    process: it holds the ``-shm`` open but not the file (none there, or another one), or the file but not the ``-shm``
+    (it opened the file under another name). A ledger moved, deleted or replaced while a process writes it leaves that
+    process's journal under the old name; SQLite would take it for this file's, or give this file a second journal
+    (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where the platform
+    cannot say. Asked again after a tenth of a second before it answers, so a process caught opening the ledger (the
+    file's lock taken, the ``-shm`` not yet) is not mistaken for one."""
+    for attempt in range(2):
+        shm = _locked_elsewhere(f"{path}-shm", _SHM_DMS, 1)
+        has_file = path.exists() and path.stat().st_size > 0
+        file = _locked_elsewhere(path, *_SHARED) if has_file else False
+        if shm is None or file is None or shm == file:
+            return None
+        if attempt == 0:
+            time.sleep(0.1)
+    if shm:
+        return (
+            f"another process still writes a ledger it opened under the name {path} (its -wal and -shm files are "
+            "there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
+            "let that process end, or pass another --ledger path."
+        )
     return (
-        f"another process still writes a ledger it opened under the name {path} (its -wal and -shm files are there: "
-        "that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; let that "
-        "process end, or pass another --ledger path."
+        f"another process still writes the ledger {path} under another name (it was moved or renamed while that process "
+        "wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one file with two "
+        "journals loses rows); let that process end, then run again."
     )
 
 
