@@ -15,6 +15,7 @@ import fcntl
 import os
 import sqlite3
 import struct
+import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -116,11 +117,14 @@ _SHARED = (0x40000000 + 2, 510)
 """The database file's SHARED range (os_unix.c: ``SHARED_FIRST``, ``SHARED_SIZE``): a connection in WAL mode holds a read
 lock on it from its first read until it closes."""
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
+_FLOCK_KNOWN = sys.platform.startswith("linux") and struct.calcsize("P") == 8  # elsewhere the layout differs: not asked
 
 
 def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
     """Whether another process holds a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks are
     those); False when there is no such file, None when it cannot be opened or the platform cannot say."""
+    if not _FLOCK_KNOWN:
+        return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
