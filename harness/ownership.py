@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import LedgerSwapped
-from harness.ledger import IdentityHolder
+from harness.ledger import IdentityHolder, file_id, swapped
 
 if TYPE_CHECKING:
     from harness.endpoints import PlannedRun
@@ -190,7 +190,9 @@ class LockFile:
     Deleting (or replacing) the lock file while a matrix holds locks in it would let another process make a new one and
     lock, then run, the same identities. The next lock this matrix takes then opens the new file: :meth:`take` notices
     (one comparison of the ``(st_dev, st_ino)`` the lock's ``fstat`` gave) and refuses, so the matrix stops. Where each
-    identity has its own file (no OFD locks) there is nothing to compare.
+    identity has its own file (no OFD locks) there is nothing to compare. The ledger itself moved (with its folder, say)
+    or replaced is asked first (one ``stat``): no lock folder is then made anew under its old name, and the sentence is
+    the ledger's (:func:`~harness.ledger.opening.swapped`), not the lock file's.
 
     Args:
         ledger_path: the ledger file.
@@ -202,6 +204,7 @@ class LockFile:
     def __init__(self, ledger_path: str | Path) -> None:
         self.ledger_path = Path(ledger_path)
         self.folder = lock_folder(ledger_path)
+        self._ledger = file_id(self.ledger_path)  # the file the matrix writes (it exists by now)
         self._first: tuple[int, int] | None = None
         self._guard = threading.Lock()
 
@@ -209,10 +212,12 @@ class LockFile:
         """:func:`take_lock` in :attr:`folder`.
 
         Raises:
-            LedgerSwapped: the lock file is not the one this object's first lock was on (it was deleted or replaced
-                since); no lock is kept.
+            LedgerSwapped: the ledger's path no longer names the file it named when this object was made, or the lock
+                file is not the one this object's first lock was on (it was deleted or replaced since); no lock is kept.
             ValueError, OSError: as :func:`take_lock`.
         """
+        if self._ledger is not None and (problem := swapped(self.ledger_path, self._ledger)):
+            raise LedgerSwapped(problem)
         lock = take_lock(self.ledger_path, identity, folder=self.folder)
         if lock is None or lock.offset is None:
             return lock

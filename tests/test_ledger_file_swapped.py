@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from harness.ledger import Ledger
+from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
+from tests.ledger_builders import SMALL, add_run
+from tests.test_ledger import run_start, turn
 
 
 def _harness(*args: str) -> subprocess.Popen[str]:
@@ -120,3 +123,63 @@ def test_a_lock_file_deleted_under_a_matrix_stops_it_at_its_next_lock_while_a_se
     with Ledger(ledger_path, readonly=True) as ledger:
         assert ledger.verify().ok and all(run.outcome is not None for run in ledger.runs())
         assert len(ledger.finished_identities()) == 6  # the second matrix completed the set
+
+
+def test_a_ledger_hard_linked_then_unlinked_mid_matrix_does_not_name_a_deleted_path(tmp_path):
+    """``ln ledger kept; rm ledger`` under a matrix: the kernel shows the open file as ``ledger (deleted)``; the sentence
+    named that path (``pass --ledger .../ledger.sqlite (deleted)``) as where the runs were."""
+    ledger_path, kept = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+
+    def relink() -> None:
+        os.link(ledger_path, kept)
+        os.unlink(ledger_path)
+
+    rc, err = _run_and_swap(ledger_path, "threads", relink)
+    assert rc == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"harness: the ledger {ledger_path} was removed while the matrix ran, so the matrix stops (the runs recorded so "
+        "far are in the file it named, which lives on under another name (a hard link)); pass --ledger with that name, "
+        "or move that file back to this one, and run again to resume."
+    ), err
+    with Ledger(kept, readonly=True) as ledger:
+        assert ledger.verify().ok and ledger.runs() and all(run.outcome is not None for run in ledger.runs())
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_the_ledgers_folder_renamed_mid_matrix_says_where_the_ledger_went_and_makes_nothing_under_the_old_name(
+    tmp_path, executor
+):
+    """``mv runs-folder elsewhere`` under a matrix: its next lock made the old folder anew (with a lock folder in it) and
+    the sentence blamed a deleted lock file."""
+    folder, renamed = tmp_path / "d", tmp_path / "d2"
+    folder.mkdir()
+    rc, err = _run_and_swap(folder / "ledger.sqlite", executor, lambda: os.rename(folder, renamed))
+    assert rc == 1 and "Traceback" not in err, err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"harness: the ledger {folder / 'ledger.sqlite'} was moved to {renamed / 'ledger.sqlite'} while the matrix ran"
+        )
+    ), err
+    assert not folder.exists()
+    with Ledger(renamed / "ledger.sqlite", readonly=True) as ledger:
+        assert ledger.verify().ok and ledger.runs() and all(run.outcome is not None for run in ledger.runs())
+
+
+def test_a_ledger_replaced_before_the_checkpoint_thread_starts_gets_none_of_the_old_files_pages(tmp_path):
+    """The thread starts at the hundredth append and opened the name: after a replacement, the new file, which SQLite
+    gives the writer's ``-wal`` (kept under the name), so the writer's pages were checkpointed into it (its own tables
+    gone) while the moved file kept none of them."""
+    ledger_path, old, other = tmp_path / "ledger.sqlite", tmp_path / "old.sqlite", tmp_path / "other" / "ledger.sqlite"
+    with Ledger(other) as ledger:
+        add_run(ledger, "theirs", model=SMALL)
+    with Ledger(ledger_path) as ledger:
+        ledger.start_run(run_start("mine"))  # a run in flight when the file is replaced: its turns go on
+        os.rename(ledger_path, old)
+        os.rename(other, ledger_path)
+        for n in range(1, COMMITS_PER_CHECKPOINT + 20):
+            ledger.record_turn(turn("mine", n))
+    with Ledger(ledger_path, readonly=True) as theirs, Ledger(old, readonly=True) as mine:
+        assert theirs.verify().ok and [run.run_id for run in theirs.runs()] == ["theirs"]
+        assert mine.verify().ok and len(mine.turns("mine")) == COMMITS_PER_CHECKPOINT + 19

@@ -147,3 +147,14 @@ def test_a_package_index_that_asks_for_a_login_fails_the_fetch_at_once(tmp_path)
 def test_pips_reason_names_a_network_failure_only_when_pip_ended_on_finding_no_version(output, reason):
     # reviewer finding: a retry that timed out and then succeeded hid the error that really ended pip
     assert pip_reason(output) == reason
+
+
+# red-team finding: HF_ENDPOINT that urlsplit cannot parse made importing huggingface_hub raise ValueError: a traceback
+@pytest.mark.parametrize("endpoint", ["http://[::1", "http://127.0.0.1:99999"])
+def test_an_hf_endpoint_that_is_not_a_url_is_one_sentence_not_a_traceback(tmp_path, endpoint):
+    argv = ["run", "--model", f"embedded:{HF_REF}", "--tool-mode", "native", "--repeats", "1", "--dry-run"]
+    rc, out, err = _harness(tmp_path, {"HF_ENDPOINT": endpoint}, *argv)
+    assert (rc, out) == (1, "") and len(err.splitlines()) == 1, err
+    assert err.startswith(f"harness: HF_ENDPOINT='{endpoint}' is not a URL (") and err.endswith(
+        f"so model '{HF_REF}' cannot be looked up on the Hugging Face hub; correct HF_ENDPOINT or unset it.\n"
+    ), err

@@ -28,7 +28,9 @@ opened without following a symbolic link (a shared cache cannot make a pull writ
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import io
 import logging
 import os
 import shutil
@@ -202,10 +204,19 @@ def _hub_facts(source: HubSource, file: HubFile, *, label: str, planning: bool =
     (:func:`plan_source`), whose sentence for an unreachable hub says why a plan needs it and what to do.
 
     Raises:
-        ModelCacheError: the hub is unreachable or refuses, reports no SHA-256 or size, or disagrees with a pin.
+        ModelCacheError: the hub is unreachable or refuses, reports no SHA-256 or size, or disagrees with a pin; or
+            ``HF_ENDPOINT`` is a URL ``huggingface_hub`` cannot even parse (it raises ``ValueError`` at import).
     """
     import httpx2
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # its lazy importer prints the error to stdout too
+            from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    except ValueError as exc:  # e.g. HF_ENDPOINT=http://[::1 or a port past 65535: urlsplit fails in its constants
+        raise ModelCacheError(
+            f"HF_ENDPOINT={os.environ.get('HF_ENDPOINT', '')!r} is not a URL ({exc}), so model '{label}' cannot be "
+            "looked up on the Hugging Face hub; correct HF_ENDPOINT or unset it."
+        ) from exc
 
     endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or None  # read now: huggingface_hub reads it once, at import
     url = hf_hub_url(source.repo, file.path, revision=source.revision, endpoint=endpoint)

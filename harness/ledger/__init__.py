@@ -8,7 +8,7 @@ package is the only code that knows the tables; see :mod:`harness.ledger.store` 
 from harness.canonical import canonical_json
 from harness.ledger.anchor import Anchor, LedgerHead, parse_anchor
 from harness.ledger.migrations import CHAINED_TABLES
-from harness.ledger.opening import cannot_create
+from harness.ledger.opening import cannot_create, file_id, swapped
 from harness.ledger.protocol import RunLedger
 from harness.ledger.records import (
     Attempt,
@@ -51,8 +51,10 @@ __all__ = [
     "VerifyResult",
     "cannot_create",
     "canonical_json",
+    "file_id",
     "parse_anchor",
     "record_fields",
+    "swapped",
     "utc_now",
     "decode_labels",
 ]

@@ -11,8 +11,12 @@ the three files to a writable folder.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
+import struct
+import sys
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -101,7 +105,7 @@ def connect_writable(path: Path) -> sqlite3.Connection:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LedgerError(f"cannot create the folder {path.parent} for the ledger: {exc.strerror or exc}.") from exc
-    problem = not_writable(path)
+    problem = not_writable(path) or _orphan_journal(path)
     if problem:
         raise LedgerError(problem)
     try:
@@ -115,6 +119,64 @@ def connect_writable(path: Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         db.close()
         raise LedgerError(not_writable(path) or str(_unreadable(path, exc))) from exc
+
+
+_SHM_DMS = 128
+"""The byte of a ``-shm`` file every open SQLite connection holds a read lock on (os_unix.c: ``UNIX_SHM_DMS``)."""
+_SHARED = (0x40000000 + 2, 510)
+"""The database file's SHARED range (os_unix.c: ``SHARED_FIRST``, ``SHARED_SIZE``): a connection in WAL mode holds a read
+lock on it from its first read until it closes."""
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
+_FLOCK_KNOWN = sys.platform.startswith("linux") and struct.calcsize("P") == 8  # elsewhere the layout differs: not asked
+
+
+def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
+    """Whether another process holds a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks are
+    those); False when there is no such file, None when it cannot be opened or the platform cannot say."""
+    if not _FLOCK_KNOWN:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+        return bool(_FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0] != fcntl.F_UNLCK)
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _orphan_journal(path: Path) -> str | None:
+    """One sentence when the ledger at ``path`` and the ``-wal``/``-shm`` files beside it are not one ledger's in another
+    process: it holds the ``-shm`` open but not the file (none there, or another one), or the file but not the ``-shm``
+    (it opened the file under another name). A ledger moved, deleted or replaced while a process writes it leaves that
+    process's journal under the old name; SQLite would take it for this file's, or give this file a second journal
+    (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where the platform
+    cannot say. Asked again after a tenth of a second before it answers, so a process caught opening the ledger (the
+    file's lock taken, the ``-shm`` not yet) is not mistaken for one."""
+    for attempt in range(2):
+        shm = _locked_elsewhere(f"{path}-shm", _SHM_DMS, 1)
+        has_file = path.exists() and path.stat().st_size > 0
+        file = _locked_elsewhere(path, *_SHARED) if has_file else False
+        if shm is None or file is None or shm == file:
+            return None
+        if attempt == 0:
+            time.sleep(0.1)
+    if shm:
+        return (
+            f"another process still writes a ledger it opened under the name {path} (its -wal and -shm files are "
+            "there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
+            "let that process end, or pass another --ledger path."
+        )
+    return (
+        f"another process still writes the ledger {path} under another name (it was moved or renamed while that process "
+        "wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one file with two "
+        "journals loses rows); let that process end, then run again."
+    )
 
 
 def cannot_create(path: Path) -> str | None:
@@ -172,7 +234,11 @@ def swapped(path: Path, opened: tuple[int, int]) -> str | None:
     if now == opened:
         return None
     moved_to = _open_name(opened)
-    if moved_to is None:
+    if moved_to == "":  # its name removed, another hard link made first keeps it
+        what = "removed" if now is None else "replaced by another file"
+        where = "the runs recorded so far are in the file it named, which lives on under another name (a hard link)"
+        todo = "pass --ledger with that name, or move that file back to this one, and run again to resume"
+    elif moved_to is None:
         what = "deleted" if now is None else "replaced by another file"
         where = "the runs recorded in it are lost once this process exits, the file being deleted"
         todo = "restore the ledger from a copy if you have one, then run again"
@@ -208,8 +274,9 @@ def close_writable(db: sqlite3.Connection, path: Path, opened: tuple[int, int]) 
 
 
 def _open_name(opened: tuple[int, int]) -> str | None:
-    """The name the open file ``opened`` (``(st_dev, st_ino)``) has now, from ``/proc/self/fd``; None when it has none
-    (deleted) or the platform does not say."""
+    """The name the open file ``opened`` (``(st_dev, st_ino)``) has now, from ``/proc/self/fd``; "" when it still has a
+    name but not the one opened by (that was removed after another hard link was made: the kernel then shows the old
+    name with `` (deleted)``, and no other name); None when it has none (deleted) or the platform does not say."""
     try:
         fds = os.listdir("/proc/self/fd")
     except OSError:
@@ -221,7 +288,7 @@ def _open_name(opened: tuple[int, int]) -> str | None:
         except OSError:
             continue
         if (info.st_dev, info.st_ino) == opened and info.st_nlink > 0 and name.startswith("/"):
-            return name
+            return name if file_id(Path(name)) == opened else ""
     return None
 
 

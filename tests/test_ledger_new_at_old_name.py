@@ -1,0 +1,90 @@
+"""A new ledger at the name of one moved away while a matrix still writes it: refused, so neither file is damaged.
+
+SQLite keeps a ledger's ``-wal`` and ``-shm`` files under the name it was opened by. A ledger moved while ``harness run``
+writes it leaves them there, in use; a second ``harness run --ledger`` at the old name would take them for its new
+file's (the two processes then read and write each other's pages: both files came out damaged). Real processes, a real
+HTTP server on 127.0.0.1 and real SQLite files; the moved file is checked with a real ``harness ledger verify``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.ledger import Ledger
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, SCENARIO_FILE
+from tests.ledger_builders import SMALL, add_run
+
+_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["new", "replaced"])
+def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_both_files_stay_whole(tmp_path, replaced):
+    """The second run makes a new ledger at the old name, or opens another ledger moved there (its tables and rows are
+    then read through the first process's journal: it ended with 'database disk image is malformed')."""
+    ledger_path, moved, other = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite", tmp_path / "o" / "ledger.sqlite"
+    with Ledger(other) as ledger:
+        add_run(ledger, "theirs", model=SMALL)
+    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+        args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
+                "--tool-mode", "native", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+        first = subprocess.Popen([*args, "--repeats", "6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=_ENV)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 3:  # two runs are past their first turn
+            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
+            time.sleep(0.02)
+        os.rename(ledger_path, moved)
+        if replaced:
+            os.rename(other, ledger_path)
+        second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
+        first.communicate(timeout=120)
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+    verify = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(moved)],
+                            capture_output=True, text=True, env=_ENV, timeout=60)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with Ledger(moved, readonly=True) as ledger:
+        assert ledger.runs() and all(run.outcome is not None for run in ledger.runs())
+    if replaced:
+        with Ledger(ledger_path, readonly=True) as ledger:
+            assert ledger.verify().ok and [run.run_id for run in ledger.runs()] == ["theirs"]
+    else:
+        assert not ledger_path.exists(), "a ledger was made at the old name"
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"harness: another process still writes a ledger it opened under the name {ledger_path} (its -wal and -shm files "
+        "are there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
+        "let that process end, or pass another --ledger path."
+    ), second.stderr
+
+
+def test_a_moved_ledger_opened_under_its_new_name_while_the_old_name_is_still_written_is_refused(tmp_path):
+    """The first run's sentence says to pass --ledger with the new name: a second run doing so while the first (or any
+    other process on the old name) still writes would give the one file two journals, each writer blind to the other's."""
+    ledger_path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+        args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
+                "--tool-mode", "native", "--temperature", "0", "--jobs", "2"]  # fmt: skip
+        first = subprocess.Popen([*args, "--repeats", "6", "--ledger", str(ledger_path)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=_ENV)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while server.requests < 3:  # two runs are past their first turn
+            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
+            time.sleep(0.02)
+        os.rename(ledger_path, moved)
+        second = subprocess.run([*args, "--repeats", "8", "--ledger", str(moved)], capture_output=True, text=True,
+                                env=_ENV, timeout=60)  # fmt: skip
+        first.communicate(timeout=120)
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"harness: another process still writes the ledger {moved} under another name (it was moved or renamed while "
+        "that process wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one "
+        "file with two journals loses rows); let that process end, then run again."
+    ), second.stderr
+    verify = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(moved)],
+                            capture_output=True, text=True, env=_ENV, timeout=60)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
