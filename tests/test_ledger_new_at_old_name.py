@@ -43,7 +43,13 @@ def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_bo
         if replaced:
             os.rename(other, ledger_path)
         second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
+        # red team: reading the file at the old name (verify, report, view) went through the first's journal too
+        read = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(ledger_path)],
+                              capture_output=True, text=True, env=_ENV, timeout=60) if replaced else None  # fmt: skip
         first.communicate(timeout=120)
+    if read is not None:
+        assert read.returncode == 1 and "Traceback" not in read.stderr, read.stdout + read.stderr
+        assert "another process still writes a ledger it opened under the name" in read.stderr, read.stderr
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
     verify = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(moved)],
                             capture_output=True, text=True, env=_ENV, timeout=60)  # fmt: skip

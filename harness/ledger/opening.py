@@ -56,13 +56,17 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         A connection (autocommit, usable from any thread).
 
     Raises:
-        LedgerError: no file; not an SQLite file; or a read-only folder holding a ``-wal`` file
-            without its ``-shm`` file (copy the files to a writable folder).
+        LedgerError: no file; not an SQLite file; a read-only folder holding a ``-wal`` file
+            without its ``-shm`` file (copy the files to a writable folder); or a ``-wal`` and ``-shm`` beside it that
+            another process holds for another file (:func:`_orphan_journal`: a ledger moved while it was written).
     """
     if path.exists() and not path.is_file():
         raise _not_a_file(path)
     if not path.is_file():
         raise LedgerError(f"no ledger at {path}; run `harness run` first or pass --ledger PATH.")
+    problem = _orphan_journal(path)  # read through another file's journal, a reader would see pages of two ledgers
+    if problem:
+        raise LedgerError(problem)
     db = _connect(file_uri(path, "mode=ro"), uri=True)
     try:
         return _probe(db)
