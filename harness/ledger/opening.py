@@ -64,7 +64,9 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         raise _not_a_file(path)
     if not path.is_file():
         raise LedgerError(f"no ledger at {path}; run `harness run` first or pass --ledger PATH.")
-    problem = _orphan_journal(path)  # read through another file's journal, a reader would see pages of two ledgers
+    # read through another file's journal, a reader would see pages of two ledgers; SQLite names the journal after the
+    # file's real path (symlinks resolved), so that is the name asked about
+    problem = _orphan_journal(Path(os.path.realpath(path)))
     if problem:
         raise LedgerError(problem)
     db = _connect(file_uri(path, "mode=ro"), uri=True)
@@ -154,6 +156,25 @@ def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
         os.close(fd)
 
 
+def _open_here(path: Path) -> bool:
+    """Whether this process has the file at ``path`` open (any descriptor, from ``/proc/self/fd``). Closing any descriptor
+    of a file drops every POSIX lock the process holds on it (SQLite's too), so :func:`_locked_elsewhere` must not
+    open and close one there: another process would then take the ledger for unused, rebuild its ``-shm`` or delete its
+    ``-wal`` under this one (a run appended afterwards was lost, verify still passing)."""
+    opened = file_id(path)
+    if opened is None:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if file_id(Path(f"/proc/self/fd/{fd}")) == opened:
+                return True
+    return False
+
+
 def _orphan_journal(path: Path) -> str | None:
     """One sentence when the ledger at ``path`` and the ``-wal``/``-shm`` files beside it are not one ledger's in another
     process: it holds the ``-shm`` open but not the file (none there, or another one), or the file but not the ``-shm``
@@ -162,6 +183,8 @@ def _orphan_journal(path: Path) -> str | None:
     (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where the platform
     cannot say. Asked again after a tenth of a second before it answers, so a process caught opening the ledger (the
     file's lock taken, the ``-shm`` not yet) is not mistaken for one."""
+    if not _FLOCK_KNOWN or _open_here(path) or _open_here(Path(f"{path}-shm")):
+        return None  # this process holds that ledger: F_GETLK cannot see its own locks, and a probe would drop them
     for attempt in range(2):
         shm = _locked_elsewhere(f"{path}-shm", _SHM_DMS, 1)
         has_file = path.exists() and path.stat().st_size > 0
