@@ -64,7 +64,9 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         raise _not_a_file(path)
     if not path.is_file():
         raise LedgerError(f"no ledger at {path}; run `harness run` first or pass --ledger PATH.")
-    problem = _orphan_journal(path)  # read through another file's journal, a reader would see pages of two ledgers
+    # read through another file's journal, a reader would see pages of two ledgers; SQLite names the journal after the
+    # file's real path (symlinks resolved), so that is the name asked about
+    problem = _orphan_journal(Path(os.path.realpath(path)))
     if problem:
         raise LedgerError(problem)
     db = _connect(file_uri(path, "mode=ro"), uri=True)
@@ -134,24 +136,61 @@ _FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
 _FLOCK_KNOWN = sys.platform.startswith("linux") and struct.calcsize("P") == 8  # elsewhere the layout differs: not asked
 
 
-def _locked_elsewhere(path: str | Path, start: int, length: int) -> bool | None:
-    """Whether another process holds a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks are
-    those); False when there is no such file, None when it cannot be opened or the platform cannot say."""
+def _holder(path: str | Path, start: int, length: int) -> int | None:
+    """The id of a process (not this one) holding a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's
+    locks are those; -1 when the kernel does not say which); 0 when none does or there is no such file, None when it
+    cannot be opened or the platform cannot say."""
     if not _FLOCK_KNOWN:
         return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return False
+        return 0
     except OSError:
         return None
     try:
         asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
-        return bool(_FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0] != fcntl.F_UNLCK)
+        kind, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))
     except (OSError, struct.error):
         return None
     finally:
         os.close(fd)
+    return 0 if kind == fcntl.F_UNLCK else pid if pid > 0 else -1
+
+
+def _lone_holder(path: Path) -> tuple[str, int] | None:
+    """``("shm", pid)`` when process ``pid`` holds the ``-shm`` beside ``path`` and no process holds the file,
+    ``("file", pid)`` when it holds the file and none the ``-shm``; None otherwise or when the platform cannot say."""
+    shm = _holder(f"{path}-shm", _SHM_DMS, 1)
+    has_file = path.exists() and path.stat().st_size > 0
+    file = _holder(path, *_SHARED) if has_file else 0
+    if shm is None or file is None or bool(shm) == bool(file):
+        return None
+    if shm and _holder(f"{path}-shm", _SHM_DMS, 1) != shm:
+        return None  # it closed while the file was asked (SQLite lets go of the -shm first, then of the file)
+    return ("shm", shm) if shm else ("file", file)
+
+
+def _open_here(*paths: Path) -> bool:
+    """Whether this process has any of the files at ``paths`` open (any descriptor, from ``/proc/self/fd``). Closing any
+    descriptor of a file drops every POSIX lock the process holds on it (SQLite's too), so :func:`_holder` must not
+    open and close one there: another process would then take the ledger for unused, rebuild its ``-shm`` or delete its
+    ``-wal`` under this one (a run appended afterwards was lost, verify still passing)."""
+    wanted = {found for found in map(file_id, paths) if found is not None}
+    if not wanted:
+        return False
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            info = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+        if (info.st_dev, info.st_ino) in wanted:
+            return True
+    return False
 
 
 def _orphan_journal(path: Path) -> str | None:
@@ -160,17 +199,19 @@ def _orphan_journal(path: Path) -> str | None:
     (it opened the file under another name). A ledger moved, deleted or replaced while a process writes it leaves that
     process's journal under the old name; SQLite would take it for this file's, or give this file a second journal
     (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where the platform
-    cannot say. Asked again after a tenth of a second before it answers, so a process caught opening the ledger (the
-    file's lock taken, the ``-shm`` not yet) is not mistaken for one."""
-    for attempt in range(2):
-        shm = _locked_elsewhere(f"{path}-shm", _SHM_DMS, 1)
-        has_file = path.exists() and path.stat().st_size > 0
-        file = _locked_elsewhere(path, *_SHARED) if has_file else False
-        if shm is None or file is None or shm == file:
-            return None
-        if attempt == 0:
-            time.sleep(0.1)
-    if shm:
+    cannot say. Asked again after a tenth of a second before it answers, and only the same process holding the same
+    one of the two both times counts, so processes caught opening or closing the ledger (the file's lock taken before the
+    ``-shm``'s, let go of after it) are not mistaken for one."""
+    if not _FLOCK_KNOWN or _open_here(path, Path(f"{path}-shm")):
+        return None  # this process holds that ledger: F_GETLK cannot see its own locks, and a probe would drop them
+    seen: list[tuple[str, int]] = []
+    for pause in (0.1, 0.0):
+        lone = _lone_holder(path)
+        if lone is None or (seen and seen[0] != lone):
+            return None  # another process each time: ones caught opening or closing the ledger
+        seen.append(lone)
+        time.sleep(pause)
+    if seen[0][0] == "shm":
         return (
             f"another process still writes a ledger it opened under the name {path} (its -wal and -shm files are "
             "there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
