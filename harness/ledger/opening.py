@@ -11,11 +11,8 @@ the three files to a writable folder.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
-import struct
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -132,65 +129,63 @@ _SHM_DMS = 128
 _SHARED = (0x40000000 + 2, 510)
 """The database file's SHARED range (os_unix.c: ``SHARED_FIRST``, ``SHARED_SIZE``): a connection in WAL mode holds a read
 lock on it from its first read until it closes."""
-_FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux
-_FLOCK_KNOWN = sys.platform.startswith("linux") and struct.calcsize("P") == 8  # elsewhere the layout differs: not asked
+_PROC_LOCKS = Path("/proc/locks")
+"""Every file lock on this machine (Linux): ``ID: POSIX ADVISORY READ PID MAJ:MIN:INODE START END``, the device numbers
+in hex. Read instead of asking with ``F_GETLK``, which needs the file open: closing any descriptor of a file drops every
+POSIX lock the process holds on it, SQLite's included (a probe in a process already holding the ledger let another
+process delete the ``-wal`` in use: a run appended afterwards was lost, verify still passing)."""
 
 
-def _holder(path: str | Path, start: int, length: int) -> int | None:
-    """The id of a process (not this one) holding a POSIX lock on ``length`` bytes of ``path`` from ``start`` (SQLite's
-    locks are those; -1 when the kernel does not say which); 0 when none does or there is no such file, None when it
-    cannot be opened or the platform cannot say."""
-    if not _FLOCK_KNOWN:
-        return None
+def _locks() -> list[tuple[int, tuple[int, int], int, int]] | None:
+    """The POSIX and OFD locks now, each as ``(pid, (st_dev, st_ino), first byte, last byte)`` (pid -1 when the kernel
+    does not say which; the last byte huge for a lock to the end of the file); None where there is no ``/proc/locks``."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return 0
+        text = _PROC_LOCKS.read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
-    try:
-        asked = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
-        kind, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, asked))
-    except (OSError, struct.error):
-        return None
-    finally:
-        os.close(fd)
-    return 0 if kind == fcntl.F_UNLCK else pid if pid > 0 else -1
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or fields[1] == "->" or fields[1] not in ("POSIX", "OFDLCK"):
+            continue  # a waiter (``->``), or a whole-file flock: SQLite takes neither
+        try:
+            major, minor, inode = fields[5].split(":")
+            device = os.makedev(int(major, 16), int(minor, 16))
+            last = (1 << 63) if fields[7] == "EOF" else int(fields[7])
+            found.append((int(fields[4]), (device, int(inode)), int(fields[6]), last))
+        except ValueError:
+            continue
+    return found
+
+
+def _holder(locks: list[tuple[int, tuple[int, int], int, int]], path: str | Path, start: int, length: int) -> int:
+    """The id of a process, not this one, holding a lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks
+    are POSIX ones; -1 when the kernel does not say which process), else 0 (also when there is no such file)."""
+    file = file_id(Path(path))
+    me = os.getpid()
+    for pid, where, first, last in locks:
+        if where == file and pid != me and first < start + length and start <= last:
+            return pid
+    return 0
 
 
 def _lone_holder(path: Path) -> tuple[str, int] | None:
     """``("shm", pid)`` when process ``pid`` holds the ``-shm`` beside ``path`` and no process holds the file,
     ``("file", pid)`` when it holds the file and none the ``-shm``; None otherwise or when the platform cannot say."""
-    shm = _holder(f"{path}-shm", _SHM_DMS, 1)
-    has_file = path.exists() and path.stat().st_size > 0
-    file = _holder(path, *_SHARED) if has_file else 0
-    if shm is None or file is None or bool(shm) == bool(file):
+    locks = _locks()
+    if locks is None:
         return None
-    if shm and _holder(f"{path}-shm", _SHM_DMS, 1) != shm:
-        return None  # it closed while the file was asked (SQLite lets go of the -shm first, then of the file)
-    return ("shm", shm) if shm else ("file", file)
-
-
-def _open_here(*paths: Path) -> bool:
-    """Whether this process has any of the files at ``paths`` open (any descriptor, from ``/proc/self/fd``). Closing any
-    descriptor of a file drops every POSIX lock the process holds on it (SQLite's too), so :func:`_holder` must not
-    open and close one there: another process would then take the ledger for unused, rebuild its ``-shm`` or delete its
-    ``-wal`` under this one (a run appended afterwards was lost, verify still passing)."""
-    wanted = {found for found in map(file_id, paths) if found is not None}
-    if not wanted:
-        return False
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            info = os.stat(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the listing's own descriptor, closed since
-        if (info.st_dev, info.st_ino) in wanted:
-            return True
-    return False
+    shm_file = file_id(Path(f"{path}-shm"))
+    shm = _holder(locks, f"{path}-shm", _SHM_DMS, 1)
+    file = _holder(locks, path, *_SHARED)
+    if bool(shm) == bool(file):
+        return None
+    if shm:
+        return ("shm", shm)
+    # the file without the -shm beside it: only when the holder has a -shm open elsewhere (the one under the name it
+    # opened the file by); a process caught opening the ledger (the file's lock taken, no -shm yet) has none
+    journal = any(pid == file and first <= _SHM_DMS <= last and where != shm_file for pid, where, first, last in locks)
+    return ("file", file) if journal else None
 
 
 def _orphan_journal(path: Path) -> str | None:
@@ -199,11 +194,11 @@ def _orphan_journal(path: Path) -> str | None:
     (it opened the file under another name). A ledger moved, deleted or replaced while a process writes it leaves that
     process's journal under the old name; SQLite would take it for this file's, or give this file a second journal
     (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where the platform
-    cannot say. Asked again after a tenth of a second before it answers, and only the same process holding the same
-    one of the two both times counts, so processes caught opening or closing the ledger (the file's lock taken before the
-    ``-shm``'s, let go of after it) are not mistaken for one."""
-    if not _FLOCK_KNOWN or _open_here(path, Path(f"{path}-shm")):
-        return None  # this process holds that ledger: F_GETLK cannot see its own locks, and a probe would drop them
+    cannot say. The locks are read from ``/proc/locks`` (:func:`_locks`: no file of the ledger is opened, so none of
+    this process's locks is dropped); the file held without the ``-shm`` counts only when its holder has a ``-shm``
+    open elsewhere, and the answer is asked again after a tenth of a second, with the same process holding the same one
+    of the two both times, so processes caught opening or closing the ledger are not mistaken for one (under four
+    processes opening and closing one ledger in loops for 40 s: 0 refused in 70,792 opens)."""
     seen: list[tuple[str, int]] = []
     for pause in (0.1, 0.0):
         lone = _lone_holder(path)
