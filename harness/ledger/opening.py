@@ -160,12 +160,13 @@ def _locks() -> list[tuple[int, tuple[int, int], int, int]] | None:
 
 def _holder(locks: list[tuple[int, tuple[int, int], int, int]], path: str | Path, start: int, length: int) -> int:
     """The id of a process, not this one, holding a lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks
-    are POSIX ones; -1 when the kernel does not say which process), else 0 (also when there is no such file)."""
+    are POSIX ones; -1 when the kernel does not say which process: an OFD lock, or a process of another pid namespace),
+    else 0 (also when there is no such file)."""
     file = file_id(Path(path))
     me = os.getpid()
     for pid, where, first, last in locks:
         if where == file and pid != me and first < start + length and start <= last:
-            return pid
+            return pid if pid > 0 else -1  # 0: a process in another pid namespace (a container), still a holder
     return 0
 
 
