@@ -49,7 +49,7 @@ def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_bo
         first.communicate(timeout=120)
     if read is not None:
         assert read.returncode == 1 and "Traceback" not in read.stderr, read.stdout + read.stderr
-        assert "another process still writes a ledger it opened under the name" in read.stderr, read.stderr
+        assert f"process {first.pid} still writes a ledger it opened under the name" in read.stderr, read.stderr
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
     verify = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(moved)],
                             capture_output=True, text=True, env=_ENV, timeout=60)  # fmt: skip
@@ -62,7 +62,7 @@ def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_bo
     else:
         assert not ledger_path.exists(), "a ledger was made at the old name"
     assert second.stderr.strip().splitlines()[-1] == (
-        f"harness: another process still writes a ledger it opened under the name {ledger_path} (its -wal and -shm files "
+        f"harness: process {first.pid} still writes a ledger it opened under the name {ledger_path} (its -wal and -shm files "
         "are there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
         "let that process end, or pass another --ledger path."
     ), second.stderr
@@ -87,7 +87,7 @@ def test_a_moved_ledger_opened_under_its_new_name_while_the_old_name_is_still_wr
         first.communicate(timeout=120)
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
     assert second.stderr.strip().splitlines()[-1] == (
-        f"harness: another process still writes the ledger {moved} under another name (it was moved or renamed while "
+        f"harness: process {first.pid} still writes the ledger {moved} under another name (it was moved or renamed while "
         "that process wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one "
         "file with two journals loses rows); let that process end, then run again."
     ), second.stderr

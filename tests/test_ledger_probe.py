@@ -10,7 +10,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from harness.errors import LedgerError
 from harness.ledger import Ledger
+from harness.ledger.opening import _orphan_journal
 from tests.helpers import REPO
 from tests.ledger_builders import SMALL, add_run
 
@@ -94,3 +98,64 @@ def test_a_process_holding_the_file_without_any_journal_is_one_opening_it_and_no
             assert [run.run_id for run in ledger.runs()] == ["a"]
     finally:
         holder.communicate("\n", timeout=30)
+
+
+_READ_MARK = """
+import fcntl, sys
+ledger, shm, other = (open(name, "a+b") for name in sys.argv[1:4])
+fcntl.lockf(ledger, fcntl.LOCK_SH, 510, 0x40000002)  # reading the ledger
+fcntl.lockf(shm, fcntl.LOCK_SH, 1, 123)  # only a read mark of its -shm, as a reader in a read-only folder holds
+fcntl.lockf(other, fcntl.LOCK_SH, 1, 128)  # and another ledger's -shm, open in the same process
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_reader_holding_only_a_read_mark_of_the_shm_is_not_taken_for_a_writer_elsewhere(tmp_path):
+    """Reviewer: the probe looked at the -shm's byte 128 only; a reader in a read-only folder holds a read mark (byte
+    123) instead, so with another ledger open in that process its reads were taken for a ledger opened by another name."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "a", model=SMALL)
+    names = [str(path), f"{path}-shm", str(tmp_path / "other.sqlite-shm")]
+    holder = subprocess.Popen([sys.executable, "-c", _READ_MARK, *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert _orphan_journal(path) is None
+    finally:
+        holder.communicate("\n", timeout=30)
+
+
+def test_this_process_reopening_the_old_name_of_a_ledger_it_still_writes_is_refused(tmp_path):
+    """Reviewer: the probe left this process's own locks out, so a ledger moved while this process wrote it and then
+    opened again by its old name here took the open ledger's journal (the moved file ended with 2 rows of 101)."""
+    path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+    ledger = Ledger(path)
+    add_run(ledger, "a", model=SMALL)
+    os.rename(path, moved)
+    with pytest.raises(LedgerError, match=f"^this process still writes a ledger it opened under the name {path} "):
+        Ledger(path)
+    ledger.close()
+    assert not path.exists()
+    with Ledger(moved, readonly=True) as kept:
+        assert kept.verify().ok and [run.run_id for run in kept.runs()] == ["a"]
+
+
+def test_a_ledger_moved_in_at_the_name_of_another_still_written_is_refused_though_both_files_are_held(tmp_path):
+    """Reviewer: A's ledger moved away and D's (still written by D) moved to its name: the -shm there (A's) and the file
+    (D's) were each held, by two processes, and the probe, asking only whether each was held, let it open."""
+    path, kept, other = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite", tmp_path / "d" / "other.sqlite"
+    first = _writer(path, "a")
+    os.rename(path, kept)
+    second = _writer(other, "d")
+    os.rename(other, path)
+    try:
+        with pytest.raises(LedgerError, match=f"^process {first.pid} still writes a ledger it opened under the name"):
+            Ledger(path, readonly=True)
+    finally:
+        first.communicate("\n", timeout=60)
+        second.communicate("\n", timeout=60)
+    for name, run_id in ((kept, "a"), (path, "d")):
+        with Ledger(name, readonly=True) as ledger:
+            assert ledger.verify().ok and [run.run_id for run in ledger.runs()] == [run_id]

@@ -124,30 +124,39 @@ def connect_writable(path: Path) -> sqlite3.Connection:
         raise LedgerError(not_writable(path) or str(_unreadable(path, exc))) from exc
 
 
-_SHM_DMS = 128
-"""The byte of a ``-shm`` file every open SQLite connection holds a read lock on (os_unix.c: ``UNIX_SHM_DMS``)."""
+_SHM_LOCKS = (120, 9)
+"""The bytes of a ``-shm`` file SQLite locks (os_unix.c: ``UNIX_SHM_BASE`` 120, its 8 lock slots, and ``UNIX_SHM_DMS``
+128): a connection with the ``-shm`` open holds a read lock on the last, a read-only one in a read-only folder only a
+read mark among the others."""
 _SHARED = (0x40000000 + 2, 510)
 """The database file's SHARED range (os_unix.c: ``SHARED_FIRST``, ``SHARED_SIZE``): a connection in WAL mode holds a read
 lock on it from its first read until it closes."""
 _PROC_LOCKS = Path("/proc/locks")
-"""Every file lock on this machine (Linux): ``ID: POSIX ADVISORY READ PID MAJ:MIN:INODE START END``, the device numbers
-in hex. Read instead of asking with ``F_GETLK``, which needs the file open: closing any descriptor of a file drops every
-POSIX lock the process holds on it, SQLite's included (a probe in a process already holding the ledger let another
-process delete the ``-wal`` in use: a run appended afterwards was lost, verify still passing)."""
+"""Every file lock of this pid namespace (Linux): ``ID: POSIX ADVISORY READ PID MAJ:MIN:INODE START END``, the device
+numbers in hex. Read instead of asking with ``F_GETLK``, which needs the file open: closing any descriptor of a file
+drops every POSIX lock the process holds on it, SQLite's included (a probe in a process already holding the ledger let
+another process delete the ``-wal`` in use: a run appended afterwards was lost, verify still passing). Locks of
+processes in another pid namespace (another container sharing the file) are not listed, so those go unseen."""
+
+_Lock = tuple[int, tuple[int, int], int, int]
+"""``(pid, (st_dev, st_ino), first byte, last byte)`` of one lock (pid -1 for an OFD lock)."""
 
 
-def _locks() -> list[tuple[int, tuple[int, int], int, int]] | None:
-    """The POSIX and OFD locks now, each as ``(pid, (st_dev, st_ino), first byte, last byte)`` (pid -1 when the kernel
-    does not say which; the last byte huge for a lock to the end of the file); None where there is no ``/proc/locks``."""
+def _locks(inodes: set[int] | None = None) -> list[_Lock] | None:
+    """The POSIX and OFD locks now (the last byte huge for a lock to the end of the file), only those on files with an
+    inode number in ``inodes`` when given (a machine may hold thousands); None where there is no ``/proc/locks``."""
     try:
         text = _PROC_LOCKS.read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
+    keys = None if inodes is None else tuple(f":{inode} " for inode in inodes)
     found = []
     for line in text.splitlines():
+        if keys is not None and not any(key in line for key in keys):
+            continue
         fields = line.split()
-        if len(fields) < 8 or fields[1] == "->" or fields[1] not in ("POSIX", "OFDLCK"):
-            continue  # a waiter (``->``), or a whole-file flock: SQLite takes neither
+        if len(fields) < 8 or fields[1] not in ("POSIX", "OFDLCK"):
+            continue  # a waiter (``->``), or a whole-file flock or lease: SQLite takes neither
         try:
             major, minor, inode = fields[5].split(":")
             device = os.makedev(int(major, 16), int(minor, 16))
@@ -158,63 +167,68 @@ def _locks() -> list[tuple[int, tuple[int, int], int, int]] | None:
     return found
 
 
-def _holder(locks: list[tuple[int, tuple[int, int], int, int]], path: str | Path, start: int, length: int) -> int:
-    """The id of a process, not this one, holding a lock on ``length`` bytes of ``path`` from ``start`` (SQLite's locks
-    are POSIX ones; -1 when the kernel does not say which process: an OFD lock, or a process of another pid namespace),
-    else 0 (also when there is no such file)."""
-    file = file_id(Path(path))
-    me = os.getpid()
-    for pid, where, first, last in locks:
-        if where == file and pid != me and first < start + length and start <= last:
-            return pid if pid > 0 else -1  # 0: a process in another pid namespace (a container), still a holder
-    return 0
+def _holders(locks: list[_Lock], file: tuple[int, int] | None, start: int, length: int) -> frozenset[int]:
+    """The processes holding a lock on ``length`` bytes of ``file`` (its ``(st_dev, st_ino)``) from ``start``."""
+    return frozenset(pid for pid, where, first, last in locks if where == file and first < start + length and start <= last)
 
 
-def _lone_holder(path: Path) -> tuple[str, int] | None:
-    """``("shm", pid)`` when process ``pid`` holds the ``-shm`` beside ``path`` and no process holds the file,
-    ``("file", pid)`` when it holds the file and none the ``-shm``; None otherwise or when the platform cannot say."""
-    locks = _locks()
+def _culprits(path: Path) -> tuple[str, frozenset[int]] | None:
+    """``("shm", pids)``: processes holding the ``-shm`` beside ``path`` but not the file there (their ``-shm`` is
+    another file's: one moved, deleted or replaced while they wrote it); ``("file", pids)``: processes holding the file
+    but not that ``-shm``, while holding one elsewhere (they opened the file by another name). None when neither, or
+    where ``/proc/locks`` cannot say. This process counts too (it may hold a ledger moved since)."""
+    file, shm = file_id(path), file_id(Path(f"{path}-shm"))
+    inodes = {found[1] for found in (file, shm) if found is not None}
+    locks = _locks(inodes) if inodes else None
     if locks is None:
         return None
-    shm_file = file_id(Path(f"{path}-shm"))
-    shm = _holder(locks, f"{path}-shm", _SHM_DMS, 1)
-    file = _holder(locks, path, *_SHARED)
-    if bool(shm) == bool(file):
+    shm_pids, file_pids = _holders(locks, shm, *_SHM_LOCKS), _holders(locks, file, *_SHARED)
+    if shm_pids - file_pids:
+        return "shm", shm_pids - file_pids
+    lone = file_pids - shm_pids
+    every = _locks() if lone else None  # the rare case: which of them have a -shm open elsewhere
+    if every is None:
         return None
-    if shm:
-        return ("shm", shm)
-    # the file without the -shm beside it: only when the holder has a -shm open elsewhere (the one under the name it
-    # opened the file by); a process caught opening the ledger (the file's lock taken, no -shm yet) has none
-    journal = any(pid == file and first <= _SHM_DMS <= last and where != shm_file for pid, where, first, last in locks)
-    return ("file", file) if journal else None
+    elsewhere = {pid for pid, where, first, last in every if pid in lone and where != shm and _SHM_LOCKS[0] <= last
+                 and first < sum(_SHM_LOCKS)}  # fmt: skip
+    return ("file", frozenset(elsewhere)) if elsewhere else None
+
+
+def _who(pids: frozenset[int]) -> str:
+    """``"this process"``, ``"process 123"``, ``"processes 123 and 456"`` (another process when the kernel does not say)."""
+    named = sorted("this process" if pid == os.getpid() else f"process {pid}" for pid in pids if pid > 0)
+    if not named:
+        return "another process"
+    if len(named) == 1:
+        return named[0]
+    return "processes " + " and ".join(name.removeprefix("process ") for name in named)
 
 
 def _orphan_journal(path: Path) -> str | None:
-    """One sentence when the ledger at ``path`` and the ``-wal``/``-shm`` files beside it are not one ledger's in another
-    process: it holds the ``-shm`` open but not the file (none there, or another one), or the file but not the ``-shm``
-    (it opened the file under another name). A ledger moved, deleted or replaced while a process writes it leaves that
-    process's journal under the old name; SQLite would take it for this file's, or give this file a second journal
-    (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where the platform
-    cannot say. The locks are read from ``/proc/locks`` (:func:`_locks`: no file of the ledger is opened, so none of
-    this process's locks is dropped); the file held without the ``-shm`` counts only when its holder has a ``-shm``
-    open elsewhere, and the answer is asked again after a tenth of a second, with the same process holding the same one
-    of the two both times, so processes caught opening or closing the ledger are not mistaken for one (under four
-    processes opening and closing one ledger in loops for 40 s: 0 refused in 70,792 opens)."""
-    seen: list[tuple[str, int]] = []
-    for pause in (0.1, 0.0):
-        lone = _lone_holder(path)
-        if lone is None or (seen and seen[0] != lone):
-            return None  # another process each time: ones caught opening or closing the ledger
-        seen.append(lone)
-        time.sleep(pause)
-    if seen[0][0] == "shm":
+    """One sentence when the ledger at ``path`` and the ``-wal``/``-shm`` files beside it are not one ledger's in a live
+    process (:func:`_culprits`): it holds the ``-shm`` but not the file (none there, or another one), or the file but
+    not that ``-shm`` (it opened the file by another name). A ledger moved, deleted or replaced while a process writes
+    it leaves that process's journal under the old name; SQLite would take it for this file's, or give this file a
+    second journal (the writers then overwrite each other's pages: rows lost, files damaged). None otherwise, also where
+    the platform cannot say. The locks are read from ``/proc/locks`` (no file of the ledger is opened, so none of this
+    process's locks is dropped); the answer is asked again after a tenth of a second and must be the same, so processes
+    caught opening or closing the ledger are not mistaken for one (under four processes opening and closing one ledger
+    in loops for 40 s: 0 refused in 70,792 opens)."""
+    found = _culprits(path)
+    if found is None:
+        return None
+    time.sleep(0.1)
+    if _culprits(path) != found:
+        return None
+    kind, pids = found
+    if kind == "shm":
         return (
-            f"another process still writes a ledger it opened under the name {path} (its -wal and -shm files are "
-            "there: that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; "
-            "let that process end, or pass another --ledger path."
+            f"{_who(pids)} still writes a ledger it opened under the name {path} (its -wal and -shm files are there: "
+            "that ledger was moved, deleted or replaced while it was written), so no ledger is opened there now; let "
+            "that process end, or pass another --ledger path."
         )
     return (
-        f"another process still writes the ledger {path} under another name (it was moved or renamed while that process "
+        f"{_who(pids)} still writes the ledger {path} under another name (it was moved or renamed while that process "
         "wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one file with two "
         "journals loses rows); let that process end, then run again."
     )
