@@ -181,7 +181,7 @@ def _check_identities(matrix: Matrix, runs: int, failures: list[str]) -> None:
     dry = harness("run", "--dry-run", *matrix.args)
     lines = dry.stdout.strip().splitlines()
     want = f"{runs} runs planned, {runs} already done, 0 to run."
-    done_lines = sum(line.endswith(" (done)") for line in lines)
+    done_lines = sum(line.startswith("[done] ") for line in lines)
     print(f"  --dry-run: {lines[-1] if lines else dry.stderr.strip()} ({done_lines} lines marked done; exit {dry.returncode})")
     if dry.returncode != 0 or not lines or lines[-1] != want or done_lines != runs:
         failures.append(f"--dry-run does not say every planned run is done: {lines[-1:] or dry.stderr.strip()}")

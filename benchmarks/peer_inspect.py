@@ -380,6 +380,23 @@ def _inspect_task(runs: int, work: Path):  # noqa: ANN202 - inspect_ai's Task
     )
 
 
+def file_system(path: str) -> str:
+    """The type of the file system holding ``path`` (``ext4``, ``tmpfs``...), from ``/proc/mounts``; ``unknown`` elsewhere.
+
+    Both sides create a folder and four files per run: where inode creation is slow (a VM's disk whose blocks are
+    fetched on first use: 0.3-1 ms per ``mkdir`` or new file on this machine's fresh disk, against 20-100 us later and
+    on ``tmpfs``), that cost swamps the harness's and moves the ratio; ``TMPDIR=/dev/shm`` measures the code alone.
+    """
+    try:
+        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return "unknown"
+    real = os.path.realpath(path)
+    inside = [(len(point), order, kind) for order, (point, kind) in enumerate(mounts)
+              if real == point or real.startswith(point.rstrip("/") + "/")]  # fmt: skip
+    return max(inside)[2] if inside else "unknown"  # the deepest mount point; of two at one point, the later (on top)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--install", type=Path, metavar="DIR", help="create a venv in DIR holding inspect_ai, then stop")
@@ -403,6 +420,7 @@ def main() -> None:
     if args.venv is not None and peer is None:
         raise SystemExit(f"{args.venv} holds no importable inspect_ai; make it with --install {args.venv}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
+    print(f"work folders in {tempfile.gettempdir()} ({file_system(tempfile.gettempdir())}; TMPDIR=DIR picks another)", flush=True)
     got = measure(args.rounds, args.runs, args.venv if peer else None, args.inspect_max_samples)
     print(f"load average at end:   {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\n".join(report_lines(summarise(got), rounds=args.rounds, peer=peer)))

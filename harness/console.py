@@ -6,6 +6,7 @@ and raises on interrupts); the CLI and this module are the only code that does.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.executors.resources import DEFAULT_ACTORS
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
 from harness.runner import MatrixEvents, MatrixResult
@@ -190,6 +192,27 @@ def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str
     parts += [f"{running} running in another process"] if running else []
     parts += [f"{unplanned} cannot be planned"] if unplanned else []
     return ", ".join([*parts, f"{to_run} to run"])
+
+
+def execution_words(jobs: int, executor: str, workers: int | None) -> str:
+    """How a real run would execute the runs, for ``--dry-run``'s last line, e.g. ``up to 4 at a time per model
+    server (--jobs 4), in 2 worker processes (--executor processes, --workers: the CPU count)``.
+
+    Args:
+        jobs: ``--jobs``.
+        executor: ``--executor`` (``threads``, ``processes`` or ``ray``).
+        workers: ``--workers``, None when not given.
+    """
+    at_once = (
+        f"up to {jobs} at a time per model server (--jobs {jobs})" if jobs > 1 else "one at a time per model server (--jobs 1)"
+    )
+    if executor == "processes":
+        count, given = (workers, f"--workers {workers}") if workers else (os.cpu_count() or 1, "--workers: the CPU count")
+        return f"{at_once}, in up to {count} worker process{'' if count == 1 else 'es'} (--executor processes, {given})"
+    if executor == "ray":
+        count, given = (workers, f"--workers {workers}") if workers else (DEFAULT_ACTORS, "--workers: the default")
+        return f"{at_once}, in {count} Ray actor{'' if count == 1 else 's'} per model (--executor ray, {given})"
+    return f"{at_once}, on threads of one process (--executor threads)"
 
 
 def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False) -> None:

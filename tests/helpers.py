@@ -21,8 +21,11 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -136,6 +139,26 @@ def left_after(pids: list[int], seconds: float) -> list[int]:
         with suppress(ProcessLookupError):  # it ended meanwhile
             os.kill(pid, signal.SIGKILL)
     return left
+
+
+def processes_matrix(
+    base_url: str, ledger_path: Path, *, repeats: int, jobs: int, stdout: int = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """``harness run`` of the reference scenario in a child process, ``--executor processes --workers 2``, against the
+    OpenAI-compatible server at ``base_url`` (model ``ideal``, native tools, temperature 0); stderr is piped."""
+    argv = [str(SCENARIO_FILE), "--model", f"openai:ideal@{base_url}", "--tool-mode", "native", "--repeats", str(repeats),
+            "--temperature", "0", "--jobs", str(jobs), "--ledger", str(ledger_path), "--executor", "processes", "--workers", "2"]  # fmt: skip
+    return subprocess.Popen([sys.executable, "-m", "harness", "run", *argv], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+
+
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` every 10 ms until it holds; fail the test when ``proc`` ends first or ``timeout`` s pass (a
+    hang guard, not a speed assertion)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline and proc.poll() is None, what
+        time.sleep(0.01)
 
 
 def ledger_counts(ledger: Ledger) -> dict[str, int]:

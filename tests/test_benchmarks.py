@@ -10,6 +10,8 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -107,6 +109,18 @@ def test_peer_inspect_without_a_peer_measures_the_harness_side_and_says_so():
     assert proc.returncode == 0, proc.stderr
     assert "(3 runs, 9 turns," in proc.stdout
     assert "inspect_ai was not measured" in proc.stdout and "ratio harness" not in proc.stdout
+    assert (
+        f"work folders in {tempfile.gettempdir()} (" in proc.stdout
+    )  # with its file system: slow inode creation moves the figure
+
+
+def test_peer_inspect_names_the_file_system_of_a_folder(tmp_path):
+    """The file system's type from /proc/mounts, by the longest mount point holding the folder."""
+    bench = _load("peer_inspect")
+    mounts = {fields[1]: fields[2] for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines())}
+    assert bench.file_system("/proc/self") == mounts["/proc"] == "proc"
+    assert bench.file_system(str(tmp_path)) in set(mounts.values())
+    assert bench.file_system("/") == mounts["/"]
 
 
 def test_peer_inspect_refuses_a_venv_without_inspect_ai(tmp_path):

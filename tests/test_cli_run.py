@@ -264,3 +264,36 @@ def test_a_dry_run_with_no_resume_counts_the_done_runs_as_the_real_run_runs_them
     rc, out, _ = cli(capsys, *argv, "--no-resume")
     with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:
         assert rc == 0 and len(ledger.runs()) == 4  # the real run did what the dry run said
+
+
+def test_a_dry_run_numbers_the_runs_as_the_real_run_does_and_says_how_they_execute(tmp_path, capsys):
+    """Newcomer finding: the dry run numbered every planned run [i/9] and the real run only those it does [i/7], so the
+    two lists did not line up; and the dry run said nothing of --executor or --workers."""
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", *RUN_FLAGS,
+            "--ledger", tmp_path / "ledger.sqlite"]  # fmt: skip
+    assert cli(capsys, *argv, "--repeats", "2")[0] == 0
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--jobs", "3", "--executor", "processes", "--workers", "2")
+    lines = dry.strip().splitlines()
+    assert rc == 0 and [line.split("]")[0] + "]" for line in lines[:5]] == ["[done]", "[done]", "[1/3]", "[2/3]", "[3/3]"], dry
+    assert (
+        lines[5]
+        == "Runs execute up to 3 at a time per model server (--jobs 3), in up to 2 worker processes (--executor processes, --workers 2)."
+    ), dry
+    assert lines[6] == "5 runs planned, 2 already done, 3 to run.", dry
+    rc, out, _ = cli(capsys, *argv, "--repeats", "5")
+    real = [line for line in out.splitlines() if line.startswith("[")]
+    assert rc == 0 and [line.split("]")[0] + "]" for line in real] == ["[1/3]", "[2/3]", "[3/3]"], out
+    # the same runs under the same numbers: the labels before " -> " equal the dry run's lines
+    assert [line.split(" -> ")[0] for line in real] == lines[2:5], (dry, out)
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--executor", "ray")
+    assert (
+        rc == 0
+        and "Runs execute one at a time per model server (--jobs 1), in 2 Ray actors per model (--executor ray, --workers: the default)."
+        in dry
+    ), dry
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run")
+    assert (
+        rc == 0
+        and "Runs execute one at a time per model server (--jobs 1), on threads of one process (--executor threads)." in dry
+    ), dry

@@ -18,7 +18,7 @@ import pytest
 
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE, child_pids, left_after
+from tests.helpers import REPO, SCENARIO_FILE, child_pids, left_after, processes_matrix, wait_for
 
 
 def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
@@ -58,13 +58,10 @@ def test_a_ledger_failure_in_the_driver_stops_the_workers_at_once(tmp_path, ctrl
     comes after 1 s, the other's after 30 s."""
     ledger_path = tmp_path / "l.sqlite"
     with FakeAgentServer([{"content": "Done."}], delay_s=1, faults=lambda n: "slow" if n > 1 else None, slow_s=30) as server:
-        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
-                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
-                        "--executor", "processes", "--workers", "2")  # fmt: skip
-        deadline = time.monotonic() + 60
-        while server.requests < 2:  # both runs started; the first reply comes in 1 s, the second in 30 s
-            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
-            time.sleep(0.01)
+        proc = processes_matrix(server.base_url, ledger_path, repeats=2, jobs=2, stdout=subprocess.DEVNULL)
+        wait_for(
+            lambda: server.requests >= 2, proc, "the matrix did not start"
+        )  # the first reply comes in 1 s, the second in 30 s
         workers = child_pids(proc.pid)
         if ctrl_c_first:
             proc.send_signal(signal.SIGINT)
@@ -85,13 +82,8 @@ def test_a_killed_worker_s_runs_end_with_its_exit_code_and_every_turn_that_reach
     sentinel fired, before the process could be reaped."""
     ledger_path = tmp_path / "l.sqlite"
     with FakeAgentServer(delay_s=0.5, slots=16) as server:
-        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
-                        "--repeats", "16", "--temperature", "0", "--jobs", "16", "--ledger", str(ledger_path),
-                        "--executor", "processes", "--workers", "2")  # fmt: skip
-        deadline = time.monotonic() + 60
-        while server.requests < 24:  # every run has a turn recorded and waits on its second reply
-            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
-            time.sleep(0.01)
+        proc = processes_matrix(server.base_url, ledger_path, repeats=16, jobs=16, stdout=subprocess.DEVNULL)
+        wait_for(lambda: server.requests >= 24, proc, "the matrix did not start")  # every run waits on its second reply
         os.kill(_workers(proc.pid)[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     with Ledger(ledger_path, readonly=True) as ledger:

@@ -25,7 +25,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import MatrixEvents, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE, child_pids, cli
+from tests.helpers import REPO, SCENARIO_FILE, child_pids, cli, processes_matrix, wait_for
 
 CASSETTES = REPO / "tests" / "cassettes" / "list_and_report"
 EXECUTORS = ("threads", "processes")
@@ -186,13 +186,10 @@ def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_pa
     over a ledger without a run: the count was of runs handed to workers, not of end rows written."""
     ledger_path = tmp_path / "ledger.sqlite"
     with FakeAgentServer(delay_s=20, slots=2) as server:
-        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:slow@{server.base_url}", "--tool-mode", "native",
-                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
-                        "--executor", "processes", "--workers", "2")  # fmt: skip
-        deadline = time.monotonic() + 60
-        while len(child_pids(proc.pid)) < 2:  # Ctrl-C twice once the runs are handed out, before the workers start them
-            assert time.monotonic() < deadline and not server.requests
-            time.sleep(0.01)
+        proc = processes_matrix(server.base_url, ledger_path, repeats=2, jobs=2)
+        # Ctrl-C twice once the runs are handed out, before the workers start them
+        wait_for(lambda: len(child_pids(proc.pid)) >= 2, proc, "the workers did not start")
+        assert not server.requests
         time.sleep(0.2)  # the workers are still importing
         proc.send_signal(signal.SIGINT)
         time.sleep(0.05)
@@ -216,13 +213,8 @@ def test_a_second_ctrl_c_keeps_the_turns_and_end_rows_still_in_the_pipes(tmp_pat
     everything sent is still unread in the pipes when it quits."""
     ledger_path = tmp_path / "ledger.sqlite"
     with FakeAgentServer(delay_s=1.5, slots=2) as server:
-        proc = _harness("run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native",
-                        "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path),
-                        "--executor", "processes", "--workers", "2")  # fmt: skip
-        deadline = time.monotonic() + 60
-        while server.requests < 2:  # both runs have started and wait on their first reply
-            assert time.monotonic() < deadline and proc.poll() is None, "the matrix did not start"
-            time.sleep(0.01)
+        proc = processes_matrix(server.base_url, ledger_path, repeats=2, jobs=2)
+        wait_for(lambda: server.requests >= 2, proc, "the matrix did not start")  # both runs wait on their first reply
         asked = time.monotonic()
         proc.send_signal(signal.SIGINT)  # the first: the workers are told to stop; the driver waits for their runs
         time.sleep(0.5)

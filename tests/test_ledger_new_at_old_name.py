@@ -11,16 +11,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
+import threading
+from collections.abc import Callable
 
 import pytest
 
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE
+from tests.helpers import REPO, SCENARIO_FILE, wait_for
 from tests.ledger_builders import SMALL, add_run
 
 _ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _held_after_three(gate: threading.Event) -> Callable[[int], None]:
+    """The server's fault hook: chat requests after the third wait until ``gate`` is set, so the first process still
+    writes its moved ledger while the second tries (found on a slower machine: the first had ended by then, 1 s early)."""
+    return lambda number: None if number <= 3 else (gate.wait(120) and None)
 
 
 @pytest.mark.parametrize("replaced", [False, True], ids=["new", "replaced"])
@@ -30,22 +37,24 @@ def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_bo
     ledger_path, moved, other = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite", tmp_path / "o" / "ledger.sqlite"
     with Ledger(other) as ledger:
         add_run(ledger, "theirs", model=SMALL)
-    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+    gate = threading.Event()
+    with FakeAgentServer(delay_s=0.3, slots=4, faults=_held_after_three(gate)) as server:
         args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
                 "--tool-mode", "native", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
         first = subprocess.Popen([*args, "--repeats", "6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env=_ENV)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while server.requests < 3:  # two runs are past their first turn
-            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
-            time.sleep(0.02)
-        os.rename(ledger_path, moved)
-        if replaced:
-            os.rename(other, ledger_path)
-        second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
-        # red team: reading the file at the old name (verify, report, view) went through the first's journal too
-        read = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(ledger_path)],
-                              capture_output=True, text=True, env=_ENV, timeout=60) if replaced else None  # fmt: skip
+        try:
+            wait_for(lambda: server.requests >= 3, first, "the matrix did not start")  # two runs are past their first turn
+            os.rename(ledger_path, moved)
+            if replaced:
+                os.rename(other, ledger_path)
+            second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
+            # red team: reading the file at the old name (verify, report, view) went through the first's journal too
+            read = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(ledger_path)],
+                                  capture_output=True, text=True, env=_ENV, timeout=60) if replaced else None  # fmt: skip
+            assert first.poll() is None, "the first process ended before the second was refused: the test proves nothing"
+        finally:
+            gate.set()
         first.communicate(timeout=120)
     if read is not None:
         assert read.returncode == 1 and "Traceback" not in read.stderr, read.stdout + read.stderr
@@ -72,18 +81,20 @@ def test_a_moved_ledger_opened_under_its_new_name_while_the_old_name_is_still_wr
     """The first run's sentence says to pass --ledger with the new name: a second run doing so while the first (or any
     other process on the old name) still writes would give the one file two journals, each writer blind to the other's."""
     ledger_path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
-    with FakeAgentServer(delay_s=0.3, slots=4) as server:
+    gate = threading.Event()
+    with FakeAgentServer(delay_s=0.3, slots=4, faults=_held_after_three(gate)) as server:
         args = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
                 "--tool-mode", "native", "--temperature", "0", "--jobs", "2"]  # fmt: skip
         first = subprocess.Popen([*args, "--repeats", "6", "--ledger", str(ledger_path)], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=_ENV)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while server.requests < 3:  # two runs are past their first turn
-            assert time.monotonic() < deadline and first.poll() is None, "the matrix did not start"
-            time.sleep(0.02)
-        os.rename(ledger_path, moved)
-        second = subprocess.run([*args, "--repeats", "8", "--ledger", str(moved)], capture_output=True, text=True,
-                                env=_ENV, timeout=60)  # fmt: skip
+        try:
+            wait_for(lambda: server.requests >= 3, first, "the matrix did not start")  # two runs are past their first turn
+            os.rename(ledger_path, moved)
+            second = subprocess.run([*args, "--repeats", "8", "--ledger", str(moved)], capture_output=True, text=True,
+                                    env=_ENV, timeout=60)  # fmt: skip
+            assert first.poll() is None, "the first process ended before the second was refused: the test proves nothing"
+        finally:
+            gate.set()
         first.communicate(timeout=120)
     assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
     assert second.stderr.strip().splitlines()[-1] == (

@@ -114,7 +114,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plans = mine
     path = ledger_path(args)
     if args.dry_run:
-        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots, resume=not args.no_resume)
+        from harness.console import execution_words
+
+        how = execution_words(args.jobs, args.executor, args.workers)
+        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots, resume=not args.no_resume, how=how)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
                          retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
                          executor=args.executor, workers=args.workers, ray_address=args.ray_address,
@@ -137,7 +140,7 @@ def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[st
     return parse_ray_resources(values, sorted({plan.model for plan in plans}))
 
 
-def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume: bool = True) -> int:
+def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume: bool = True, how: str = "") -> int:
     """Print the planned runs and what a real run would do with them now (without ``resume``, ``--no-resume``: the
     runs already done run again); never creates a ledger.
 
@@ -159,19 +162,21 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     finally:
         if ledger is not None:
             ledger.close()
-    for i, item in enumerate(planned.planned, 1):
-        note = (
-            (" (done)" if resume else " (done; runs again)")
-            if item.done
-            else " (running in another process)"
-            if item.running
-            else ""
-        )
-        print(f"[{i}/{len(plans)}] {plan_label(item.plan)}{note}")
+    settled = sum(not (resume and item.done) for item in planned.planned)  # the real run numbers its lines [i/settled]
+    i = 0
+    for item in planned.planned:
+        if resume and item.done:
+            print(f"[done] {plan_label(item.plan)}")
+            continue
+        i += 1
+        note = " (done; runs again)" if item.done else " (running in another process)" if item.running else ""
+        print(f"[{i}/{settled}] {plan_label(item.plan)}{note}")
     for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
+    if how:
+        print(f"Runs execute {how}.")
     print(f"{plan_counts(planned, len(plans), resume=resume)}.")  # the real run's first line says the same
     return 1 if planned.skipped else 0
 

@@ -34,16 +34,13 @@ import ray
 
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
 from harness.executors.processes import ProcessMatrixRun, Worker, WorkerFailed
-from harness.executors.resources import DEFAULT_RESOURCES
+from harness.executors.resources import DEFAULT_ACTORS, DEFAULT_RESOURCES
 from harness.executors.worker import BackendRecipe, worker_main
 from harness.ledger import Ledger
 from harness.loop import RunOptions
 from harness.runner import MatrixEvents, MatrixResult
 
 __all__ = ["DEFAULT_ACTORS", "RayMatrixRun"]
-
-DEFAULT_ACTORS = 2
-"""Actors per model endpoint when ``--workers`` is not given."""
 
 _CONNECT_TIMEOUT_S = 300.0  # an actor the cluster cannot place (resources it lacks) is an error, not a hang
 _HANDSHAKE_TIMEOUT_S = 10  # a connection silent this long at a read of the key exchange is a stranger's, dropped

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 
 from harness.errors import UsageError
 
-__all__ = ["DEFAULT_RESOURCES", "parse_ray_resources"]
+__all__ = ["DEFAULT_ACTORS", "DEFAULT_RESOURCES", "parse_ray_resources"]
 
+DEFAULT_ACTORS = 2
+"""Ray actors per model endpoint when ``--workers`` is not given."""
 DEFAULT_RESOURCES: Mapping[str, float] = {"CPU": 0.5}
 """An actor's resources when ``--ray-resources`` names none for its model: half a CPU (its runs mostly wait)."""
 
