@@ -22,6 +22,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix
 from harness.scenarios import load_scenario
 from harness.shards import Shard, parse_shard
+from harness.vocab import plural
 from tests.helpers import CASSETTES, REPO, SCENARIO_FILE, assert_one_sentence_error, cli, report_csv_rows, scenario_toml
 from tests.ledger_builders import SMALL, add_run
 from tests.ledger_tamper import rechain, tamper
@@ -78,10 +79,14 @@ def test_dry_run_shows_each_shards_share_and_the_shares_add_up(tmp_path, capsys)
             capsys, "run", SCENARIO_FILE, *MATRIX, "--ledger", tmp_path / "l.sqlite", "--dry-run", "--shard", f"{i}/3"
         )
         assert rc == 0
-        first, *listed, last = out.strip().splitlines()
+        first, *listed, how, last = out.strip().splitlines()
         share = int(first.split(": ")[1].split(" of ")[0])
         assert first == f"Shard {i}/3: {share} of {PLANNED} planned runs (plan identity hash mod 3 = {i})."
-        assert len(listed) == share and last.startswith(f"{share} run") and last.endswith(f"{share} to run.")
+        assert [line.split("]")[0] for line in listed] == [f"[{n}/{share}" for n in range(1, share + 1)]
+        assert (
+            how.startswith("Runs execute one at a time per model server")
+            and last == f"{plural(share, 'run')} planned, 0 already done, {share} to run."
+        )
         total += share
     assert total == PLANNED and not (tmp_path / "l.sqlite").exists()
 
