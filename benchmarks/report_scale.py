@@ -6,7 +6,9 @@ Usage::
                                       [--repeats 3] [--baseline DIR] [--baseline-ledger PATH]
 
 The ledger is built once (bulk ``executemany`` in one transaction, the hash chain computed in
-Python with the ledger's own row hashing) and cached at ``--ledger``; later runs reuse it. Each
+Python with the ledger's own row hashing, in a child process of its own) and cached at ``--ledger``; later runs reuse
+it. (Built in this process, the rows it held stayed in its memory, and every report child counted them: Linux keeps a
+process's peak RSS across ``exec``, so a child forked from a 1 GB process reports 1 GB before it starts.) Each
 report runs in a child process so its peak RSS and CPU time (user + system) are measured alone, each counting the
 processes the report starts (its plotting process: CPU added, and its peak RSS added to the report's own peak, an
 upper bound since the two peaks need not coincide and forked pages are shared); the medians of ``--repeats`` runs are printed. ``--baseline DIR`` (a
@@ -123,13 +125,18 @@ def main() -> int:
     parser.add_argument("--ledger", type=Path, default=Path("/tmp/harness_bench_1m.sqlite"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/harness_bench_report"))
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3, help="reports to time (medians printed)")
     parser.add_argument("--baseline", type=Path, default=None, help="a checkout of other code to time alternately")
     parser.add_argument("--baseline-ledger", type=Path, default=None, help="the ledger the baseline reads (default: --ledger)")
     args = parser.parse_args()
+    if args.build_only:
+        build(args.ledger, args.turns)
+        return 0
     if args.rebuild or not args.ledger.exists():
         started = time.perf_counter()
-        build(args.ledger, args.turns)
+        command = [sys.executable, __file__, "--build-only", "--ledger", str(args.ledger), "--turns", str(args.turns)]
+        subprocess.run(command, check=True)  # in a child: this process stays small for the report children it forks
         print(
             f"built {args.ledger} ({args.turns:,} turns, {args.ledger.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s"
         )
