@@ -195,8 +195,9 @@ def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str
 
 
 def execution_words(jobs: int, executor: str, workers: int | None) -> str:
-    """How a real run would execute the runs, for ``--dry-run``'s last line, e.g. ``up to 4 at a time per model
-    server (--jobs 4), in 2 worker processes (--executor processes, --workers: the CPU count)``.
+    """How a real run would execute the runs, for ``--dry-run``'s line before its counts, e.g. ``up to 4 at a time per
+    model server (--jobs 4), in up to 2 worker processes (--executor processes, --workers: the CPU count)`` (fewer
+    when fewer runs can be in flight at once).
 
     Args:
         jobs: ``--jobs``.
