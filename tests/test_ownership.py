@@ -44,16 +44,25 @@ def _harness(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
-def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
-    """The next line of ``proc``'s stdout; kills the process and fails the test after ``timeout`` seconds."""
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+def _line_with(proc: subprocess.Popen[str], text: str = "", *, timeout: float, stderr: bool = False) -> str:
+    """The first line of ``proc``'s stdout (``stderr``: its stderr) that contains ``text`` (the next line when ``text``
+    is empty), without its newline; kills the process and fails the test when none comes within ``timeout`` seconds."""
+    found: list[str] = []
+    stream = proc.stderr if stderr else proc.stdout
+
+    def read() -> None:
+        for line in stream:  # type: ignore[union-attr]
+            if text in line:
+                found.append(line.rstrip("\n"))
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout)
-    if not lines:
+    if not found:
         proc.kill()
-        pytest.fail(f"no line from the process within {timeout} s")
-    return lines[0]
+        pytest.fail(f"no line with {text!r} from the process within {timeout} s")
+    return found[0]
 
 
 def _finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
@@ -175,25 +184,6 @@ def test_a_matrix_killed_as_pid_1_resumes_as_pid_1_in_a_new_pid_namespace(tmp_pa
         assert ledger.verify().ok
 
 
-def _stderr_line_with(proc: subprocess.Popen[str], text: str, timeout: float = 180) -> str:
-    """The first line of ``proc``'s stderr that contains ``text`` (a hang guard: the process is killed after ``timeout``)."""
-    found: list[str] = []
-
-    def read() -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            if text in line:
-                found.append(line.rstrip("\n"))
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not found:
-        proc.kill()
-        pytest.fail(f"no stderr line with {text!r} within {timeout} s")
-    return found[0]
-
-
 # newcomer finding: while another process ran one run, the dry run said "1 running in another process, 2 to run" but
 # the real run started at that moment opened with "Running 3 of 4 planned runs (1 already in the ledger)"
 def test_the_real_runs_opening_line_counts_what_the_dry_run_counts_at_that_moment(tmp_path):
@@ -213,7 +203,7 @@ def test_the_real_runs_opening_line_counts_what_the_dry_run_counts_at_that_momen
             said = dry_out.strip().splitlines()[-1]
             assert said == "4 runs planned, 1 already done, 1 running in another process, 2 to run.", dry_out
             second = _harness("run", *args, "--repeats", "4")
-            opening = _stderr_line_with(second, "; ledger: ")
+            opening = _line_with(second, "; ledger: ", timeout=180, stderr=True)
         finally:
             server.gate.set()
         assert opening == f"{said[:-1]}; ledger: {ledger_path}", opening
@@ -426,7 +416,7 @@ def test_a_second_ctrl_c_while_the_first_is_being_reported_still_quits_at_once(t
     try:
         _wait_until(lambda: len(server.conns) >= 1 and ledger_path.exists() and _runs(ledger_path) == 1, "the model call")
         proc.send_signal(signal.SIGINT)
-        line = _readline(proc, timeout=120)  # the first Ctrl-C is being reported
+        line = _line_with(proc, timeout=120)  # the first Ctrl-C is being reported
         assert line.strip() == "stopping"
         proc.send_signal(signal.SIGINT)
         rc, out, err = _finish(proc, timeout=60)
@@ -542,7 +532,7 @@ def test_two_ctrl_cs_that_arrive_together_still_quit_at_once(tmp_path):
                 "--ledger", str(ledger_path)]  # fmt: skip
         proc = subprocess.Popen([sys.executable, "-c", BUSY_WORKER, *args], cwd=REPO, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        assert _readline(proc, timeout=60).strip() == "busy"
+        assert _line_with(proc, timeout=60).strip() == "busy"
         rc, out, err = _double_ctrl_c(proc)
     assert rc == 130 and "1 run in flight recorded as interrupted" in err, err
     with Ledger(ledger_path, readonly=True) as ledger:
