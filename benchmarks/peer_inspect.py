@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -380,17 +381,19 @@ def _inspect_task(runs: int, work: Path):  # noqa: ANN202 - inspect_ai's Task
     )
 
 
-def file_system(path: str) -> str:
-    """The type of the file system holding ``path`` (``ext4``, ``tmpfs``...), from ``/proc/mounts``; ``unknown`` elsewhere.
+def file_system(path: str, table: str | None = None) -> str:
+    """The type of the file system holding ``path`` (``ext4``, ``tmpfs``...), from ``table`` in ``/proc/mounts``'s
+    format (default: that file; its mount points escape a space as ``\\040``); ``unknown`` where there is none.
 
     Both sides create a folder and four files per run: where inode creation is slow (a VM's disk whose blocks are
     fetched on first use: 0.3-1 ms per ``mkdir`` or new file on this machine's fresh disk, against 20-100 us later and
     on ``tmpfs``), that cost swamps the harness's and moves the ratio; ``TMPDIR=/dev/shm`` measures the code alone.
     """
     try:
-        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+        mounts = [line.split()[1:3] for line in (table or Path("/proc/mounts").read_text()).splitlines()]
     except OSError:
         return "unknown"
+    mounts = [(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point), kind) for point, kind in mounts]  # \040: space
     real = os.path.realpath(path)
     inside = [(len(point), order, kind) for order, (point, kind) in enumerate(mounts)
               if real == point or real.startswith(point.rstrip("/") + "/")]  # fmt: skip

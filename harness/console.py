@@ -194,22 +194,28 @@ def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str
     return ", ".join([*parts, f"{to_run} to run"])
 
 
-def execution_words(jobs: int, executor: str, workers: int | None) -> str:
-    """How a real run would execute the runs, for ``--dry-run``'s line before its counts, e.g. ``up to 4 at a time per
-    model server (--jobs 4), in up to 2 worker processes (--executor processes, --workers: the CPU count)`` (fewer
-    when fewer runs can be in flight at once).
+def execution_words(jobs: int, executor: str, workers: int | None, *, runs: int, models: int, replicated: bool) -> str:
+    """How a real run would execute its runs, for ``--dry-run``'s line before its counts, e.g. ``2 models side by
+    side, each up to 4 runs at a time (--jobs 4), in 2 worker processes (--executor processes, --workers: the CPU
+    count)``.
 
     Args:
         jobs: ``--jobs``.
         executor: ``--executor`` (``threads``, ``processes`` or ``ray``).
         workers: ``--workers``, None when not given.
+        runs: the runs to do (no more worker processes start than can run at once).
+        models: the ``--model`` specs with runs to do (each gets its own ``jobs``).
+        replicated: some of them list replicas (each replica gets its own ``jobs``).
     """
     at_once = (
-        f"up to {jobs} at a time per model server (--jobs {jobs})" if jobs > 1 else "one at a time per model server (--jobs 1)"
+        f"{'one run' if jobs == 1 else f'up to {jobs} runs'} at a time{' per replica' if replicated else ''} (--jobs {jobs})"
     )
+    if models > 1:
+        at_once = f"{models} models side by side, each {at_once}"
     if executor == "processes":
-        count, given = (workers, f"--workers {workers}") if workers else (os.cpu_count() or 1, "--workers: the CPU count")
-        return f"{at_once}, in up to {count} worker process{'' if count == 1 else 'es'} (--executor processes, {given})"
+        given = f"--workers {workers}" if workers else "--workers: the CPU count"
+        count = min(workers or os.cpu_count() or 1, runs, jobs * models)  # as many as start (harness.executors.processes)
+        return f"{at_once}, in {count} worker process{'' if count == 1 else 'es'} (--executor processes, {given})"
     if executor == "ray":
         count, given = (workers, f"--workers {workers}") if workers else (DEFAULT_ACTORS, "--workers: the default")
         return f"{at_once}, in {count} Ray actor{'' if count == 1 else 's'} per model (--executor ray, {given})"

@@ -278,10 +278,11 @@ def owned_elsewhere(ledger_path: str | Path, identity: str, *, folder: Path | No
         os.close(fd)
 
 
-def mark_running(planned: Sequence[PlannedRun], ledger_path: str | Path) -> None:
-    """Set each planned run's ``running``: not ``done``, and a live process holds its identity's lock now
-    (:func:`owned_elsewhere`: takes no lock, creates nothing). ``--dry-run`` and the real run's opening line count
-    these as running in another process."""
+def mark_running(planned: Sequence[PlannedRun], ledger_path: str | Path, *, resume: bool = True) -> None:
+    """Set each planned run's ``running``: a live process holds its identity's lock now (:func:`owned_elsewhere`: takes
+    no lock, creates nothing), and, with ``resume``, it is not ``done`` (a done run is not run again; without
+    ``resume``, ``--no-resume``, it is, unless another process runs it now). ``--dry-run`` and the real run's opening
+    line count these as running in another process."""
     folder = lock_folder(ledger_path)  # once: every identity's lock is in the same file
     for item in planned:
-        item.running = not item.done and owned_elsewhere(ledger_path, item.identity, folder=folder)
+        item.running = not (resume and item.done) and owned_elsewhere(ledger_path, item.identity, folder=folder)

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.backends import open_backend, parse_model_spec, replica_specs
+from harness.backends import open_backend, parse_model_spec
 from harness.endpoints import BackendFactory, Concurrency, Endpoint, PlannedRun, check_memory_together, open_endpoints
 from harness.errors import LedgerError, UsageError
+from harness.executors import check_executor
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PLANNED_RUNS", "BackendFactory", "MatrixEvents", "MatrixQuit", "MatrixResult", "PlannedRun", "QuitNow",
-    "expand_matrix",
-    "check_executor", "claim_identity", "end_from_totals", "identity_free", "plan_matrix", "run_config", "run_matrix",
+    "expand_matrix", "claim_identity", "end_from_totals", "identity_free", "plan_matrix", "run_config", "run_matrix",
 ]  # fmt: skip
 
 MAX_PLANNED_RUNS = 1_000_000
@@ -224,6 +224,7 @@ def plan_matrix(
     jobs: int = 1,
     embedded_slots: int = 1,
     backend_factory: BackendFactory = open_backend,
+    resume: bool = True,
 ) -> MatrixResult:
     """Resolve identities, what is already done and what another process runs now, without running anything (``--dry-run``).
 
@@ -237,6 +238,7 @@ def plan_matrix(
         embedded_slots: the real run's ``--embedded-slots``: backends are opened as it would open them (an embedded
             model's memory check counts that many slots of context, and the slot count is part of the identities).
         backend_factory: opens a backend from a spec.
+        resume: False for ``--no-resume``: a done run another process runs again now counts as running.
     """
     result = MatrixResult()
     concurrency = Concurrency(jobs, embedded_slots)
@@ -244,8 +246,8 @@ def plan_matrix(
     for endpoint in endpoints.values():
         endpoint.backend.close()
     if ledger is not None:
-        mark_running(result.planned, ledger.path)
-    check_memory_together({m: e for m, e in endpoints.items() if any(not (p.done or p.running) for p in e.plans)})
+        mark_running(result.planned, ledger.path, resume=resume)
+    check_memory_together({m: e for m, e in endpoints.items() if any(not ((resume and p.done) or p.running) for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
     return result
@@ -285,7 +287,7 @@ def run_matrix(
 
     Raises:
         LedgerError: the ledger cannot be written.
-        UsageError: a model spec lists replicas and ``options.executor`` is not ``threads``.
+        UsageError: as :func:`~harness.executors.check_executor` (replicas with another executor; Ray missing).
         KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
         MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`); the caller should exit at once.
     """
@@ -301,7 +303,7 @@ def run_matrix(
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
-        mark_running(result.planned, db.path)  # for the opening line, as --dry-run counts them; each is still tried
+        mark_running(result.planned, db.path, resume=resume)  # for the opening line, as --dry-run counts; still tried
         matrix = _executor(db, replace(options, stop=stop, claim=claim), result, events, backend_factory)
         events.planned(result)
         _start_models(endpoints, todos, db, events)
@@ -311,21 +313,6 @@ def run_matrix(
             for endpoint in endpoints.values():
                 endpoint.backend.close()
     return result
-
-
-def check_executor(plans: Sequence[RunPlan], executor: str) -> None:
-    """Refuse a spec listing replicas with an executor other than ``threads``: the replicas' rotation lives in the
-    driver's threads (:mod:`harness.replicas`). Read from the specs, before any server is asked.
-
-    Raises:
-        UsageError: a model spec lists replicas and ``executor`` is not ``threads``.
-    """
-    if executor == "threads":
-        return
-    listed = next((model for model in sorted({p.model for p in plans}) if len(replica_specs(model)) > 1), None)
-    if listed is not None:
-        raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
-                         "drop --executor, or give each replica its own --shard job.")  # fmt: skip
 
 
 def _start_models(endpoints: dict[str, Endpoint], todos: dict[str, list[PlannedRun]], db: Ledger, events: MatrixEvents) -> None:
@@ -350,10 +337,8 @@ def _executor(db: Ledger, options: RunOptions, result: MatrixResult, events: Mat
 
         return ProcessMatrixRun(db, options, result, events, backend_factory)
     if options.executor == "ray":
-        try:
-            from harness.executors.ray_cluster import RayMatrixRun
-        except ImportError as exc:
-            raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
+        from harness.executors.ray_cluster import RayMatrixRun  # Ray importable: check_executor asked
+
         return RayMatrixRun(db, options, result, events, backend_factory)
     if options.executor != "threads":
         raise UsageError(f"unknown executor {options.executor!r}; use threads, processes or ray.")

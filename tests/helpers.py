@@ -157,8 +157,16 @@ def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], what: s
     hang guard, not a speed assertion)."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline and proc.poll() is None, what
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"{what}: the process ended (exit code {proc.returncode}); stderr: {err[-2000:]}")
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
         time.sleep(0.01)
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The worker processes of the ``--executor processes`` driver ``pid`` (multiprocessing's resource tracker aside)."""
+    return [c for c in child_pids(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 def ledger_counts(ledger: Ledger) -> dict[str, int]:

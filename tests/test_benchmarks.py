@@ -121,6 +121,14 @@ def test_peer_inspect_names_the_file_system_of_a_folder(tmp_path):
     assert bench.file_system("/proc/self") == mounts["/proc"] == "proc"
     assert bench.file_system(str(tmp_path)) in set(mounts.values())
     assert bench.file_system("/") == mounts["/"]
+    # red team: a mount point with a space is listed as \040; the later of two mounts at one point is the one on top
+    table = "/dev/vda / ext4 rw 0 0\nnone /mnt/a\\040b tmpfs rw 0 0\nnone /mnt/c proc rw 0 0\nnone /mnt/c tmpfs rw 0 0\n"
+    assert [bench.file_system(p, table) for p in ("/mnt/a b/x", "/mnt/a\\040b", "/mnt/c", "/mnt/cd")] == [
+        "tmpfs",
+        "ext4",
+        "tmpfs",
+        "ext4",
+    ]
 
 
 def test_peer_inspect_refuses_a_venv_without_inspect_ai(tmp_path):

@@ -273,27 +273,61 @@ def test_a_dry_run_numbers_the_runs_as_the_real_run_does_and_says_how_they_execu
     argv = ["run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", *RUN_FLAGS,
             "--ledger", tmp_path / "ledger.sqlite"]  # fmt: skip
     assert cli(capsys, *argv, "--repeats", "2")[0] == 0
-    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--jobs", "3", "--executor", "processes", "--workers", "2")
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--jobs", "3", "--executor", "processes", "--workers", "8")
     lines = dry.strip().splitlines()
     assert rc == 0 and [line.split("]")[0] + "]" for line in lines[:5]] == ["[done]", "[done]", "[1/3]", "[2/3]", "[3/3]"], dry
-    assert (
-        lines[5]
-        == "Runs execute up to 3 at a time per model server (--jobs 3), in up to 2 worker processes (--executor processes, --workers 2)."
-    ), dry
-    assert lines[6] == "5 runs planned, 2 already done, 3 to run.", dry
+    # as many worker processes as start: no more than the 3 runs to do
+    assert lines[5:] == ["Execution: up to 3 runs at a time (--jobs 3), in 3 worker processes (--executor processes, --workers 8).",
+                         "5 runs planned, 2 already done, 3 to run."], dry  # fmt: skip
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--executor", "ray")
+    ray = "Execution: one run at a time (--jobs 1), in 2 Ray actors per model (--executor ray, --workers: the default)."
+    assert rc == 0 and dry.strip().splitlines()[5] == ray, dry
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run")
+    threads = "Execution: one run at a time (--jobs 1), on threads of one process (--executor threads)."
+    assert rc == 0 and dry.strip().splitlines()[5] == threads, dry
     rc, out, _ = cli(capsys, *argv, "--repeats", "5")
     real = [line for line in out.splitlines() if line.startswith("[")]
     assert rc == 0 and [line.split("]")[0] + "]" for line in real] == ["[1/3]", "[2/3]", "[3/3]"], out
-    # the same runs under the same numbers: the labels before " -> " equal the dry run's lines
+    # the same runs under the same numbers at --jobs 1: the labels before " -> " equal the dry run's lines
     assert [line.split(" -> ")[0] for line in real] == lines[2:5], (dry, out)
-    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--executor", "ray")
-    assert (
-        rc == 0
-        and "Runs execute one at a time per model server (--jobs 1), in 2 Ray actors per model (--executor ray, --workers: the default)."
-        in dry
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--executor", "processes")  # nothing left to run: no such line
+    assert rc == 0 and "Execution:" not in dry and dry.strip().endswith("5 runs planned, 5 already done, 0 to run."), dry
+
+
+def test_the_dry_runs_execution_line_counts_models_side_by_side_and_replicas(tmp_path, capsys):
+    """Red team: two --model specs at --jobs 1 ran two runs at once while the dry run said "one at a time per model
+    server"; each spec, and each replica, gets its own --jobs."""
+    write_cassette(tmp_path / "a.jsonl", [text_line("done")])
+    write_cassette(tmp_path / "b.jsonl", [text_line("done")])
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'a.jsonl'}", "--model", f"replay:{tmp_path / 'b.jsonl'}",
+            *RUN_FLAGS, "--ledger", tmp_path / "ledger.sqlite", "--dry-run", "--repeats", "2"]  # fmt: skip
+    rc, dry, _ = cli(capsys, *argv, "--jobs", "2", "--executor", "processes")
+    assert rc == 0 and dry.strip().splitlines()[-2] == (
+        "Execution: 2 models side by side, each up to 2 runs at a time (--jobs 2), in 2 worker processes "
+        "(--executor processes, --workers: the CPU count)."
     ), dry
-    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run")
-    assert (
-        rc == 0
-        and "Runs execute one at a time per model server (--jobs 1), on threads of one process (--executor threads)." in dry
+    with FakeAgentServer() as one, FakeAgentServer() as two:
+        rc, dry, _ = cli(capsys, "run", SCENARIO_FILE, "--model", f"openai:m@{one.base_url},{two.base_url}", *RUN_FLAGS,
+                         "--ledger", tmp_path / "ledger.sqlite", "--dry-run")  # fmt: skip
+    assert rc == 0 and dry.strip().splitlines()[-2] == (
+        "Execution: one run at a time per replica (--jobs 1), on threads of one process (--executor threads)."
     ), dry
+
+
+def test_executor_ray_without_ray_is_refused_by_the_dry_run_too_and_leaves_no_ledger(tmp_path):
+    """Red team: where Ray could not be imported, `--dry-run --executor ray` said "in 2 Ray actors per model" and exited
+    0 while the real run exited 2, leaving an empty new ledger behind."""
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named ray (simulated)')\n", encoding="utf-8")
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(REPO)])}
+    argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"replay:{tmp_path / 'done.jsonl'}",
+            *RUN_FLAGS, "--ledger", str(tmp_path / "ledger.sqlite"), "--executor", "ray"]  # fmt: skip
+    for extra in (["--dry-run"], []):
+        done = subprocess.run([*argv, *extra], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout + done.stderr
+        assert done.stderr.strip() == (
+            "harness: --executor ray needs Ray (No module named ray (simulated)): pip install 'agent-loop-harness[ray]'."
+        ), done.stderr
+    assert not (tmp_path / "ledger.sqlite").exists()

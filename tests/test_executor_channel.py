@@ -12,23 +12,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from harness.ledger import Ledger
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE, child_pids, left_after, processes_matrix, wait_for
+from tests.helpers import REPO, SCENARIO_FILE, child_pids, left_after, processes_matrix, wait_for, worker_pids
 
 
 def _harness(*args: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], stdout=subprocess.DEVNULL, stderr=stderr, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-
-
-def _workers(pid: int) -> list[int]:
-    """The worker processes of the driver ``pid`` (multiprocessing's resource tracker aside)."""
-    return [c for c in child_pids(pid) if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 def test_the_workers_exit_at_once_when_the_driver_is_killed(tmp_path):
@@ -84,7 +78,7 @@ def test_a_killed_worker_s_runs_end_with_its_exit_code_and_every_turn_that_reach
     with FakeAgentServer(delay_s=0.5, slots=16) as server:
         proc = processes_matrix(server.base_url, ledger_path, repeats=16, jobs=16, stdout=subprocess.DEVNULL)
         wait_for(lambda: server.requests >= 24, proc, "the matrix did not start")  # every run waits on its second reply
-        os.kill(_workers(proc.pid)[0], signal.SIGKILL)
+        os.kill(worker_pids(proc.pid)[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     with Ledger(ledger_path, readonly=True) as ledger:
         runs = ledger.runs()

@@ -25,7 +25,7 @@ from harness.matrix import MatrixOverrides
 from harness.runner import MatrixEvents, expand_matrix, run_matrix
 from harness.scenarios import load_scenario
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, SCENARIO_FILE, child_pids, cli, processes_matrix, wait_for
+from tests.helpers import REPO, SCENARIO_FILE, child_pids, cli, processes_matrix, wait_for, worker_pids
 
 CASSETTES = REPO / "tests" / "cassettes" / "list_and_report"
 EXECUTORS = ("threads", "processes")
@@ -188,7 +188,7 @@ def test_a_second_ctrl_c_before_any_run_started_says_how_many_it_recorded(tmp_pa
     with FakeAgentServer(delay_s=20, slots=2) as server:
         proc = processes_matrix(server.base_url, ledger_path, repeats=2, jobs=2)
         # Ctrl-C twice once the runs are handed out, before the workers start them
-        wait_for(lambda: len(child_pids(proc.pid)) >= 2, proc, "the workers did not start")
+        wait_for(lambda: len(worker_pids(proc.pid)) >= 2, proc, "the workers did not start")
         assert not server.requests
         time.sleep(0.2)  # the workers are still importing
         proc.send_signal(signal.SIGINT)

@@ -30,6 +30,15 @@ def _held_after_three(gate: threading.Event) -> Callable[[int], None]:
     return lambda number: None if number <= 3 else (gate.wait(120) and None)
 
 
+def _refused_or_fail(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """The second process, which should be refused at once; one that calls the model waits at the gate, so it fails
+    the test here in words (red team: it failed as a bare 60 s TimeoutExpired)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=_ENV, timeout=60)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the second process was not refused: it went on to call the model (stderr: {exc.stderr!r})")
+
+
 @pytest.mark.parametrize("replaced", [False, True], ids=["new", "replaced"])
 def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_both_files_stay_whole(tmp_path, replaced):
     """The second run makes a new ledger at the old name, or opens another ledger moved there (its tables and rows are
@@ -48,7 +57,7 @@ def test_a_ledger_at_the_old_name_of_a_moved_one_still_written_is_refused_and_bo
             os.rename(ledger_path, moved)
             if replaced:
                 os.rename(other, ledger_path)
-            second = subprocess.run([*args, "--repeats", "1"], capture_output=True, text=True, env=_ENV, timeout=60)
+            second = _refused_or_fail([*args, "--repeats", "1"])
             # red team: reading the file at the old name (verify, report, view) went through the first's journal too
             read = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(ledger_path)],
                                   capture_output=True, text=True, env=_ENV, timeout=60) if replaced else None  # fmt: skip
@@ -90,8 +99,7 @@ def test_a_moved_ledger_opened_under_its_new_name_while_the_old_name_is_still_wr
         try:
             wait_for(lambda: server.requests >= 3, first, "the matrix did not start")  # two runs are past their first turn
             os.rename(ledger_path, moved)
-            second = subprocess.run([*args, "--repeats", "8", "--ledger", str(moved)], capture_output=True, text=True,
-                                    env=_ENV, timeout=60)  # fmt: skip
+            second = _refused_or_fail([*args, "--repeats", "8", "--ledger", str(moved)])
             assert first.poll() is None, "the first process ended before the second was refused: the test proves nothing"
         finally:
             gate.set()

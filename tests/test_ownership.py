@@ -240,6 +240,39 @@ def test_two_processes_on_one_ledger_never_both_run_an_identity_while_its_call_i
     assert len({r.start.identity for r in runs}) == 2  # one start row per identity: none was run twice
 
 
+def test_a_done_run_another_process_runs_again_counts_as_running_for_no_resume(tmp_path):
+    """Red team: a --no-resume dry run, while another --no-resume process ran a done identity again, said "(done; runs
+    again)" and "1 to run"; the real run then skipped it as running in another process."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    with _GatedServer() as server:
+        args = [
+            str(SCENARIO_FILE),
+            "--model",
+            f"openai:m@{server.base_url}",
+            *ARGS,
+            "--repeats",
+            "1",
+            "--ledger",
+            str(ledger_path),
+        ]
+        server.gate.set()
+        assert _finish(_harness("run", *args))[0] == 0  # rep 0 done
+        server.gate.clear()
+        before = server.requests
+        again = _harness("run", *args, "--no-resume")  # runs it again: its call waits for the gate
+        try:
+            _wait_until(lambda: server.requests > before or again.poll() is not None, "the second run's model call")
+            rc, dry_out, err = _finish(_harness("run", "--dry-run", *args, "--no-resume"))
+            assert rc == 0, err
+            assert dry_out.strip().splitlines()[0].endswith(" rep=0 (running in another process)"), dry_out
+            assert dry_out.strip().endswith(
+                "1 run planned, 1 already done (run again: --no-resume), 1 running in another process, 0 to run."
+            ), dry_out
+        finally:
+            server.gate.set()
+        assert _finish(again)[0] == 0
+
+
 def test_two_processes_racing_on_one_ledger_run_each_identity_once(tmp_path):
     ledger_path = tmp_path / "ledger.sqlite"
     Ledger(ledger_path).close()

@@ -83,10 +83,7 @@ def test_dry_run_shows_each_shards_share_and_the_shares_add_up(tmp_path, capsys)
         share = int(first.split(": ")[1].split(" of ")[0])
         assert first == f"Shard {i}/3: {share} of {PLANNED} planned runs (plan identity hash mod 3 = {i})."
         assert [line.split("]")[0] for line in listed] == [f"[{n}/{share}" for n in range(1, share + 1)]
-        assert (
-            how.startswith("Runs execute one at a time per model server")
-            and last == f"{plural(share, 'run')} planned, 0 already done, {share} to run."
-        )
+        assert how.startswith("Execution: ") and last == f"{plural(share, 'run')} planned, 0 already done, {share} to run."
         total += share
     assert total == PLANNED and not (tmp_path / "l.sqlite").exists()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from harness.cli._common import Subparsers, default_scenario, head_line, ledger_option, ledger_path
 from harness.errors import UsageError
-from harness.executors import EXECUTORS
+from harness.executors import EXECUTORS, check_executor
 from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.loop import RetryPolicy, RunOptions
     from harness.matrix import MatrixOverrides
     from harness.outputs import check_output_folder
-    from harness.runner import check_executor, expand_matrix
+    from harness.runner import expand_matrix
     from harness.scenarios import load_scenario
     from harness.shards import parse_shard
 
@@ -114,10 +114,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plans = mine
     path = ledger_path(args)
     if args.dry_run:
-        from harness.console import execution_words
-
-        how = execution_words(args.jobs, args.executor, args.workers)
-        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots, resume=not args.no_resume, how=how)
+        execution = (args.executor, args.workers)
+        return _dry_run(plans, path, jobs=args.jobs, slots=args.embedded_slots, resume=not args.no_resume, execution=execution)
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
                          retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
                          executor=args.executor, workers=args.workers, ray_address=args.ray_address,
@@ -140,14 +138,15 @@ def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[st
     return parse_ray_resources(values, sorted({plan.model for plan in plans}))
 
 
-def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume: bool = True, how: str = "") -> int:
+def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume: bool = True,
+             execution: tuple[str, int | None] = ("threads", None)) -> int:  # fmt: skip
     """Print the planned runs and what a real run would do with them now (without ``resume``, ``--no-resume``: the
-    runs already done run again); never creates a ledger.
+    runs already done run again; ``execution``: ``--executor`` and ``--workers``); never creates a ledger.
 
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
-    from harness.backends import open_backend
-    from harness.console import plan_counts, plan_label, plural, printable
+    from harness.backends import open_backend, replica_specs
+    from harness.console import execution_words, plan_counts, plan_label, plural, printable
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
@@ -158,25 +157,27 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
         factory = functools.partial(open_backend, plan_only=True)
-        planned = plan_matrix(plans, ledger, jobs=jobs, embedded_slots=slots, backend_factory=factory)
+        planned = plan_matrix(plans, ledger, jobs=jobs, embedded_slots=slots, backend_factory=factory, resume=resume)
     finally:
         if ledger is not None:
             ledger.close()
-    settled = sum(not (resume and item.done) for item in planned.planned)  # the real run numbers its lines [i/settled]
-    i = 0
-    for item in planned.planned:
-        if resume and item.done:
+    settled = [item for item in planned.planned if not (resume and item.done)]  # the real run counts its lines to these
+    for item in planned.planned if resume else ():  # first: the runs to do stay in sight above the counts
+        if item.done:
             print(f"[done] {plan_label(item.plan)}")
-            continue
-        i += 1
-        note = " (done; runs again)" if item.done else " (running in another process)" if item.running else ""
-        print(f"[{i}/{settled}] {plan_label(item.plan)}{note}")
+    for i, item in enumerate(settled, 1):  # in plan order; the real run's in the order its runs end
+        note = " (running in another process)" if item.running else " (done; runs again)" if item.done else ""
+        print(f"[{i}/{len(settled)}] {plan_label(item.plan)}{note}")
     for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
-    if how:
-        print(f"Runs execute {how}.")
+    to_do = [item for item in settled if not item.running]
+    if to_do:
+        models = {item.plan.model for item in to_do}
+        replicated = any(len(replica_specs(model)) > 1 for model in models)
+        how = execution_words(jobs, *execution, runs=len(to_do), models=len(models), replicated=replicated)
+        print(f"Execution: {how}.")
     print(f"{plan_counts(planned, len(plans), resume=resume)}.")  # the real run's first line says the same
     return 1 if planned.skipped else 0
 

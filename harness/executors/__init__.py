@@ -7,6 +7,40 @@ the same channel. Only this package's names are imported with it: the executors'
 their executor is chosen.
 """
 
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from harness.loop import RunPlan
+
 EXECUTORS = ("threads", "processes", "ray")
 
-__all__ = ["EXECUTORS"]
+__all__ = ["EXECUTORS", "check_executor"]
+
+
+def check_executor(plans: Sequence[RunPlan], executor: str) -> None:
+    """Refuse a spec listing replicas with an executor other than ``threads``: the replicas' rotation lives in the
+    driver's threads (:mod:`harness.replicas`). Read from the specs, before any server is asked.
+
+    Raises:
+        UsageError: a model spec lists replicas and ``executor`` is not ``threads``; ``ray`` where Ray cannot be
+            imported (so ``--dry-run`` says so too, and a refused run creates no ledger).
+    """
+    if executor == "threads":
+        return
+    if executor == "ray":
+        try:
+            importlib.import_module("ray")
+        except ImportError as exc:
+            raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
+    from harness.backends import replica_specs  # here: importing this package stays cheap (the CLI's --help)
+
+    listed = next((model for model in sorted({p.model for p in plans}) if len(replica_specs(model)) > 1), None)
+    if listed is not None:
+        raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
+                         "drop --executor, or give each replica its own --shard job.")  # fmt: skip
