@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 DEFAULT_SCENARIO = Path("scenarios") / "list_and_report.toml"
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # the whole name (fullmatch): "$" let a final newline through
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def load_scenario(path: str | Path) -> Scenario:
     raw, data = _read_toml(path)
     f = _Fields(path, data)
     name = f.text("name")
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise f.fail("name", "letters, digits, '_', '.' or '-' only", name)
     tool_names = f.string_list("tools", (), nonempty=False) if "tools" in data else None
     if tool_names is None:

@@ -30,7 +30,7 @@ __all__ = ["MAX_SHARDS", "Shard", "parse_shard"]
 MAX_SHARDS = 100_000
 """The largest N accepted (a SLURM array or an indexed Job far bigger than any matrix needs)."""
 
-_FORM = re.compile(r"\s*([0-9]{1,7})\s*/\s*([0-9]{1,7})\s*", re.ASCII)
+_FORM = re.compile(r"\s*([0-9]{1,30})\s*/\s*([0-9]{1,30})\s*", re.ASCII)  # longer numbers: not I/N
 
 
 @dataclass(frozen=True)

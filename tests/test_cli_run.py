@@ -331,3 +331,26 @@ def test_executor_ray_without_ray_is_refused_by_the_dry_run_too_and_leaves_no_le
             "harness: --executor ray needs Ray (No module named ray (simulated)): pip install 'agent-loop-harness[ray]'."
         ), done.stderr
     assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_output_that_cannot_be_written_or_encoded_is_one_sentence_never_a_traceback(tmp_path):
+    """Red team: `harness ... > /dev/full` (a full disk) and a console encoding without a model name's characters
+    (PYTHONIOENCODING=ascii) each ended in a traceback."""
+    cassette = write_cassette(tmp_path / "caf\u00e9.jsonl", [text_line("done")])
+    argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", *RUN_FLAGS,
+            "--ledger", str(tmp_path / "ledger.sqlite"), "--repeats", "3"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ascii_env = {**env, "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, env=ascii_env, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "caf\\xe9.jsonl T=0 seed=0" in done.stdout, done.stdout  # escaped, as Python escapes it
+    with open("/dev/full", "w") as full:
+        for extra in (["--dry-run"], []):
+            done = subprocess.run([*argv, *extra], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+            assert done.returncode == 1 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+            assert done.stderr.strip().splitlines()[-1] == (
+                "harness: the output could not be written (No space left on device); what ran is recorded; write the output "
+                "somewhere with room (another disk, or a pipe)."
+            ), done.stderr
+    with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:  # the real run stopped at its first line: what ran is there
+        assert ledger.verify().ok and all(run.outcome is not None for run in ledger.runs())

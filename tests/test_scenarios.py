@@ -219,6 +219,7 @@ def test_weather_tool_data_refuses_non_finite_numbers_and_case_duplicate_cities(
     "head_replace, fixtures, matrix",
     [
         ((('name = "list_and_report"', 'name = "a/b"'),), None, ""),
+        ((('name = "list_and_report"', 'name = "list_and_report\\n"'),), None, ""),
         ((("turn_limit = 8", "turn_limit = 0"),), None, ""),
         ((("token_limit = 32000", "token_limit = -5"),), None, ""),
         ((), '"../x" = "x"', ""),
@@ -230,6 +231,7 @@ def test_weather_tool_data_refuses_non_finite_numbers_and_case_duplicate_cities(
     ],
     ids=[
         "name-slash",
+        "name-final-newline",
         "turn-limit-0",
         "negative-tokens",
         "fixture-dotdot",

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.errors import UsageError
 from harness.ledger import Labels, Ledger
 from harness.matrix import MatrixOverrides
 from harness.runner import expand_matrix
@@ -94,6 +95,14 @@ def test_a_bad_shard_is_one_sentence_and_exit_2(tmp_path, capsys, value):
     assert rc == 2
     assert_one_sentence_error(rc, err)
     assert "--shard" in err and not (tmp_path / "l.sqlite").exists()
+
+
+def test_a_shard_count_far_too_large_is_named_as_too_large():
+    """Red team: --shard 0/100000000000000000000000 said "is not I/N" instead of naming the limit."""
+    with pytest.raises(UsageError, match=r"the shard count must be from 1 to 100,000\.$"):
+        parse_shard("0/100000000000000000000000")
+    with pytest.raises(UsageError, match="is not I/N"):
+        parse_shard("0/" + "9" * 31)  # past any count: not read as a number at all
 
 
 def test_parse_shard_reads_what_kubernetes_and_slurm_give():

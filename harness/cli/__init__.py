@@ -9,11 +9,14 @@ Errors are turned into one sentence and an exit code in one place, :func:`main`:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import os
 import select
 import sys
 from collections.abc import Sequence
+from typing import Any, TextIO
 
 from harness.cli.data import add_export, add_ledger, add_rescore
 from harness.cli.inputs import add_classify, add_models, add_scenarios
@@ -57,9 +60,13 @@ def _show_library_messages() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (0 ok, 1 failure, 2 usage error)."""
+    for stream in (sys.stdout, sys.stderr):  # a character the console's encoding lacks is escaped, never a traceback
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     _show_library_messages()
+    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:  # escaped: a server's or a file's words may be in the sentence
@@ -73,6 +80,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError as exc:
         return broken_pipe_exit(exc)
+    except _OutputFailed as failed:
+        print(f"harness: the output could not be written ({printable(failed.reason)}); what ran is recorded; write the "
+              "output somewhere with room (another disk, or a pipe).", file=sys.stderr)  # fmt: skip
+        with contextlib.suppress(OSError, ValueError):  # the interpreter's last flush must not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        return 1
+    finally:
+        sys.stdout = stdout
+
+
+class _OutputFailed(Exception):
+    """Writing to standard output failed (a full disk, ``/dev/full``, an I/O error); ``reason`` says why."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc)
+        self.reason = exc.strerror or str(exc)
+
+
+class _Output:
+    """``sys.stdout`` while a command runs: a write or flush failing with an OSError other than a broken pipe raises
+    :class:`_OutputFailed`, so it is told apart from every other OSError (one sentence, exit 1, never a traceback)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def broken_pipe_exit(exc: BrokenPipeError) -> int:
