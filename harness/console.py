@@ -152,6 +152,7 @@ class Progress(MatrixEvents):
             print(line, flush=True)
         else:
             self.bar.write(line)
+            sys.stdout.flush()  # a redirected stdout (| tee log) gets each line as its run ends
             self.bar.set_postfix(self.counts, refresh=False)
             self.bar.update(1)
 

@@ -450,16 +450,16 @@ class _EndWatch:
             self._put(None)
 
 
-def _end_abandoned(ledger: Ledger, run_ids: Sequence[str]) -> int:
-    """Append an ``interrupted`` end row for runs whose worker is still waiting on a model call; how many were
-    appended (a run not started yet, or already ended, gets none)."""
+def _end_abandoned(ledger: Ledger, run_ids: Sequence[str], error: str = "interrupted by the user (second Ctrl-C)") -> int:
+    """Append an ``interrupted`` end row (saying ``error``) for runs whose worker is still waiting on a model call; how
+    many were appended (a run not started yet, or already ended, gets none)."""
     recorded = 0
     for run_id in run_ids:
         totals = ledger.turn_totals(run_id)
         if totals is None:
             continue  # claimed by no one yet: nothing was started
         try:
-            end_from_totals(ledger, run_id, "interrupted", "interrupted by the user (second Ctrl-C)", totals=totals)
+            end_from_totals(ledger, run_id, "interrupted", error, totals=totals)
         except LedgerError:
             continue  # its worker wrote the end row meanwhile, or the run never started
         recorded += 1

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import IO
 
 from harness.backends import open_backend
 from harness.cli import main
@@ -142,7 +143,7 @@ def left_after(pids: list[int], seconds: float) -> list[int]:
 
 
 def processes_matrix(
-    base_url: str, ledger_path: Path, *, repeats: int, jobs: int, stdout: int = subprocess.PIPE
+    base_url: str, ledger_path: Path, *, repeats: int, jobs: int, stdout: int | IO[str] = subprocess.PIPE
 ) -> subprocess.Popen[str]:
     """``harness run`` of the reference scenario in a child process, ``--executor processes --workers 2``, against the
     OpenAI-compatible server at ``base_url`` (model ``ideal``, native tools, temperature 0); stderr is piped."""

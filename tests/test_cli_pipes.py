@@ -67,3 +67,44 @@ def test_another_broken_pipe_is_one_sentence_and_exit_1(monkeypatch, capsys):
         assert cli.broken_pipe_exit(caught.value) == 1
     err = capsys.readouterr().err
     assert err.startswith("harness: a pipe closed unexpectedly") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_run_lines_reach_a_redirected_stdout_as_each_run_ends_while_the_bar_is_on_a_terminal(tmp_path):
+    """Review: with the progress bar on a terminal (stderr) and stdout redirected (`| tee log`), the run lines went
+    through tqdm without a flush and all arrived at the end."""
+    import pty
+    import threading
+    import time
+
+    from tests.fake_agent_server import FakeAgentServer
+    from tests.helpers import REPO, SCENARIO_FILE
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(REPO)}
+    terminal, bar_side = pty.openpty()
+    with FakeAgentServer(delay_s=1.0, slots=1) as server:
+        argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}",
+                "--tool-mode", "native", "--temperature", "0", "--repeats", "2", "--ledger", str(tmp_path / "l.sqlite")]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=bar_side, text=True, env=env)
+        os.close(bar_side)
+        threading.Thread(target=_drain, args=(terminal,), daemon=True).start()  # the bar never fills the terminal
+        try:
+            first = proc.stdout.readline()  # type: ignore[union-attr]
+            still_running = proc.poll() is None
+            seen_at = time.monotonic()
+            proc.communicate(timeout=120)
+            ended_at = time.monotonic()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(terminal)
+    assert first.startswith("[1/2] list_and_report openai:ideal@") and still_running, first
+    assert ended_at - seen_at > 1.0  # the second run (three 1 s replies) was still to come when the first line arrived
+
+
+def _drain(fd: int) -> None:
+    """Read a terminal's output until it closes."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:
+        pass

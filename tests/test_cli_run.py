@@ -335,22 +335,31 @@ def test_executor_ray_without_ray_is_refused_by_the_dry_run_too_and_leaves_no_le
 
 def test_output_that_cannot_be_written_or_encoded_is_one_sentence_never_a_traceback(tmp_path):
     """Red team: `harness ... > /dev/full` (a full disk) and a console encoding without a model name's characters
-    (PYTHONIOENCODING=ascii) each ended in a traceback."""
+    (PYTHONIOENCODING=ascii) each ended in a traceback; then (review) a buffered stdout failed only at the interpreter's
+    exit ("Exception ignored", exit 120), and escaping would have changed an export's JSONL silently. Buffered here,
+    as for users (this machine sets PYTHONUNBUFFERED)."""
     cassette = write_cassette(tmp_path / "caf\u00e9.jsonl", [text_line("done")])
+    ledger = tmp_path / "ledger.sqlite"
     argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", *RUN_FLAGS,
-            "--ledger", str(tmp_path / "ledger.sqlite"), "--repeats", "3"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    ascii_env = {**env, "PYTHONIOENCODING": "ascii"}
-    done = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, env=ascii_env, timeout=120)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert "caf\\xe9.jsonl T=0 seed=0" in done.stdout, done.stdout  # escaped, as Python escapes it
-    with open("/dev/full", "w") as full:
-        for extra in (["--dry-run"], []):
-            done = subprocess.run([*argv, *extra], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+            "--ledger", str(ledger), "--repeats", "3"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(REPO)}
+    full = ("the output could not be written (No space left on device); nothing recorded in the ledger is lost; write the "
+            "output somewhere with room (another disk, or a pipe).")  # fmt: skip
+    with open("/dev/full", "w") as sink:
+        for extra in (["--dry-run"], [], ["--help"]):
+            done = subprocess.run([*argv, *extra], stdout=sink, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
             assert done.returncode == 1 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
-            assert done.stderr.strip().splitlines()[-1] == (
-                "harness: the output could not be written (No space left on device); what ran is recorded; write the output "
-                "somewhere with room (another disk, or a pipe)."
-            ), done.stderr
-    with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:  # the real run stopped at its first line: what ran is there
-        assert ledger.verify().ok and all(run.outcome is not None for run in ledger.runs())
+            assert done.stderr.strip().splitlines()[-1] == f"harness: {full}", done.stderr
+        verify = [sys.executable, "-m", "harness", "ledger", "verify", "--ledger", str(ledger)]
+        done = subprocess.run(verify, stdout=sink, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+        assert done.returncode == 1 and done.stderr.strip() == f"harness: {full}", done.stderr
+    with Ledger(ledger, readonly=True) as opened:  # the real run stopped at its first line: what ran is there
+        assert opened.verify().ok and opened.runs() and all(run.outcome is not None for run in opened.runs())
+    export = [sys.executable, "-m", "harness", "export", "--ledger", str(ledger)]
+    done = subprocess.run(export, capture_output=True, text=True, env=env | {"PYTHONIOENCODING": "ascii"}, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "harness: the output holds characters its encoding (ascii) cannot hold, so it stops here; nothing recorded in the "
+        "ledger is lost; set PYTHONIOENCODING=utf-8 and run again."
+    ), done.stderr
+    assert "caf\\xe9" not in done.stdout  # nothing was written escaped: JSONL stays JSON

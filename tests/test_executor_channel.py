@@ -137,3 +137,18 @@ def test_a_ledger_failure_in_the_driver_still_closes_its_backends(tmp_path):
         with Ledger(ledger_path) as ledger, pytest.raises(LedgerError, match="turns"):
             run_matrix(plans, ledger, options, backend_factory=_closing_factory)
     assert CLOSED == [model]
+
+
+def test_a_matrix_stopped_by_output_it_cannot_write_ends_its_workers_runs_as_threads_do(tmp_path):
+    """Review: with stdout on a full disk, the first run line stopped the matrix; threads ended their runs in flight as
+    interrupted, the processes executor left two runs without an end row."""
+    ledger_path = tmp_path / "l.sqlite"
+    with FakeAgentServer(delay_s=0.3, slots=4) as server, open("/dev/full", "w") as full:
+        proc = processes_matrix(server.base_url, ledger_path, repeats=5, jobs=3, stdout=full)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and err.strip().splitlines()[-1].startswith("harness: the output could not be written"), err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        runs = ledger.runs()
+        assert ledger.verify().ok and len(runs) >= 2
+    assert all(run.outcome is not None for run in runs), [(run.run_id, run.outcome) for run in runs]
+    assert {run.outcome for run in runs} <= {"pass", "interrupted"} and "interrupted" in {run.outcome for run in runs}

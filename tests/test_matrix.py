@@ -266,6 +266,30 @@ def test_a_second_ctrl_c_quits_at_once_and_still_ends_the_runs_in_flight(tmp_pat
     assert out.strip().splitlines()[-1] == f"Ledger head (check later with `harness ledger verify --anchor`): {anchor}", out
 
 
+def test_a_second_ctrl_c_quits_at_once_when_the_output_cannot_be_written(tmp_path):
+    """Review: with stdout on a full disk, printing the head after a second Ctrl-C raised, so the process waited for
+    the model calls in flight (36 s) instead of quitting."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(REPO)}
+    with FakeAgentServer(delay_s=20, slots=2) as server, open("/dev/full", "w") as full:
+        argv = [sys.executable, "-m", "harness", "run", str(SCENARIO), "--model", f"openai:slow@{server.base_url}",
+                "--tool-mode", "native", "--repeats", "2", "--temperature", "0", "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=full, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while server.requests < 2:  # both runs are waiting on their first reply
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+        assert time.monotonic() - started < 10  # did not wait for the 20 s replies
+    assert proc.returncode == 130 and "2 runs in flight recorded as interrupted" in err and "Traceback" not in err, err
+    with Ledger(ledger_path, readonly=True) as ledger:
+        assert ledger.verify().ok and [r.outcome for r in ledger.runs()] == ["interrupted", "interrupted"]
+
+
 # -- red-team: every started run ends, each planned identity runs once -------------------------------------
 # red-team finding: a backend bug left runs without an end row
 def test_a_backend_bug_leaves_no_run_without_an_end_row(tmp_path):

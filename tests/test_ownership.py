@@ -202,6 +202,12 @@ def test_the_real_runs_opening_line_counts_what_the_dry_run_counts_at_that_momen
             assert rc == 0, err
             said = dry_out.strip().splitlines()[-1]
             assert said == "4 runs planned, 1 already done, 1 running in another process, 2 to run.", dry_out
+            # review: the run held elsewhere is still tried when its turn comes, so it counts for the workers that start
+            rc, dry_out, err = _finish(_harness("run", "--dry-run", *args, "--repeats", "4", "--jobs", "4",
+                                                "--executor", "processes", "--workers", "8"))  # fmt: skip
+            assert rc == 0 and dry_out.strip().splitlines()[-2] == (
+                "Execution: up to 4 runs at a time (--jobs 4), in 3 worker processes (--executor processes, --workers 8)."
+            ), dry_out
             second = _harness("run", *args, "--repeats", "4")
             opening = _line_with(second, "; ledger: ", timeout=180, stderr=True)
         finally:

@@ -15,7 +15,7 @@ import logging
 import os
 import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from harness.cli.data import add_export, add_ledger, add_rescore
@@ -59,16 +59,24 @@ def _show_library_messages() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return its exit code (0 ok, 1 failure, 2 usage error)."""
-    for stream in (sys.stdout, sys.stderr):  # a character the console's encoding lacks is escaped, never a traceback
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _show_library_messages()
+    """Run the CLI and return its exit code (0 ok, 1 failure, 2 usage error).
+
+    Standard output is written through :class:`_Output` and flushed before returning, so output that cannot be written
+    (a full disk, ``/dev/full``, characters its encoding lacks) is one sentence and exit 1, never a traceback.
+    """
+    if isinstance(sys.stderr, io.TextIOWrapper):  # the sentences are for people: a character it lacks is escaped
+        sys.stderr.reconfigure(errors="backslashreplace")
     stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
-        return int(args.func(args) or 0)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:  # --help, or a usage error: argparse printed, maybe to a buffer not yet written
+            sys.stdout.flush()
+            raise
+        _show_library_messages()
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at the interpreter's exit: a failure is still one sentence
+        return code
     except UsageError as exc:  # escaped: a server's or a file's words may be in the sentence
         print(f"harness: {printable(str(exc))}", file=sys.stderr)
         return 2
@@ -81,8 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError as exc:
         return broken_pipe_exit(exc)
     except _OutputFailed as failed:
-        print(f"harness: the output could not be written ({printable(failed.reason)}); what ran is recorded; write the "
-              "output somewhere with room (another disk, or a pipe).", file=sys.stderr)  # fmt: skip
+        print(f"harness: {failed.sentence}", file=sys.stderr)
         with contextlib.suppress(OSError, ValueError):  # the interpreter's last flush must not fail again
             os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
         return 1
@@ -91,35 +98,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _OutputFailed(Exception):
-    """Writing to standard output failed (a full disk, ``/dev/full``, an I/O error); ``reason`` says why."""
+    """Writing to standard output failed; ``sentence`` says why and what to do (nothing recorded is lost)."""
 
-    def __init__(self, exc: OSError) -> None:
+    def __init__(self, exc: OSError | UnicodeEncodeError, encoding: str | None) -> None:
         super().__init__(exc)
-        self.reason = exc.strerror or str(exc)
+        if isinstance(exc, UnicodeEncodeError):  # never written escaped: JSONL or CSV would be silently changed
+            self.sentence = (f"the output holds characters its encoding ({encoding}) cannot hold, so it stops here; "
+                             "nothing recorded in the ledger is lost; set PYTHONIOENCODING=utf-8 and run again.")  # fmt: skip
+        else:
+            self.sentence = (f"the output could not be written ({printable(exc.strerror or str(exc))}); nothing recorded "
+                             "in the ledger is lost; write the output somewhere with room (another disk, or a pipe).")  # fmt: skip
 
 
 class _Output:
-    """``sys.stdout`` while a command runs: a write or flush failing with an OSError other than a broken pipe raises
-    :class:`_OutputFailed`, so it is told apart from every other OSError (one sentence, exit 1, never a traceback)."""
+    """``sys.stdout`` while a command runs: a write or flush failing (an OSError other than a broken pipe, or a
+    character its encoding lacks) raises :class:`_OutputFailed`, told apart from every other error."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _OutputFailed(exc) from exc
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self._guarded(self._stream.writelines, lines)
 
     def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def _guarded(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
-            self._stream.flush()
+            return call(*args)
         except BrokenPipeError:
             raise
-        except OSError as exc:
-            raise _OutputFailed(exc) from exc
+        except (OSError, UnicodeEncodeError) as exc:
+            raise _OutputFailed(exc, getattr(self._stream, "encoding", None)) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

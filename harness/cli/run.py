@@ -172,11 +172,10 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
     for model, reason, count in planned.skipped:
         print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
-    to_do = [item for item in settled if not item.running]
-    if to_do:
-        models = {item.plan.model for item in to_do}
+    if settled:  # a run another process holds is still tried when its turn comes: it counts, as the executors count it
+        models = {item.plan.model for item in settled}
         replicated = any(len(replica_specs(model)) > 1 for model in models)
-        how = execution_words(jobs, *execution, runs=len(to_do), models=len(models), replicated=replicated)
+        how = execution_words(jobs, *execution, runs=len(settled), models=len(models), replicated=replicated)
         print(f"Execution: {how}.")
     print(f"{plan_counts(planned, len(plans), resume=resume)}.")  # the real run's first line says the same
     return 1 if planned.skipped else 0
@@ -251,8 +250,11 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
             print(
                 f"harness: quit; {plural(quit.abandoned, 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True
             )
-            _print_head(ledger)  # the rows recorded are committed by now: the head ends the output, as after a first Ctrl-C
-            os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
+            try:
+                _print_head(ledger)  # the rows recorded are committed by now: the head ends the output, as after a first Ctrl-C
+                sys.stdout.flush()
+            finally:  # also when the output cannot be written (red team: it then waited for the model calls in flight)
+                os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
         except KeyboardInterrupt:  # first Ctrl-C: the runs in flight are recorded as interrupted; the head still ends the output
             progress.close()
             _print_head(ledger)

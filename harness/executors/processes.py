@@ -146,12 +146,21 @@ class ProcessMatrixRun:
                 raise self.failure
         except KeyboardInterrupt as interrupt:
             self._interrupted(interrupt)
-        except BaseException:
+        except BaseException as exc:
             self.stop.set()
             self._kill_workers()  # nothing their runs send is read any more: they go at once, not after 10 s each
+            self._end_in_flight(f"the matrix stopped ({type(exc).__name__})")
             raise
         finally:
             self._shut_down()
+
+    def _end_in_flight(self, error: str) -> None:
+        """After the workers were killed: apply what they had sent, then end their runs still in flight as
+        ``interrupted`` (as threads end theirs), so none is left without an end row; a ledger refusing rows is left
+        as it is (the error that stopped the matrix is the one to report)."""
+        with contextlib.suppress(LedgerError):
+            self._salvage()
+            _end_abandoned(self.ledger, sorted(run_id for run_id, flight in self.flights.items() if flight.end is None), error)
 
     def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
         """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
