@@ -279,9 +279,6 @@ def test_a_dry_run_numbers_the_runs_as_the_real_run_does_and_says_how_they_execu
     # as many worker processes as start: no more than the 3 runs to do
     assert lines[5:] == ["Execution: up to 3 runs at a time (--jobs 3), in 3 worker processes (--executor processes, --workers 8).",
                          "5 runs planned, 2 already done, 3 to run."], dry  # fmt: skip
-    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run", "--executor", "ray")
-    ray = "Execution: one run at a time (--jobs 1), in 2 Ray actors per model (--executor ray, --workers: the default)."
-    assert rc == 0 and dry.strip().splitlines()[5] == ray, dry
     rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run")
     threads = "Execution: one run at a time (--jobs 1), on threads of one process (--executor threads)."
     assert rc == 0 and dry.strip().splitlines()[5] == threads, dry
@@ -363,3 +360,12 @@ def test_output_that_cannot_be_written_or_encoded_is_one_sentence_never_a_traceb
         "ledger is lost; set PYTHONIOENCODING=utf-8 and run again."
     ), done.stderr
     assert "caf\\xe9" not in done.stdout  # nothing was written escaped: JSONL stays JSON
+
+
+def test_a_dry_run_with_executor_ray_names_its_actors(tmp_path, capsys):
+    pytest.importorskip("ray", reason="needs the [ray] extra; without it --executor ray is refused (the test above)")
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    rc, dry, _ = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", *RUN_FLAGS,
+                     "--ledger", tmp_path / "ledger.sqlite", "--dry-run", "--executor", "ray")  # fmt: skip
+    ray = "Execution: one run at a time (--jobs 1), in 2 Ray actors per model (--executor ray, --workers: the default)."
+    assert rc == 0 and dry.strip().splitlines()[-2] == ray, dry

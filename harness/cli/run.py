@@ -106,8 +106,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides.check()
     scenarios = [load_scenario(path) for path in (args.scenarios or [default_scenario()])]
     plans = expand_matrix(scenarios, overrides)
-    check_executor(plans, args.executor)
     resources = _ray_resources(args.ray_resources, plans)  # against the whole matrix: a shard may hold no run of a model
+    check_executor(plans, args.executor)  # after the command line's own mistakes: Ray missing is said once they are fixed
     if shard is not None:
         mine = shard.select(plans)
         print(f"Shard {shard}: {len(mine)} of {len(plans)} planned runs (plan identity hash mod {shard.count} = {shard.index}).")

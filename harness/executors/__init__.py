@@ -33,14 +33,14 @@ def check_executor(plans: Sequence[RunPlan], executor: str) -> None:
     """
     if executor == "threads":
         return
-    if executor == "ray":
-        try:
-            importlib.import_module("ray")
-        except ImportError as exc:
-            raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
     from harness.backends import replica_specs  # here: importing this package stays cheap (the CLI's --help)
 
     listed = next((model for model in sorted({p.model for p in plans}) if len(replica_specs(model)) > 1), None)
     if listed is not None:
         raise UsageError(f"--model {listed} lists replicas, which run with --executor threads only; "
                          "drop --executor, or give each replica its own --shard job.")  # fmt: skip
+    if executor == "ray":  # last: the matrix's own mistakes are said first, with or without Ray
+        try:
+            importlib.import_module("ray")
+        except ImportError as exc:
+            raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
