@@ -64,9 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Standard output is written through :class:`_Output` and flushed before returning, so output that cannot be written
     (a full disk, ``/dev/full``, characters its encoding lacks) is one sentence and exit 1, never a traceback.
     """
-    if isinstance(sys.stderr, io.TextIOWrapper):  # the sentences are for people: a character it lacks is escaped
-        sys.stderr.reconfigure(errors="backslashreplace")
-    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
+    for stream in (sys.stdout, sys.stderr):  # for people: a character the console lacks is escaped (export: UTF-8 bytes)
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+    stdout, wrapper = sys.stdout, None
+    if not isinstance(stdout, _Output):  # one main() in another thread wrapped it already: that one restores it
+        # None: started with stdout closed (`>&-`): the output goes nowhere, as print's would
+        wrapper = _Output(stdout if stdout is not None else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
+        sys.stdout = wrapper
     try:
         try:
             args = build_parser().parse_args(argv)
@@ -90,52 +95,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         return broken_pipe_exit(exc)
     except _OutputFailed as failed:
         print(f"harness: {failed.sentence}", file=sys.stderr)
-        with contextlib.suppress(OSError, ValueError):  # the interpreter's last flush must not fail again
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # the interpreter's last flush must not fail again
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
         return 1
     finally:
-        sys.stdout = stdout
+        if wrapper is not None and sys.stdout is wrapper:
+            sys.stdout = stdout
 
 
 class _OutputFailed(Exception):
     """Writing to standard output failed; ``sentence`` says why and what to do (nothing recorded is lost)."""
 
-    def __init__(self, exc: OSError | UnicodeEncodeError, encoding: str | None) -> None:
+    def __init__(self, exc: OSError) -> None:
         super().__init__(exc)
-        if isinstance(exc, UnicodeEncodeError):  # never written escaped: JSONL or CSV would be silently changed
-            self.sentence = (f"the output holds characters its encoding ({encoding}) cannot hold, so it stops here; "
-                             "nothing recorded in the ledger is lost; set PYTHONIOENCODING=utf-8 and run again.")  # fmt: skip
-        else:
-            self.sentence = (f"the output could not be written ({printable(exc.strerror or str(exc))}); nothing recorded "
-                             "in the ledger is lost; write the output somewhere with room (another disk, or a pipe).")  # fmt: skip
+        self.sentence = (f"the output could not be written ({printable(exc.strerror or str(exc))}); nothing recorded "
+                         "in the ledger is lost; write the output somewhere with room (another disk, or a pipe).")  # fmt: skip
 
 
 class _Output:
-    """``sys.stdout`` while a command runs: a write or flush failing (an OSError other than a broken pipe, or a
-    character its encoding lacks) raises :class:`_OutputFailed`, told apart from every other error."""
+    """``sys.stdout`` while a command runs: a write or flush failing with an OSError other than a broken pipe raises
+    :class:`_OutputFailed`, told apart from every other error. ``stream`` is the stream it writes to."""
 
     def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+        self.stream = stream
 
     def write(self, text: str) -> int:
-        return self._guarded(self._stream.write, text)
+        return self._guarded(self.stream.write, text)
 
     def writelines(self, lines: Iterable[str]) -> None:
-        self._guarded(self._stream.writelines, lines)
+        self._guarded(self.stream.writelines, lines)
 
     def flush(self) -> None:
-        self._guarded(self._stream.flush)
+        self._guarded(self.stream.flush)
 
-    def _guarded(self, call: Callable[..., Any], *args: Any) -> Any:
+    @staticmethod
+    def _guarded(call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
         except BrokenPipeError:
             raise
-        except (OSError, UnicodeEncodeError) as exc:
-            raise _OutputFailed(exc, getattr(self._stream, "encoding", None)) from exc
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return getattr(self.stream, name)
+
+
+def write_machine_output(text: str) -> None:
+    """Write machine-readable output (JSONL, CSV) to standard output as UTF-8 bytes whatever the console's encoding:
+    escaping would change it silently. Raises as a write to ``sys.stdout`` does (:class:`_Output`)."""
+    sys.stdout.flush()
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:  # a text-only stream (a test's capture): nothing to encode
+        sys.stdout.write(text)
+        return
+    _Output._guarded(binary.write, text.encode("utf-8", "backslashreplace"))  # a lone surrogate: \\udXXX, JSON's own escape
+    _Output._guarded(binary.flush)
 
 
 def broken_pipe_exit(exc: BrokenPipeError) -> int:

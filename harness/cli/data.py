@@ -187,7 +187,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         writer.writeheader()
         writer.writerows({**row, "failure_modes": ";".join(row["failure_modes"])} for row in rows)
     if args.out is None:
-        sys.stdout.write(buffer.getvalue())
+        from harness.cli import write_machine_output  # the CLI package's: its stdout wrapper guards the write
+
+        write_machine_output(buffer.getvalue())
         return 0
     write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
     print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {args.out}.", file=sys.stderr)

@@ -146,21 +146,25 @@ class ProcessMatrixRun:
                 raise self.failure
         except KeyboardInterrupt as interrupt:
             self._interrupted(interrupt)
-        except BaseException as exc:
+        except BaseException:
             self.stop.set()
             self._kill_workers()  # nothing their runs send is read any more: they go at once, not after 10 s each
-            self._end_in_flight(f"the matrix stopped ({type(exc).__name__})")
+            self._end_in_flight()
             raise
         finally:
             self._shut_down()
 
-    def _end_in_flight(self, error: str) -> None:
-        """After the workers were killed: apply what they had sent, then end their runs still in flight as
-        ``interrupted`` (as threads end theirs), so none is left without an end row; a ledger refusing rows is left
-        as it is (the error that stopped the matrix is the one to report)."""
+    def _end_in_flight(self) -> None:
+        """After the workers were killed by an error: apply what they had sent, end their runs still in flight as
+        ``interrupted`` (as threads end theirs) and release their claims, so none is left without an end row or held;
+        a ledger refusing rows is left as it is (the error that stopped the matrix is the one to report)."""
         with contextlib.suppress(LedgerError):
             self._salvage()
-            _end_abandoned(self.ledger, sorted(run_id for run_id, flight in self.flights.items() if flight.end is None), error)
+            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
+            _end_abandoned(self.ledger, abandoned, "the matrix stopped before this run ended (an error, not the model)")
+        for flight in self.flights.values():
+            if flight.claim is not None:
+                flight.claim.release()
 
     def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
         """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
@@ -184,7 +188,8 @@ class ProcessMatrixRun:
                     flight.claim.release()
             raise MatrixQuit(recorded) from None
         except BaseException:
-            self._kill_workers()  # the driver failed while it waited: as in run()
+            self._kill_workers()  # the driver failed while it waited (its output, say): as in run()
+            self._end_in_flight()
             raise
         raise interrupt
 
