@@ -355,7 +355,9 @@ def test_output_that_cannot_be_written_or_encoded_is_one_sentence_never_a_traceb
 
 
 def test_a_dry_run_with_executor_ray_names_its_actors(tmp_path, capsys):
-    pytest.importorskip("ray", reason="needs the [ray] extra; without it --executor ray is refused (test_executor_ray_without_ray_...)")
+    pytest.importorskip(
+        "ray", reason="needs the [ray] extra; without it --executor ray is refused (test_executor_ray_without_ray_...)"
+    )
     write_cassette(tmp_path / "done.jsonl", [text_line("done")])
     rc, dry, _ = cli(capsys, "run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", *RUN_FLAGS,
                      "--ledger", tmp_path / "ledger.sqlite", "--dry-run", "--executor", "ray")  # fmt: skip
