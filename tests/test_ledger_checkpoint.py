@@ -78,8 +78,9 @@ def test_the_wal_stays_below_the_inline_bound(ledger_path, monkeypatch, thread):
         db.close()
         # unbounded, 1,000 appends take about 5,000 pages. The writer checkpoints at the first commit past the bound
         # (one commit past it at most: 20 pages), unless the thread's checkpoint holds the checkpoint lock then: the
-        # commits made meanwhile go past it too (a few dozen while a slow sync lasts)
-        assert _wal_pages(ledger_path) < (bound + 20 if not thread else 3 * bound)
+        # commits made meanwhile go past it too (a few dozen while a slow sync lasts; 1,997 pages in CI on a VM whose
+        # disk synced slowly under load, against 3,202 for the back-to-back regression this guards)
+        assert _wal_pages(ledger_path) < (bound + 20 if not thread else 4 * bound)
         assert ledger.verify().ok
 
 
