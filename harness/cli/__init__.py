@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout, wrapper = sys.stdout, None
     if not isinstance(stdout, _Output):  # one main() in another thread wrapped it already: that one restores it
         # None: started with stdout closed (`>&-`): the output goes nowhere, as print's would
-        wrapper = _Output(stdout if stdout is not None else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
+        wrapper = _Output(stdout if stdout is not None else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - open for the whole process
         sys.stdout = wrapper
     try:
         try:
