@@ -219,15 +219,22 @@ class LockFile:
         if self._ledger is not None and (problem := swapped(self.ledger_path, self._ledger)):
             raise LedgerSwapped(problem)
         lock = take_lock(self.ledger_path, identity, folder=self.folder)
-        if lock is None or lock.offset is None:
+        if lock is None:  # held by another process: in which file? (another matrix's new file held it: CI, stop 27)
+            path = lock_path(self.folder, identity)
+            with self._guard:
+                moved = self._first is not None and _OFD and file_id(path) != self._first
+        elif lock.offset is None:
             return lock
-        with self._guard:
-            self._first = self._first or lock.file
-            moved = lock.file != self._first
+        else:
+            path = lock.path
+            with self._guard:
+                self._first = self._first or lock.file
+                moved = lock.file != self._first
         if moved:
-            lock.release()
+            if lock is not None:
+                lock.release()
             raise LedgerSwapped(
-                f"the lock file {lock.path} was deleted or replaced while this matrix held run locks in it, so another "
+                f"the lock file {path} was deleted or replaced while this matrix held run locks in it, so another "
                 "process could run the same identity as this one; the matrix stops: let every harness run on "
                 f"{self.ledger_path} end, then run again (and leave {self.folder} alone while one runs)."
             )

@@ -666,3 +666,24 @@ def test_two_processes_splitting_a_matrix_each_count_it_to_the_end(tmp_path, exe
     assert "2 running in another process, skipped" in second_out and "2 already in the ledger, skipped" in first_out
     with Ledger(tmp_path / "ledger.sqlite", readonly=True) as ledger:
         assert sorted(r.outcome for r in ledger.runs()) == ["pass"] * 4 and ledger.verify().ok
+
+
+def test_a_replaced_lock_file_is_noticed_when_the_next_identity_is_held_in_the_new_one(tmp_path):
+    """CI (stop 27): the lock file deleted under a matrix, a second matrix locked the first's next identities in the new
+    file before the first reached them; the first saw them only as held elsewhere, never compared files, ran on and
+    exited 0."""
+    from harness.errors import LedgerSwapped
+    from harness.ownership import LOCK_FILE, LockFile
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    Ledger(ledger_path).close()
+    mine = LockFile(ledger_path)
+    held = mine.take("a")  # in the first lock file
+    assert held is not None
+    (lock_folder(ledger_path) / LOCK_FILE).unlink()
+    theirs = take_lock(ledger_path, "b")  # another matrix makes a new lock file and holds b in it
+    assert theirs is not None
+    with pytest.raises(LedgerSwapped, match="was deleted or replaced while this matrix held run locks in it"):
+        mine.take("b")
+    theirs.release()
+    held.release()
