@@ -6,7 +6,6 @@ and raises on interrupts); the CLI and this module are the only code that does.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.executors import worker_count
 from harness.executors.resources import DEFAULT_ACTORS
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
@@ -215,7 +215,7 @@ def execution_words(jobs: int, executor: str, workers: int | None, *, runs: int,
         at_once = f"{models} models side by side, each {at_once}"
     if executor == "processes":
         given = f"--workers {workers}" if workers else "--workers: the CPU count"
-        count = min(workers or os.cpu_count() or 1, runs, jobs * models)  # as many as start (harness.executors.processes)
+        count = worker_count(workers, runs, jobs, models)
         return f"{at_once}, in {count} worker process{'' if count == 1 else 'es'} (--executor processes, {given})"
     if executor == "ray":
         count, given = (workers, f"--workers {workers}") if workers else (DEFAULT_ACTORS, "--workers: the default")

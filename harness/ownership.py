@@ -219,17 +219,15 @@ class LockFile:
         if self._ledger is not None and (problem := swapped(self.ledger_path, self._ledger)):
             raise LedgerSwapped(problem)
         lock = take_lock(self.ledger_path, identity, folder=self.folder)
-        if lock is None:  # held by another process: in which file? (another matrix's new file held it: CI, stop 27)
-            path = lock_path(self.folder, identity)
-            with self._guard:
-                moved = self._first is not None and _OFD and file_id(path) != self._first
-        elif lock.offset is None:
-            return lock
-        else:
-            path = lock.path
-            with self._guard:
-                self._first = self._first or lock.file
-                moved = lock.file != self._first
+        if lock is not None and lock.offset is None:
+            return lock  # a file per identity: nothing to compare
+        # refused: compare the file it is held in (another matrix's new file held it: CI, stop 27)
+        path = lock.path if lock is not None else lock_path(self.folder, identity)
+        here = lock.file if lock is not None else file_id(path)
+        with self._guard:
+            if lock is not None:
+                self._first = self._first or here
+            moved = self._first is not None and here != self._first
         if moved:
             if lock is not None:
                 lock.release()

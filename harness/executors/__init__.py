@@ -10,6 +10,7 @@ their executor is chosen.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 EXECUTORS = ("threads", "processes", "ray")
 
-__all__ = ["EXECUTORS", "check_executor"]
+__all__ = ["EXECUTORS", "check_executor", "worker_count"]
 
 
 def check_executor(plans: Sequence[RunPlan], executor: str) -> None:
@@ -44,3 +45,9 @@ def check_executor(plans: Sequence[RunPlan], executor: str) -> None:
             importlib.import_module("ray")
         except ImportError as exc:
             raise UsageError(f"--executor ray needs Ray ({exc}): pip install 'agent-loop-harness[ray]'.") from exc
+
+
+def worker_count(workers: int | None, runs: int, jobs: int, models: int) -> int:
+    """The worker processes ``--executor processes`` starts: ``--workers`` (default: the CPU count), but no more than
+    can run at once (``runs`` to do, ``jobs`` for each of ``models``)."""
+    return min(workers or os.cpu_count() or 1, runs, jobs * models)

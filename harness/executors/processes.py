@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
-import os
 import signal
 import threading
 import time
@@ -47,6 +46,7 @@ from typing import Any, cast
 
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
 from harness.errors import HarnessError, LedgerError, LedgerSwapped
+from harness.executors import worker_count
 from harness.executors.channel import RunTask
 from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, worker_main
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
@@ -149,22 +149,28 @@ class ProcessMatrixRun:
         except BaseException:
             self.stop.set()
             self._kill_workers()  # nothing their runs send is read any more: they go at once, not after 10 s each
-            self._end_in_flight()
+            self._end_after_error()
             raise
         finally:
             self._shut_down()
 
-    def _end_in_flight(self) -> None:
-        """After the workers were killed by an error: apply what they had sent, end their runs still in flight as
-        ``interrupted`` (as threads end theirs) and release their claims, so none is left without an end row or held;
-        a ledger refusing rows is left as it is (the error that stopped the matrix is the one to report)."""
+    def _end_in_flight(self, error: str) -> int:
+        """After the workers were killed: apply what they had sent (a ledger refusing those rows: the runs still end),
+        end their runs still in flight as ``interrupted`` saying ``error``, and release their claims; how many ended."""
+        try:
+            with contextlib.suppress(LedgerError):
+                self._salvage()
+            return _end_abandoned(self.ledger, sorted(run_id for run_id, f in self.flights.items() if f.end is None), error)
+        finally:
+            for flight in self.flights.values():
+                if flight.claim is not None:
+                    flight.claim.release()
+
+    def _end_after_error(self) -> None:
+        """:meth:`_end_in_flight` when an error stopped the matrix (as threads end theirs, none is left without an end
+        row or held); a ledger refusing rows is left as it is: the error that stopped the matrix is the one to report."""
         with contextlib.suppress(LedgerError):
-            self._salvage()
-            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
-            _end_abandoned(self.ledger, abandoned, "the matrix stopped before this run ended (an error, not the model)")
-        for flight in self.flights.values():
-            if flight.claim is not None:
-                flight.claim.release()
+            self._end_in_flight("the matrix stopped before this run ended (an error, not the model)")
 
     def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
         """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
@@ -179,17 +185,10 @@ class ProcessMatrixRun:
         except KeyboardInterrupt:
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
-            with contextlib.suppress(LedgerError):  # a ledger that refuses the rows: the runs still end below, as before
-                self._salvage()
-            abandoned = sorted(run_id for run_id, flight in self.flights.items() if flight.end is None)
-            recorded = _end_abandoned(self.ledger, abandoned)
-            for flight in self.flights.values():
-                if flight.claim is not None:
-                    flight.claim.release()
-            raise MatrixQuit(recorded) from None
+            raise MatrixQuit(self._end_in_flight("interrupted by the user (second Ctrl-C)")) from None
         except BaseException:
             self._kill_workers()  # the driver failed while it waited (its output, say): as in run()
-            self._end_in_flight()
+            self._end_after_error()
             raise
         raise interrupt
 
@@ -381,8 +380,7 @@ class ProcessMatrixRun:
     def _start_workers(self, runs: int) -> list[Worker]:
         """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than can run
         at once."""
-        most = min(runs, self.options.jobs * len(self.queues))  # no more than can run at once
-        return [self._spawn() for _ in range(min(self.options.workers or os.cpu_count() or 1, most))]
+        return [self._spawn() for _ in range(worker_count(self.options.workers, runs, self.options.jobs, len(self.queues)))]
 
     def _replace(self, dead: Worker) -> Worker:
         """A worker to take the place of ``dead``."""
