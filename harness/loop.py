@@ -49,7 +49,7 @@ from harness.ownership import Claim
 from harness.provenance import git_revision as _git_revision
 from harness.retry import DEFAULT_RETRY, RetryPolicy
 from harness.run_facts import process_facts, resolved_text, run_folder
-from harness.run_options import RunOptions
+from harness.run_options import STOPPED_BY_USER, RunOptions, stop_reason
 from harness.scenarios import Scenario
 from harness.tool_protocol import RequestHasher, assistant_message, refusal_text, result_message
 from harness.tools import Sandbox, ToolResult
@@ -75,7 +75,7 @@ class IdentityTaken(Exception):
 
 
 class _Interrupted(Exception):
-    """The runner asked the run to stop (Ctrl-C in the main thread)."""
+    """The runner asked the run to stop (Ctrl-C in the main thread, or an error: :func:`~harness.run_options.stop_reason`)."""
 
 
 @dataclass(frozen=True)
@@ -292,9 +292,9 @@ class _Run:
         except BackendError as exc:
             outcome, error = "infra_error", str(exc)
         except _Interrupted:
-            outcome, error = "interrupted", "interrupted by the user"
+            outcome, error = "interrupted", stop_reason(self.stop)  # the user, or an error that stopped the matrix
         except KeyboardInterrupt:
-            self._end("interrupted", None, "interrupted by the user", [])
+            self._end("interrupted", None, STOPPED_BY_USER, [])
             raise
         results = evaluate_checks(
             self.plan.scenario.checks,

@@ -1,5 +1,5 @@
 """How runs are executed, as opposed to what they are: :class:`RunOptions`, shared by every run of a matrix
-(re-exported by :mod:`harness.loop`)."""
+(re-exported by :mod:`harness.loop`), and :class:`StopEvent`, which stops them saying why."""
 
 from __future__ import annotations
 
@@ -13,7 +13,47 @@ from harness.ledger import Attempt
 from harness.ownership import ClaimTaker
 from harness.retry import DEFAULT_RETRY, RetryPolicy
 
-__all__ = ["RunOptions"]
+__all__ = ["QUIT_BY_USER", "STOPPED_BY_ERROR", "STOPPED_BY_USER", "RunOptions", "StopEvent", "stop_for", "stop_reason"]
+
+STOPPED_BY_USER = "interrupted by the user"
+"""The error of an ``interrupted`` run's end row when the user stopped the matrix (Ctrl-C, or a caller's stop event)."""
+QUIT_BY_USER = f"{STOPPED_BY_USER} (second Ctrl-C)"
+"""The same when the user quit at once: the run was ended without the reply it was waiting for."""
+STOPPED_BY_ERROR = "the matrix stopped before this run ended (an error, not the model)"
+"""The same when an error stopped the matrix (its output cannot be written, its ledger refused a row, a bug)."""
+
+
+class StopEvent(threading.Event):
+    """A :attr:`RunOptions.stop` event that says why it was set: the error its runs' ``interrupted`` end rows record.
+
+    Attributes:
+        reason: :data:`STOPPED_BY_USER` unless :meth:`set_for` set the event first with another reason.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason = STOPPED_BY_USER
+        self._reason_lock = threading.Lock()
+
+    def set_for(self, reason: str) -> None:
+        """Set the event saying ``reason``; an event already set keeps its reason (the first cause stopped the runs)."""
+        with self._reason_lock:
+            if not self.is_set():
+                self.reason = reason
+            self.set()
+
+
+def stop_for(stop: threading.Event, reason: str) -> None:
+    """Set ``stop`` saying ``reason`` (:meth:`StopEvent.set_for`); any other event is only set."""
+    if isinstance(stop, StopEvent):
+        stop.set_for(reason)
+    else:
+        stop.set()
+
+
+def stop_reason(stop: threading.Event) -> str:
+    """Why ``stop`` was set: a :class:`StopEvent`'s reason; any other event is the user's (:data:`STOPPED_BY_USER`)."""
+    return stop.reason if isinstance(stop, StopEvent) else STOPPED_BY_USER
 
 
 @dataclass(frozen=True)
@@ -30,7 +70,8 @@ class RunOptions:
         claim: when set, called with the run's identity before its start row: None (a live run owns it) or a
             :class:`~harness.ownership.Claim` whose policy must accept the runs already recorded under it in the start
             row's transaction, released when the run ends (:func:`harness.runner.claim_identity`); None: no claim.
-        stop: when set, the run ends as ``interrupted`` before its next model call.
+        stop: when set, the run ends as ``interrupted`` before its next model call, its end row saying why
+            (:func:`stop_reason`: a :class:`StopEvent`'s reason, else :data:`STOPPED_BY_USER`).
         record_dir: when set, every reply is also written to ``<record_dir>/<run_id>.jsonl``,
             a replay cassette.
         extra_config: extra facts stored in the run's ``config`` column.

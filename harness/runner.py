@@ -30,6 +30,7 @@ from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
 from harness.ownership import Claim, ClaimTaker, LockFile, lock_path, mark_running
+from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR, STOPPED_BY_USER, StopEvent, stop_for
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import Outcome, is_scored
@@ -175,18 +176,21 @@ class QuitNow(KeyboardInterrupt):
 
 
 class MatrixQuit(KeyboardInterrupt):
-    """A second Ctrl-C: the runs still waiting on a model call were recorded as ``interrupted``.
+    """A second Ctrl-C, or a Ctrl-C while the matrix waited for its runs in flight after an error: the runs still
+    waiting on a model call were recorded as ``interrupted``.
 
     Worker threads may still be blocked in a model call, so the caller should exit the process
     at once (the CLI calls ``os._exit(130)``); every committed turn is safe in the ledger.
 
     Attributes:
         abandoned: runs in flight recorded as interrupted without their pending reply.
+        error: the error that had stopped the matrix (also the ``__cause__``), to report as it would have been; None
+            after a first Ctrl-C.
     """
 
-    def __init__(self, abandoned: int) -> None:
+    def __init__(self, abandoned: int, error: BaseException | None = None) -> None:
         super().__init__(abandoned)
-        self.abandoned = abandoned
+        self.abandoned, self.error = abandoned, error
 
 
 @dataclass
@@ -276,8 +280,8 @@ def run_matrix(
         plans: from :func:`expand_matrix`.
         ledger: an open, writable ledger (thread-safe), or a function opening one once the models fit in memory.
         options: how runs are executed (sandbox folder, concurrency, retries, cache, cassettes);
-            its ``stop`` event, when set, stops the matrix (runs in flight end as ``interrupted``
-            before their next call).
+            its ``stop`` event, when set, stops the matrix (runs in flight end as ``interrupted`` before their next
+            call); an error sets it too (a :class:`~harness.run_options.StopEvent`, the default, then says so).
         resume: skip and claim as above; False runs every plan.
         events: receives progress (see :class:`MatrixEvents`).
         backend_factory: opens a backend from a spec (tests pass their own).
@@ -289,9 +293,9 @@ def run_matrix(
         LedgerError: the ledger cannot be written.
         UsageError: as :func:`~harness.executors.check_executor` (replicas with another executor; Ray missing).
         KeyboardInterrupt: after runs in flight were recorded as ``interrupted`` (first Ctrl-C).
-        MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`); the caller should exit at once.
+        MatrixQuit: a second Ctrl-C (or a :class:`QuitNow`), or one while an error waits for the runs in flight; exit at once.
     """
-    result, events, stop = MatrixResult(), events or MatrixEvents(), options.stop or threading.Event()
+    result, events, stop = MatrixResult(), events or MatrixEvents(), options.stop or StopEvent()
     opened = ledger if isinstance(ledger, Ledger) else None  # none yet: nothing in it is done
     check_executor(plans, options.executor)
     concurrency = Concurrency(options.jobs, options.embedded_slots)
@@ -372,27 +376,38 @@ class _MatrixRun:
                 future.add_done_callback(watch.ended)
             while (failed := self._next_end(finished)) is not None:
                 failed.result()  # re-raise LedgerError or a harness bug from a worker
-        except KeyboardInterrupt as interrupt:
-            self.stop.set()
-            try:  # from here on, a second Ctrl-C quits at once, even one that comes while the user is being told
-                if isinstance(interrupt, QuitNow):
-                    raise interrupt  # two Ctrl-Cs came together
-                self.events.stopping(sum(f.running() for f in self.futures))
-                for pool in self.pools:
-                    pool.shutdown(wait=True, cancel_futures=True)
-            except KeyboardInterrupt:  # second Ctrl-C: end the runs in flight now and let the caller quit at once
-                with self.lock:
-                    abandoned = sorted(self.running)
-                recorded = _end_abandoned(self.ledger, abandoned)
-                self.quitting = True
-                raise MatrixQuit(recorded) from None
+        except BaseException as stopped:  # Ctrl-C, or an error: its runs in flight end before their next call
+            self._stop(stopped)
             raise
-        except BaseException:
-            self.stop.set()
-            raise
-        finally:
-            for pool in self.pools:  # after a second Ctrl-C, do not wait for the model calls in flight
-                pool.shutdown(wait=not self.quitting, cancel_futures=True)
+        finally:  # after a quit, do not wait for the model calls in flight (none is left otherwise)
+            self._shut_down(wait=not self.quitting)
+
+    def _stop(self, cause: BaseException) -> None:
+        """Stop the matrix for ``cause`` (a first Ctrl-C, or an error: the runs in flight end as ``interrupted`` saying
+        which) and wait for the runs in flight. A Ctrl-C meanwhile (a second one, or one that came with the first:
+        :class:`QuitNow`) ends them at once and raises :class:`MatrixQuit`, carrying the error."""
+        error = None if isinstance(cause, KeyboardInterrupt) else cause
+        try:  # from here on a Ctrl-C quits at once, also one that comes while the user is being told
+            stop_for(self.stop, STOPPED_BY_USER if error is None else STOPPED_BY_ERROR)
+            if isinstance(cause, QuitNow):
+                raise cause  # two Ctrl-Cs came together
+            try:
+                if error is None:
+                    self.events.stopping(sum(f.running() for f in self.futures))
+            except Exception:  # telling the user failed: that error is raised once the runs have ended
+                self._shut_down(wait=True)
+                raise
+            self._shut_down(wait=True)
+        except KeyboardInterrupt:
+            with self.lock:
+                abandoned = sorted(self.running)
+            recorded = _end_abandoned(self.ledger, abandoned, QUIT_BY_USER if error is None else STOPPED_BY_ERROR)
+            self.quitting = True
+            raise MatrixQuit(recorded, error) from error
+
+    def _shut_down(self, *, wait: bool) -> None:
+        for pool in self.pools:
+            pool.shutdown(wait=wait, cancel_futures=True)
 
     @staticmethod
     def _next_end(finished: queue.SimpleQueue[Future[None] | None]) -> Future[None] | None:
@@ -450,7 +465,7 @@ class _EndWatch:
             self._put(None)
 
 
-def _end_abandoned(ledger: Ledger, run_ids: Sequence[str], error: str = "interrupted by the user (second Ctrl-C)") -> int:
+def _end_abandoned(ledger: Ledger, run_ids: Sequence[str], error: str = QUIT_BY_USER) -> int:
     """Append an ``interrupted`` end row (saying ``error``) for runs whose worker is still waiting on a model call; how
     many were appended (a run not started yet, or already ended, gets none)."""
     recorded = 0

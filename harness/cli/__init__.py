@@ -26,7 +26,7 @@ from harness.cli.view import add_view
 from harness.errors import HarnessError, UsageError
 from harness.vocab import printable
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "error_line", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,19 +82,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at the interpreter's exit: a failure is still one sentence
         return code
-    except UsageError as exc:  # escaped: a server's or a file's words may be in the sentence
-        print(f"harness: {printable(str(exc))}", file=sys.stderr)
-        return 2
-    except HarnessError as exc:
-        print(f"harness: {printable(str(exc))}", file=sys.stderr)
-        return 1
+    except HarnessError as exc:  # escaped: a server's or a file's words may be in the sentence
+        print(error_line(exc), file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         print("harness: interrupted; everything finished so far is in the ledger.", file=sys.stderr)
         return 130
     except BrokenPipeError as exc:
         return broken_pipe_exit(exc)
     except _OutputFailed as failed:
-        print(f"harness: {failed.sentence}", file=sys.stderr)
+        print(error_line(failed), file=sys.stderr)
         with contextlib.suppress(OSError, ValueError, AttributeError):  # the interpreter's last flush must not fail again
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, sys.stdout.fileno())
@@ -103,6 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if wrapper is not None and sys.stdout is wrapper:
             sys.stdout = stdout
+
+
+def error_line(exc: BaseException) -> str | None:
+    """The line :func:`main` prints on standard error for an error it reports in one sentence (a
+    :class:`~harness.errors.HarnessError`, output that cannot be written), else None (a bug, a broken pipe)."""
+    if isinstance(exc, HarnessError):
+        return f"harness: {printable(str(exc))}"
+    if isinstance(exc, _OutputFailed):
+        return f"harness: {exc.sentence}"
+    return None
 
 
 class _OutputFailed(Exception):

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -247,6 +248,8 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
             result = run_matrix(plans, opened, options, resume=resume, events=progress, backend_factory=factory)
         except MatrixQuit as quit:
             progress.close()
+            if quit.error is not None:  # an error had stopped the matrix: said as it would have been without the quit
+                _say_error(quit.error)
             print(
                 f"harness: quit; {plural(quit.abandoned, 'run')} in flight recorded as interrupted.", file=sys.stderr, flush=True
             )
@@ -263,6 +266,18 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
             progress.close()
         ledger.take_head()
         return result
+
+
+def _say_error(error: BaseException) -> None:
+    """Say on standard error what :func:`harness.cli.main` would have said for ``error`` (a bug: its traceback; a
+    broken standard output: nothing, as for `| head`)."""
+    from harness.cli import error_line
+
+    line = error_line(error)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+    elif not isinstance(error, BrokenPipeError):
+        traceback.print_exception(error, file=sys.stderr)
 
 
 def _print_head(ledger: _LedgerOnDemand) -> None:

@@ -52,6 +52,7 @@ from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, 
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
 from harness.loop import RunOptions, RunSummary
 from harness.ownership import Claim
+from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR
 from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned, end_from_totals, run_config
 from harness.vocab import Outcome
 
@@ -170,7 +171,7 @@ class ProcessMatrixRun:
         """:meth:`_end_in_flight` when an error stopped the matrix (as threads end theirs, none is left without an end
         row or held); a ledger refusing rows is left as it is: the error that stopped the matrix is the one to report."""
         with contextlib.suppress(LedgerError):
-            self._end_in_flight("the matrix stopped before this run ended (an error, not the model)")
+            self._end_in_flight(STOPPED_BY_ERROR)
 
     def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
         """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
@@ -185,7 +186,7 @@ class ProcessMatrixRun:
         except KeyboardInterrupt:
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
-            raise MatrixQuit(self._end_in_flight("interrupted by the user (second Ctrl-C)")) from None
+            raise MatrixQuit(self._end_in_flight(QUIT_BY_USER)) from None
         except BaseException:
             self._kill_workers()  # the driver failed while it waited (its output, say): as in run()
             self._end_after_error()
