@@ -16,6 +16,7 @@ import pytest
 
 from harness.ledger import Ledger
 from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT
+from harness.run_options import STOPPED_BY_ERROR
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, SCENARIO_FILE
 from tests.ledger_builders import SMALL, add_run
@@ -64,6 +65,8 @@ def test_a_ledger_moved_mid_matrix_stops_it_and_the_moved_file_holds_every_ended
     assert 2 <= len(runs) < 8  # the matrix stopped before the end
     assert all(run.outcome is not None for run in runs)  # the runs in flight ended into the moved file
     assert all(turns[run.run_id] == run.end.turns for run in runs if run.end is not None)  # type: ignore[union-attr]
+    stopped = [run.end.error for run in runs if run.outcome == "interrupted"]  # type: ignore[union-attr]
+    assert stopped and set(stopped) == {STOPPED_BY_ERROR}  # the error stopped them, not the user
 
 
 def test_a_ledger_deleted_mid_matrix_stops_it_saying_the_runs_are_lost(tmp_path):

@@ -9,7 +9,8 @@ Messages are tuples on one duplex :func:`multiprocessing.Pipe` per worker (pickl
   (:class:`~harness.ledger.Attempt`, a notice) and ``done`` (a notice: ``("ran",)``, ``("taken", in_flight)``,
   ``("skipped",)`` for a run that arrived after ``stop``, or ``("bug", text)``).
 * driver -> worker: ``("replies", [(request, ok, value), ...])`` (``ok`` False: ``value`` is the text of a
-  :class:`~harness.errors.LedgerError`), ``("run", RunTask)``, ``("stop",)``, ``("quit",)``.
+  :class:`~harness.errors.LedgerError`), ``("run", RunTask)``, ``("stop", reason)`` (what the runs it ends say:
+  :func:`~harness.run_options.stop_reason`), ``("quit",)``.
 
 The driver applies the messages in the order it receives them, commits the ones that arrive together as one transaction
 (a group commit, :meth:`harness.ledger.Ledger.group`) and replies to a call only once its rows are committed. A turn

@@ -52,7 +52,7 @@ from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, 
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
 from harness.loop import RunOptions, RunSummary
 from harness.ownership import Claim
-from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR
+from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR, STOPPED_BY_USER, stop_for, stop_reason
 from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned, end_from_totals, run_config
 from harness.vocab import Outcome
 
@@ -148,7 +148,7 @@ class ProcessMatrixRun:
         except KeyboardInterrupt as interrupt:
             self._interrupted(interrupt)
         except BaseException:
-            self.stop.set()
+            stop_for(self.stop, STOPPED_BY_ERROR)
             self._kill_workers()  # nothing their runs send is read any more: they go at once, not after 10 s each
             self._end_after_error()
             raise
@@ -175,7 +175,7 @@ class ProcessMatrixRun:
 
     def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
         """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
-        self.stop.set()
+        stop_for(self.stop, STOPPED_BY_USER)
         try:
             if isinstance(interrupt, QuitNow):
                 raise interrupt
@@ -225,7 +225,7 @@ class ProcessMatrixRun:
             return
         self.stopped = True
         for worker in self.workers:
-            _send(worker, ("stop",))
+            _send(worker, ("stop", stop_reason(self.stop)))
 
     def _dispatch(self) -> None:
         if self.stopped or not self.workers:
@@ -279,7 +279,7 @@ class ProcessMatrixRun:
             except LedgerSwapped as exc:  # refused before writing anything: stop, as on Ctrl-C, then raise it
                 ok, value, self.flights[run_id].refused = False, str(exc), True
                 self.failure = self.failure or exc
-                self.stop.set()
+                stop_for(self.stop, STOPPED_BY_ERROR)
             if request:
                 self.replies.setdefault(id(worker), (worker, []))[1].append((request, ok, value))
         return True

@@ -26,6 +26,7 @@ from harness.endpoints import BackendFactory, Endpoint
 from harness.errors import LedgerError
 from harness.executors.channel import LedgerProxy, RunTask, WorkerLink
 from harness.loop import IdentityTaken, run_once
+from harness.run_options import StopEvent
 from harness.scenarios import Scenario
 
 __all__ = ["BackendRecipe", "ServedModel", "pack_sandbox", "recipe_for", "sandbox_bound", "unpack_sandbox", "worker_main"]
@@ -136,7 +137,7 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
     """
     if threading.current_thread() is threading.main_thread():  # Ctrl-C reaches the process group: the driver's to handle
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    link, stop, backends = WorkerLink(conn), threading.Event(), _Backends(recipes, remote=ship_sandboxes)
+    link, stop, backends = WorkerLink(conn), StopEvent(), _Backends(recipes, remote=ship_sandboxes)
     pool = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="run")
     orphaned = False
     try:
@@ -151,8 +152,8 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
                     link.deliver(*reply)
             elif message[0] == "run":
                 pool.submit(_run_task, link, backends, message[1], stop, ship_sandboxes)
-            elif message[0] == "stop":
-                stop.set()
+            elif message[0] == "stop":  # ("stop", reason): why the runs' end rows say they were interrupted
+                stop.set_for(message[1])
             elif message[0] == "quit":
                 break
     finally:
