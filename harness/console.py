@@ -188,7 +188,7 @@ def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str
     done = sum(item.done for item in result.planned)
     running = sum(item.running for item in result.planned)
     unplanned = sum(count for _, _, count in result.skipped)
-    to_run = len(result.planned) - running - (done if resume else 0)
+    to_run = sum(item.to_do(resume=resume) and not item.running for item in result.planned)
     parts = [plural(total, "run") + " planned", f"{done} already done" + ("" if resume else " (run again: --no-resume)")]
     parts += [f"{running} running in another process"] if running else []
     parts += [f"{unplanned} cannot be planned"] if unplanned else []

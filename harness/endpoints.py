@@ -69,6 +69,11 @@ class PlannedRun:
     done: bool
     running: bool = False
 
+    def to_do(self, *, resume: bool = True) -> bool:
+        """Whether the matrix has this run to do: not ``done``, or done and not ``resume`` (``--no-resume`` runs it
+        again). One running in another process is still to do here (it is skipped when its claim is refused)."""
+        return not (resume and self.done)
+
 
 @dataclass
 class Endpoint:

@@ -290,4 +290,4 @@ def mark_running(planned: Sequence[PlannedRun], ledger_path: str | Path, *, resu
     line count these as running in another process."""
     folder = lock_folder(ledger_path)  # once: every identity's lock is in the same file
     for item in planned:
-        item.running = not (resume and item.done) and owned_elsewhere(ledger_path, item.identity, folder=folder)
+        item.running = item.to_do(resume=resume) and owned_elsewhere(ledger_path, item.identity, folder=folder)

@@ -251,7 +251,7 @@ def plan_matrix(
         endpoint.backend.close()
     if ledger is not None:
         mark_running(result.planned, ledger.path, resume=resume)
-    check_memory_together({m: e for m, e in endpoints.items() if any(not ((resume and p.done) or p.running) for p in e.plans)})
+    check_memory_together({m: e for m, e in endpoints.items() if any(p.to_do(resume=resume) and not p.running for p in e.plans)})
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
     return result
@@ -300,7 +300,7 @@ def run_matrix(
     check_executor(plans, options.executor)
     concurrency = Concurrency(options.jobs, options.embedded_slots)
     endpoints = open_endpoints(plans, opened, concurrency, backend_factory=backend_factory, result=result)
-    todos = {model: [p for p in e.plans if not (resume and p.done)] for model, e in endpoints.items()}
+    todos = {model: [p for p in e.plans if p.to_do(resume=resume)] for model, e in endpoints.items()}
     result.already_done = sum(len(e.plans) - len(todos[m]) for m, e in endpoints.items())
     matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:

@@ -162,9 +162,9 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     finally:
         if ledger is not None:
             ledger.close()
-    settled = [item for item in planned.planned if not (resume and item.done)]  # the real run counts its lines to these
+    settled = [item for item in planned.planned if item.to_do(resume=resume)]  # the real run counts its lines to these
     for item in planned.planned:  # first: the runs to do stay in sight above the counts
-        if resume and item.done:
+        if not item.to_do(resume=resume):
             print(f"[done] {plan_label(item.plan)}")
     for i, item in enumerate(settled, 1):  # in plan order; the real run's in the order its runs end
         note = " (running in another process)" if item.running else " (done; runs again)" if item.done else ""
