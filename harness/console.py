@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -97,13 +98,20 @@ class Progress(MatrixEvents):
         total: planned runs (reset to the runs still to do once they are known).
         ledger_path: named in the start line.
         resume: False for ``--no-resume`` (the runs already done run again; the start line says so).
+        stop: the matrix's stop event (:class:`~harness.run_options.RunOptions`); when given, standard output's reader
+            leaving (a run line fails with ``BrokenPipeError``: ``harness run | head``) sets it and ``reader_gone``, and
+            the lines after are not written; without it, that error is raised.
+
+    Attributes:
+        reader_gone: standard output's reader stopped reading; the matrix was told to stop (runs in flight end as
+            ``interrupted``, runs not started do not start).
     """
 
-    def __init__(self, total: int, ledger_path: Path, *, resume: bool = True) -> None:
+    def __init__(self, total: int, ledger_path: Path, *, resume: bool = True, stop: threading.Event | None = None) -> None:
         from tqdm import tqdm
 
-        self.planned_total, self.ledger_path, self.resume = total, ledger_path, resume
-        self.total, self.done = total, 0
+        self.planned_total, self.ledger_path, self.resume, self.stop = total, ledger_path, resume, stop
+        self.total, self.done, self.reader_gone = total, 0, False
         self.counts = {"pass": 0, "fail": 0, "infra": 0}
         self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
 
@@ -147,14 +155,32 @@ class Progress(MatrixEvents):
         self._line(f"[{self.done}/{self.total}] {plan_label(plan)} -> {elsewhere}, not run here")
 
     def _line(self, line: str) -> None:
-        """A progress line on standard output; the bar advances."""
-        if self.bar is None:
-            print(line, flush=True)
-        else:
-            self.bar.write(line)
-            sys.stdout.flush()  # a redirected stdout (| tee log) gets each line as its run ends
+        """A progress line on standard output (none once its reader has gone); the bar advances."""
+        if not self.reader_gone:
+            try:
+                if self.bar is None:
+                    print(line, flush=True)
+                else:
+                    self.bar.write(line)
+                    sys.stdout.flush()  # a redirected stdout (| tee log) gets each line as its run ends
+            except BrokenPipeError:
+                if self.stop is None:
+                    raise
+                self.reader_gone = True
+                self.stop.set()
+        if self.bar is not None:
             self.bar.set_postfix(self.counts, refresh=False)
             self.bar.update(1)
+
+    def reader_gone_sentence(self, result: MatrixResult) -> str:
+        """What became of the matrix once standard output's reader left (``reader_gone``), for standard error: the
+        runs recorded (``result.summaries``: each has its end row), how many were interrupted, how many are left."""
+        again = [s.outcome for s in result.summaries if s.outcome in ("interrupted", "infra_error")]
+        left = self.total - self.done + len(again)
+        how = f" ({', '.join(f'{again.count(outcome)} {outcome}' for outcome in dict.fromkeys(again))})" if again else ""
+        rest = f"the same command runs the other {left}" if left else "nothing is left to run"
+        return (f"harness: the output's reader stopped reading, so the matrix stopped: {plural(len(result.summaries), 'run')} "
+                f"recorded in {printable(str(self.ledger_path))}{how}; {rest}.")  # fmt: skip
 
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: say what happens to the runs in flight."""
@@ -239,6 +265,10 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
                     row.pop(key)
         print()
         print(tabulate(table, headers="keys", tablefmt="github"))
+        if result.already_done:  # the table counts this command's runs only: say where the others are
+            print(f"This table counts only this command's {plural(len(result.summaries), 'run')}; "
+                  f"{plural(result.already_done, 'run')} of the matrix done before are in the ledger too: "
+                  f"`harness report{_ledger_flag(ledger_path)}` counts them all.")  # fmt: skip
         print()
     notes = [f"{result.already_done} already in the ledger, skipped"] if result.already_done else []
     if result.running_elsewhere:
@@ -264,9 +294,7 @@ def next_steps(ledger_path: Path, *, sharded: bool = False) -> str:
     ``--shard`` run, the merge that comes first)."""
     from importlib.util import find_spec
 
-    from harness.ledger import DEFAULT_LEDGER_PATH
-
-    ledger = "" if Path(ledger_path) == DEFAULT_LEDGER_PATH else f" --ledger {shlex.quote(printable(str(ledger_path)))}"
+    ledger = _ledger_flag(ledger_path)
     review = f"`harness review RUN_ID{ledger}` shows one run."
     if sharded:
         return (
@@ -275,3 +303,10 @@ def next_steps(ledger_path: Path, *, sharded: bool = False) -> str:
         )
     view = f", or browse the runs with `harness view{ledger}`" if find_spec("harness.viewer") is not None else ""
     return f"Next: `harness report{ledger}` writes the comparison report into reports/{view}; {review}"
+
+
+def _ledger_flag(ledger_path: Path) -> str:
+    """`` --ledger PATH`` (quoted for a shell) to name ``ledger_path`` in a command; nothing for the default ledger."""
+    from harness.ledger import DEFAULT_LEDGER_PATH
+
+    return "" if Path(ledger_path) == DEFAULT_LEDGER_PATH else f" --ledger {shlex.quote(printable(str(ledger_path)))}"

@@ -45,6 +45,8 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, *, option: str 
     Raises:
         UsageError: the path is a folder, a socket or a block device, its folder does not
             exist, or the write failed (the sentence carries the system's reason).
+        BrokenPipeError: the path is a pipe (or a descriptor path leading to one, ``/dev/stdout | head``) whose
+            reader stopped reading: not the user's mistake, so the caller decides (the CLI: quiet, exit 0).
     """
     given = Path(path)
     try:
@@ -63,6 +65,8 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, *, option: str 
                 f"{option} {path} is {_kind(mode)}, not a file; give the path of a regular file, a FIFO or a device."
             )
         _replace_regular(Path(os.path.realpath(given)), data, option, path)
+    except BrokenPipeError:
+        raise
     except OSError as exc:
         raise UsageError(f"cannot write {option} {path}: {exc.strerror or exc}.") from exc
 

@@ -115,3 +115,57 @@ def test_runs_a_failed_output_stopped_are_free_to_run_again_in_the_same_process(
         assert main(argv) == 0
     assert "running in another process" not in out.getvalue(), out.getvalue()
     assert _unfinished(ledger) == []
+
+
+def _harness(argv, tmp_path, **streams) -> subprocess.CompletedProcess[str]:
+    """``python -m harness ARGV`` in ``tmp_path`` as users run it (no PYTHONUNBUFFERED), text output."""
+    return subprocess.run([sys.executable, "-m", "harness", *argv], cwd=tmp_path, env=ENV, text=True, timeout=120, **streams)
+
+
+@pytest.mark.parametrize("stderr", ["full", "closed"])
+def test_stderr_that_cannot_be_written_keeps_the_commands_exit_code_and_output(tmp_path, stderr):
+    """`2>/dev/full` exited 120 with "Exception ignored" (a failing command) and stopped `harness run` before its first
+    run; `2>&-` put the error sentence on stdout, among the output a script reads, and `harness run` failed."""
+    ledger = tmp_path / "l.sqlite"
+    run = ["run", str(SCENARIO_FILE), "--model", f"replay:{CASSETTE}", *RUN_FLAGS, "--repeats", "3", "--ledger", str(ledger)]
+    with open("/dev/full", "w") as full:
+        where = {"stderr": full} if stderr == "full" else {"stderr": subprocess.DEVNULL, "preexec_fn": lambda: os.close(2)}
+        failing = _harness(["report", "--ledger", str(tmp_path / "missing.sqlite")], tmp_path, stdout=subprocess.PIPE, **where)
+        ran = _harness(run, tmp_path, stdout=subprocess.PIPE, **where)
+    assert (failing.returncode, failing.stdout) == (1, "")  # the failure's own code; its sentence is lost, not moved
+    assert ran.returncode == 0 and "3 runs in" in ran.stdout, ran.stdout
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT outcome, count(*) FROM run_ends GROUP BY outcome").fetchall() == [("pass", 3)]
+
+
+def test_export_out_dev_stdout_into_a_reader_that_left_is_quiet_exit_0(tmp_path):
+    """`harness export --out /dev/stdout | head -1` said "cannot write --out /dev/stdout: Broken pipe" and exited 2."""
+    ledger = tmp_path / "l.sqlite"
+    assert main(["run", str(SCENARIO_FILE), "--model", f"replay:{CASSETTE}", *RUN_FLAGS, "--ledger", str(ledger)]) == 0
+    read, write = os.pipe()
+    os.close(read)  # `| head -1` that has left
+    with os.fdopen(write, "w") as stdout:
+        proc = _harness(
+            ["export", "--out", "/dev/stdout", "--ledger", str(ledger)], tmp_path, stdout=stdout, stderr=subprocess.PIPE
+        )
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_run_into_a_reader_that_left_stops_the_matrix_says_so_and_ends_every_run(tmp_path, executor):
+    """`harness run ... | head -3` stopped the matrix silently with exit 0: nothing said the matrix was cut short. The
+    run in flight ends `interrupted` (the server answers one request at a time, 0.8 s each: it is mid-run)."""
+    ledger = tmp_path / "l.sqlite"
+    read, write = os.pipe()
+    os.close(read)  # the reader left before the first run line
+    with FakeAgentServer(delay_s=0.8, slots=1) as server, os.fdopen(write, "w") as stdout:
+        argv = ["run", str(SCENARIO_FILE), "--model", f"openai:m@{server.base_url}", *RUN_FLAGS, "--repeats", "4",
+                "--jobs", "2", "--executor", executor, "--ledger", str(ledger)]  # fmt: skip
+        proc = _harness(argv, tmp_path, stdout=stdout, stderr=subprocess.PIPE)
+    with sqlite3.connect(ledger) as db:
+        outcomes = sorted(r[0] for r in db.execute("SELECT outcome FROM run_ends"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert _unfinished(ledger) == [] and outcomes == ["interrupted", "pass"], outcomes
+    said = [line for line in proc.stderr.splitlines() if "stopped reading" in line]
+    assert said == [f"harness: the output's reader stopped reading, so the matrix stopped: 2 runs recorded in {ledger} "
+                    "(1 interrupted); the same command runs the other 3."], proc.stderr  # fmt: skip

@@ -363,3 +363,19 @@ def test_a_dry_run_with_executor_ray_names_its_actors(tmp_path, capsys):
                      "--ledger", tmp_path / "ledger.sqlite", "--dry-run", "--executor", "ray")  # fmt: skip
     ray = "Execution: one run at a time (--jobs 1), in 2 Ray actors per model (--executor ray, --workers: the default)."
     assert rc == 0 and dry.strip().splitlines()[-2] == ray, dry
+
+
+def test_a_resumed_runs_summary_says_how_many_runs_were_done_before_and_where_to_see_them_all(tmp_path, capsys):
+    """Newcomer finding: after a resumed run the table counted only this command's runs, with no word about the others."""
+    write_cassette(tmp_path / "done.jsonl", [text_line("done")])
+    ledger = tmp_path / "ledger.sqlite"
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'done.jsonl'}", *RUN_FLAGS, "--ledger", ledger]
+    rc, first, _ = cli(capsys, *argv, "--repeats", "2")
+    assert rc == 0 and "done before" not in first, first
+    rc, out, _ = cli(capsys, *argv, "--repeats", "5")
+    lines = out.splitlines()
+    under = lines[max(i for i, line in enumerate(lines) if line.startswith("|")) + 1]  # the line under the table
+    assert rc == 0 and under == (f"This table counts only this command's 3 runs; 2 runs of the matrix done before are in "
+                                 f"the ledger too: `harness report --ledger {ledger}` counts them all."), out  # fmt: skip
+    rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run")
+    assert rc == 0 and dry.strip().endswith("5 runs planned, 5 already done, 0 to run."), dry  # machine-read: unchanged

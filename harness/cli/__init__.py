@@ -3,7 +3,9 @@
 Each command is one ``_cmd_<noun>_<verb>`` function in the module of its group (``run``, ``data``,
 ``inputs``, ``reports``, ``view``), registered in :func:`build_parser`.
 Errors are turned into one sentence and an exit code in one place, :func:`main`:
-``HarnessError`` -> exit 1 (or 2 for usage errors), never a traceback.
+``HarnessError`` -> exit 1 (or 2 for usage errors), never a traceback. Standard output that cannot be written is a
+sentence and exit 1 (a reader that left, ``| head``: quiet, exit 0); standard error is diagnostics only, and what
+cannot be written there is dropped without changing the command's result or exit code.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import os
 import select
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 from harness.cli.data import add_export, add_ledger, add_rescore
@@ -63,15 +65,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Standard output is written through :class:`_Output` and flushed before returning, so output that cannot be written
     (a full disk, ``/dev/full``, characters its encoding lacks) is one sentence and exit 1, never a traceback.
+    Standard error holds diagnostics only (progress, warnings, the error sentence): written through
+    :class:`_Diagnostics`, what cannot be written there (``2>/dev/full``, a closed ``2>&-``, a reader that left) is
+    dropped, and the command's result and exit code stay what they would have been. Both streams are restored on return.
     """
     for stream in (sys.stdout, sys.stderr):  # for people: a character the console lacks is escaped (export: UTF-8 bytes)
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    stdout, wrapper = sys.stdout, None
-    if not isinstance(stdout, _Output):  # one main() in another thread wrapped it already: that one restores it
-        # None: started with stdout closed (`>&-`): the output goes nowhere, as print's would
-        wrapper = _Output(stdout if stdout is not None else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - open for the whole process
-        sys.stdout = wrapper
+    with _guarded(_Output, "stdout"), _guarded(_Diagnostics, "stderr"):
+        return _command(argv)
+
+
+@contextlib.contextmanager
+def _guarded(kind: type[_Output] | type[_Diagnostics], name: str) -> Iterator[None]:
+    """``sys.<name>`` wrapped in ``kind`` while entered, then restored, unless it is one already (one main() in another
+    thread wrapped it: that one restores it). A stream that is None (started with it closed, ``>&-``) becomes
+    ``/dev/null``: the output goes nowhere, as print's would, and never to the other stream."""
+    stream = getattr(sys, name)
+    if isinstance(stream, kind):
+        yield
+        return
+    wrapper = kind(stream if stream is not None else open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - open for the whole process
+    setattr(sys, name, wrapper)
+    try:
+        yield
+    finally:
+        wrapper.settle()
+        if getattr(sys, name) is wrapper:
+            setattr(sys, name, stream)
+
+
+def _command(argv: Sequence[str] | None) -> int:
+    """Parse ``argv``, run its command and turn its errors into one sentence and an exit code (see :func:`main`)."""
     try:
         try:
             args = build_parser().parse_args(argv)
@@ -92,14 +117,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return broken_pipe_exit(exc)
     except _OutputFailed as failed:
         print(error_line(failed), file=sys.stderr)
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # the interpreter's last flush must not fail again
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, sys.stdout.fileno())
-            os.close(null)
+        _point_at_devnull(sys.stdout)  # the interpreter's last flush must not fail again
         return 1
-    finally:
-        if wrapper is not None and sys.stdout is wrapper:
-            sys.stdout = stdout
+
+
+def _point_at_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at ``/dev/null``, so what it still holds is flushed there without an error
+    (nothing when it has no descriptor)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
 
 
 def error_line(exc: BaseException) -> str | None:
@@ -146,6 +176,44 @@ class _Output:
         except OSError as exc:
             raise _OutputFailed(exc) from exc
 
+    def settle(self) -> None:
+        """Nothing to do on leaving :func:`main`: a failed write was raised as it happened and said there."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class _Diagnostics:
+    """``sys.stderr`` while a command runs: a write or flush that fails (``OSError``: a full disk, a closed descriptor,
+    a reader that left; ``ValueError``: a closed file) is dropped, so diagnostics never change a command's result.
+    ``stream`` is the stream it writes to; :meth:`settle` makes sure the interpreter's last flush of it cannot fail."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self._dropping(self.stream.write, text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self._dropping(self.stream.writelines, lines)
+
+    def flush(self) -> None:
+        self._dropping(self.stream.flush)
+
+    def _dropping(self, call: Callable[..., Any], *args: Any) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            call(*args)
+
+    def settle(self) -> None:
+        """Flush; when that fails (the stream still holds what it could not write), point its descriptor at
+        ``/dev/null`` first, else the interpreter's last flush fails again ("Exception ignored", exit 120)."""
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            _point_at_devnull(self.stream)
+            self.flush()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
@@ -170,7 +238,7 @@ def broken_pipe_exit(exc: BrokenPipeError) -> int:
     if not stdout_reader_gone():  # some other pipe broke: a failure, never taken for `| head` leaving
         print(f"harness: a pipe closed unexpectedly ({printable(str(exc))}); nothing more was written.", file=sys.stderr)
         return 1
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _point_at_devnull(sys.stdout)
     return 0
 
 

@@ -191,6 +191,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
         write_machine_output(buffer.getvalue())
         return 0
-    write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
+    try:
+        write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
+    except BrokenPipeError:  # its reader stopped reading (`--out /dev/stdout | head`): quiet, as `harness export | head`
+        return 0
     print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {args.out}.", file=sys.stderr)
     return 0

@@ -19,6 +19,7 @@ from harness.executors import EXECUTORS, check_executor
 from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
 if TYPE_CHECKING:
+    from harness.console import Progress
     from harness.ledger import Ledger, LedgerHead
     from harness.loop import RunOptions, RunPlan
     from harness.runner import MatrixResult
@@ -83,6 +84,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.loop import RetryPolicy, RunOptions
     from harness.matrix import MatrixOverrides
     from harness.outputs import check_output_folder
+    from harness.run_options import StopEvent
     from harness.runner import expand_matrix
     from harness.scenarios import load_scenario
     from harness.shards import parse_shard
@@ -120,8 +122,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(runs_dir=path.parent / "runs", jobs=args.jobs, embedded_slots=args.embedded_slots,
                          retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
                          executor=args.executor, workers=args.workers, ray_address=args.ray_address,
-                         ray_resources=resources)  # fmt: skip
+                         ray_resources=resources, stop=StopEvent())  # fmt: skip
     result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout, sharded=shard is not None)
+    if result is None:  # standard output's reader left (`| head`): stopped, said on stderr; exit 0 as any `| head`
+        return 0
     if args.record is not None and not result.summaries:
         print(
             "harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.",
@@ -183,16 +187,24 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
 
 
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None,
-         sharded: bool = False) -> MatrixResult:  # fmt: skip
-    """Run the matrix and print its summary; a refused start leaves no new ledger behind."""
-    from harness.console import print_run_summary
+         sharded: bool = False) -> MatrixResult | None:  # fmt: skip
+    """Run the matrix and print its summary; a refused start leaves no new ledger behind.
+
+    Returns None when standard output's reader left (``harness run | head``; ``options.stop`` then stopped the
+    matrix): one sentence on standard error says what was recorded, and nothing more is written to standard output.
+    """
+    from harness.console import Progress, print_run_summary
 
     started = time.perf_counter()
     ledger = _LedgerOnDemand(path)
+    progress = Progress(len(plans), path, resume=resume, stop=options.stop)
     try:
-        result = _run_in(plans, ledger, options, resume=resume, timeout_s=timeout_s)
+        result = _run_in(plans, ledger, options, progress, resume=resume, timeout_s=timeout_s)
     finally:
         ledger.close()
+    if progress.reader_gone:
+        print(progress.reader_gone_sentence(result), file=sys.stderr)
+        return None
     print_run_summary(result, time.perf_counter() - started, path, sharded=sharded)
     if ledger.head is not None:  # always, once the matrix got as far as running
         print(head_line(ledger.head.anchor))
@@ -233,15 +245,14 @@ class _LedgerOnDemand:
             self.ledger.close()
 
 
-def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, *, resume: bool,
+def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, progress: Progress, *, resume: bool,
             timeout_s: float | None) -> MatrixResult:  # fmt: skip
-    """The matrix with progress on the terminal; a second Ctrl-C quits the process at once."""
+    """The matrix with ``progress`` on the terminal; a second Ctrl-C quits the process at once."""
     from harness.backends import open_backend
-    from harness.console import Progress, plural
+    from harness.console import plural
     from harness.runner import MatrixQuit, run_matrix
 
     with _CtrlC():
-        progress = Progress(len(plans), ledger.path, resume=resume)
         try:
             factory = functools.partial(open_backend, timeout_s=timeout_s)
             opened = ledger.ledger if ledger.ledger is not None else ledger.open
