@@ -19,6 +19,7 @@ from harness.executors import worker_count
 from harness.executors.resources import DEFAULT_ACTORS
 from harness.ledger import Attempt
 from harness.loop import RunPlan, RunSummary
+from harness.run_options import STOPPED_BY_READER, stop_for
 from harness.runner import MatrixEvents, MatrixResult
 from harness.vocab import counted, is_scored, plural, printable
 
@@ -167,7 +168,7 @@ class Progress(MatrixEvents):
                 if self.stop is None:
                     raise
                 self.reader_gone = True
-                self.stop.set()
+                stop_for(self.stop, STOPPED_BY_READER)
         if self.bar is not None:
             self.bar.set_postfix(self.counts, refresh=False)
             self.bar.update(1)

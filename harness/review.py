@@ -26,7 +26,7 @@ from typing import Any
 from harness.canonical import sha256_of
 from harness.errors import UsageError
 from harness.ledger import Attestation, Ledger, RunRow, TurnRow
-from harness.run_options import STOPPED_BY_ERROR
+from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER
 
 __all__ = [
     "EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "scenario_promise",
@@ -148,6 +148,8 @@ def _open_questions(frame: dict[str, Any]) -> list[str]:
         questions.append(f"The server failed ({diff['error']}): this is not a model failure; re-run before judging the model.")
     if diff["outcome"] == "interrupted" and diff["error"] == STOPPED_BY_ERROR:
         questions.append("An error stopped the matrix before the run ended (not the model): it says nothing about the model.")
+    elif diff["outcome"] == "interrupted" and diff["error"] == STOPPED_BY_READER:
+        questions.append("The matrix stopped when its output's reader left (not the model): it says nothing about the model.")
     elif diff["outcome"] == "interrupted":
         questions.append("The run was interrupted by the user: it says nothing about the model.")
     if diff["breach"]:

@@ -13,7 +13,16 @@ from harness.ledger import Attempt
 from harness.ownership import ClaimTaker
 from harness.retry import DEFAULT_RETRY, RetryPolicy
 
-__all__ = ["QUIT_BY_USER", "STOPPED_BY_ERROR", "STOPPED_BY_USER", "RunOptions", "StopEvent", "stop_for", "stop_reason"]
+__all__ = [
+    "QUIT_BY_USER",
+    "STOPPED_BY_ERROR",
+    "STOPPED_BY_READER",
+    "STOPPED_BY_USER",
+    "RunOptions",
+    "StopEvent",
+    "stop_for",
+    "stop_reason",
+]
 
 STOPPED_BY_USER = "interrupted by the user"
 """The error of an ``interrupted`` run's end row when the user stopped the matrix (Ctrl-C, or a caller's stop event)."""
@@ -21,6 +30,8 @@ QUIT_BY_USER = f"{STOPPED_BY_USER} (second Ctrl-C)"
 """The same when the user quit at once: the run was ended without the reply it was waiting for."""
 STOPPED_BY_ERROR = "the matrix stopped before this run ended (an error, not the model)"
 """The same when an error stopped the matrix (its output cannot be written, its ledger refused a row, a bug)."""
+STOPPED_BY_READER = "the matrix stopped before this run ended: its output's reader stopped reading (not the model)"
+"""The same when the program reading the command's output left (``harness run | head``)."""
 
 
 class StopEvent(threading.Event):

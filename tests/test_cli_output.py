@@ -17,6 +17,8 @@ import time
 import pytest
 
 from harness.cli import main
+from harness.review import review_frame
+from harness.run_options import STOPPED_BY_READER
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import CASSETTES, REPO, RUN_FLAGS, SCENARIO_FILE
 
@@ -163,9 +165,14 @@ def test_run_into_a_reader_that_left_stops_the_matrix_says_so_and_ends_every_run
                 "--jobs", "2", "--executor", executor, "--ledger", str(ledger)]  # fmt: skip
         proc = _harness(argv, tmp_path, stdout=stdout, stderr=subprocess.PIPE)
     with sqlite3.connect(ledger) as db:
-        outcomes = sorted(r[0] for r in db.execute("SELECT outcome FROM run_ends"))
+        ends = sorted(db.execute("SELECT outcome, error FROM run_ends"))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert _unfinished(ledger) == [] and outcomes == ["interrupted", "pass"], outcomes
+    assert _unfinished(ledger) == [] and ends == [("interrupted", STOPPED_BY_READER), ("pass", None)], ends
+    with sqlite3.connect(ledger) as db:
+        [(stopped,)] = db.execute("SELECT run_id FROM run_ends WHERE outcome = 'interrupted'")
+    assert review_frame(ledger, stopped)["open_questions"][0] == (
+        "The matrix stopped when its output's reader left (not the model): it says nothing about the model."
+    )
     said = [line for line in proc.stderr.splitlines() if "stopped reading" in line]
     assert said == [f"harness: the output's reader stopped reading, so the matrix stopped: 2 runs recorded in {ledger} "
                     "(1 interrupted); the same command runs the other 3."], proc.stderr  # fmt: skip
