@@ -135,6 +135,12 @@ class RunLock:
         self.offset = offset
         self.file = file
 
+    def fileno(self) -> int:
+        """The held lock's descriptor. Raises ValueError once released."""
+        if self._fd is None:
+            raise ValueError("the lock was released")
+        return self._fd
+
     def release(self) -> None:
         """Unlock and close the file (idempotent); the file stays for the next owner."""
         fd, self._fd = self._fd, None
@@ -189,7 +195,8 @@ class LockFile:
 
     Deleting (or replacing) the lock file while a matrix holds locks in it would let another process make a new one and
     lock, then run, the same identities. The next lock this matrix takes then opens the new file: :meth:`take` notices
-    (one comparison of the ``(st_dev, st_ino)`` the lock's ``fstat`` gave) and refuses, so the matrix stops. Where each
+    (one comparison of the ``(st_dev, st_ino)`` the lock's ``fstat`` gave) and refuses, so the matrix stops. The first
+    lock file stays open (unlocked) for the object's life, so its inode number cannot pass to a new file meanwhile. Where each
     identity has its own file (no OFD locks) there is nothing to compare. The ledger itself moved (with its folder, say)
     or replaced is asked first (one ``stat``): no lock folder is then made anew under its old name, and the sentence is
     the ledger's (:func:`~harness.ledger.opening.swapped`), not the lock file's.
@@ -206,7 +213,12 @@ class LockFile:
         self.folder = lock_folder(ledger_path)
         self._ledger = file_id(self.ledger_path)  # the file the matrix writes (it exists by now)
         self._first: tuple[int, int] | None = None
+        self._pin: int | None = None  # the first lock file, kept open (never locked): its inode number is not reused
         self._guard = threading.Lock()
+
+    def __del__(self) -> None:
+        if self._pin is not None:
+            os.close(self._pin)
 
     def take(self, identity: str) -> RunLock | None:
         """:func:`take_lock` in :attr:`folder`.
@@ -225,8 +237,8 @@ class LockFile:
         path = lock.path if lock is not None else lock_path(self.folder, identity)
         here = lock.file if lock is not None else file_id(path)
         with self._guard:
-            if lock is not None:
-                self._first = self._first or here
+            if lock is not None and self._first is None:
+                self._first, self._pin = here, _pin(lock)
             moved = self._first is not None and here != self._first
         if moved:
             if lock is not None:
@@ -237,6 +249,16 @@ class LockFile:
                 f"{self.ledger_path} end, then run again (and leave {self.folder} alone while one runs)."
             )
         return lock
+
+
+def _pin(lock: RunLock) -> int | None:
+    """A descriptor of ``lock``'s file of its own (a new open file description: closing the lock's still releases the
+    lock), so that while it is open the file system cannot give the file's inode number to a new lock file made after
+    this one was deleted; :class:`LockFile` tells the two apart by that number. None where ``/proc`` is missing."""
+    try:
+        return os.open(f"/proc/self/fd/{lock.fileno()}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
 
 
 def _flock_owner(fd: int) -> bool:

@@ -687,3 +687,29 @@ def test_a_replaced_lock_file_is_noticed_when_the_next_identity_is_held_in_the_n
         mine.take("b")
     theirs.release()
     held.release()
+
+
+def test_a_deleted_lock_files_number_is_not_given_to_the_new_one_while_the_matrix_runs(tmp_path):
+    """Newcomer (stop 28), 2 runs in 8: the first matrix's locks were all released when the lock file was deleted, so the
+    file system gave its inode number to the new lock file, and ``(st_dev, st_ino)`` could not tell them apart: the
+    matrix ran on and exited 0. The matrix now keeps the first lock file open (not locked) while it runs."""
+    from harness.errors import LedgerSwapped
+    from harness.ownership import LOCK_FILE, LockFile
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    Ledger(ledger_path).close()
+    mine = LockFile(ledger_path)
+    held = mine.take("a")
+    assert held is not None
+    first = os.stat(lock_folder(ledger_path) / LOCK_FILE).st_ino
+    held.release()  # no run of this matrix holds a lock now
+    (lock_folder(ledger_path) / LOCK_FILE).unlink()
+    theirs = take_lock(ledger_path, "b")  # the new lock file, made at once (a freed inode is reused first on ext4)
+    assert theirs is not None
+    assert os.stat(lock_folder(ledger_path) / LOCK_FILE).st_ino != first
+    with pytest.raises(LedgerSwapped, match="was deleted or replaced while this matrix held run locks in it"):
+        mine.take("c")
+    theirs.release()
+    again = take_lock(ledger_path, "a")  # the file kept open holds no lock: a releases as before
+    assert again is not None
+    again.release()
