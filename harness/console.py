@@ -176,10 +176,13 @@ class Progress(MatrixEvents):
     def reader_gone_sentence(self, result: MatrixResult) -> str:
         """What became of the matrix once standard output's reader left (``reader_gone``), for standard error: the
         runs recorded (``result.summaries``: each has its end row), how many were interrupted, how many are left."""
-        again = [s.outcome for s in result.summaries if s.outcome in ("interrupted", "infra_error")]
+        again = [s.outcome for s in result.summaries if not is_scored(s.outcome)]  # resume runs these again
         left = self.total - self.done + len(again)
         how = f" ({', '.join(f'{again.count(outcome)} {outcome}' for outcome in dict.fromkeys(again))})" if again else ""
-        rest = f"the same command runs the other {left}" if left else "nothing is left to run"
+        if not self.resume:
+            rest = f"the same command runs all {self.total} again (--no-resume)"
+        else:
+            rest = f"{plural(left, 'run')} left to do, which the same command runs" if left else "nothing is left to run"
         return (f"harness: the output's reader stopped reading, so the matrix stopped: {plural(len(result.summaries), 'run')} "
                 f"recorded in {printable(str(self.ledger_path))}{how}; {rest}.")  # fmt: skip
 

@@ -5,7 +5,9 @@ Helpers that tests import (cassette builders, paths) live in ``tests/helpers.py`
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -27,6 +29,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # in HF_HOME). Fix them for the whole session before anything imports it, so no test touches the user's hub cache
 # or contacts the hub; tests/test_hub.py points HF_ENDPOINT (read at call time) at a local stand-in.
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="harness-tests-hf-home-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)  # one folder per pytest process: gone after it
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 for _name in ("HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_TOKEN"):
     os.environ.pop(_name, None)

@@ -175,4 +175,4 @@ def test_run_into_a_reader_that_left_stops_the_matrix_says_so_and_ends_every_run
     )
     said = [line for line in proc.stderr.splitlines() if "stopped reading" in line]
     assert said == [f"harness: the output's reader stopped reading, so the matrix stopped: 2 runs recorded in {ledger} "
-                    "(1 interrupted); the same command runs the other 3."], proc.stderr  # fmt: skip
+                    "(1 interrupted); 3 runs left to do, which the same command runs."], proc.stderr  # fmt: skip

@@ -177,7 +177,14 @@ class _Output:
             raise _OutputFailed(exc) from exc
 
     def settle(self) -> None:
-        """Nothing to do on leaving :func:`main`: a failed write was raised as it happened and said there."""
+        """Flush on leaving :func:`main`; what cannot be written by then (a command that failed for another reason
+        after the reader left, ``| head``) goes to ``/dev/null``, else the interpreter's last flush fails (exit 120)."""
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            _point_at_devnull(self.stream)
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)

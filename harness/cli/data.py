@@ -193,7 +193,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 0
     try:
         write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
-    except BrokenPipeError:  # its reader stopped reading (`--out /dev/stdout | head`): quiet, as `harness export | head`
-        return 0
+    except BrokenPipeError as exc:
+        if _names_stdout(args.out):  # its reader stopped reading (`--out /dev/stdout | head`): as `harness export | head`
+            return 0
+        raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc  # a FIFO's reader died
     print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {args.out}.", file=sys.stderr)
     return 0
+
+
+def _names_stdout(path: str) -> bool:
+    """Whether ``path`` is this process's standard output (``/dev/stdout``, ``/proc/self/fd/1``, or the same pipe) and
+    that output's reader has gone: the case a reader that stopped reading ends quietly, as for ``| head``."""
+    from harness.cli import stdout_reader_gone
+
+    try:
+        here, there = os.fstat(sys.stdout.fileno()), os.stat(path)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino) and stdout_reader_gone()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import signal
@@ -271,7 +272,8 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
                 os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
         except KeyboardInterrupt:  # first Ctrl-C: the runs in flight are recorded as interrupted; the head still ends the output
             progress.close()
-            _print_head(ledger)
+            with contextlib.suppress(BrokenPipeError):  # its reader left (`| head`, Ctrl-C reaching both): say the interrupt
+                _print_head(ledger)
             raise
         finally:
             progress.close()

@@ -26,7 +26,7 @@ from harness.endpoints import BackendFactory, Endpoint
 from harness.errors import LedgerError
 from harness.executors.channel import LedgerProxy, RunTask, WorkerLink
 from harness.loop import IdentityTaken, run_once
-from harness.run_options import StopEvent
+from harness.run_options import STOPPED_BY_USER, StopEvent
 from harness.scenarios import Scenario
 
 __all__ = ["BackendRecipe", "ServedModel", "pack_sandbox", "recipe_for", "sandbox_bound", "unpack_sandbox", "worker_main"]
@@ -153,7 +153,7 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
             elif message[0] == "run":
                 pool.submit(_run_task, link, backends, message[1], stop, ship_sandboxes)
             elif message[0] == "stop":  # ("stop", reason): why the runs' end rows say they were interrupted
-                stop.set_for(message[1])
+                stop.set_for(message[1] if len(message) > 1 else STOPPED_BY_USER)  # ("stop",): an older driver
             elif message[0] == "quit":
                 break
     finally:
