@@ -40,6 +40,8 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     modes = ", ".join(summary.failure_modes) or "none"
     failed = [str(c.get("check")) for c in summary.checks if isinstance(c, dict) and not c.get("passed")]
     checks = f"; failed checks: {counted(failed)}" if failed else ""
+    if failed and not is_scored(summary.outcome):  # the sandbox the run left unfinished: not judged
+        checks = f"; checks not judged (the run did not finish): {counted(failed)}"
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
     extra = (
         f" ({printable(summary.error, _ERROR_CHARS)})"

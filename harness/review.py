@@ -27,6 +27,7 @@ from harness.canonical import sha256_of
 from harness.errors import UsageError
 from harness.ledger import Attestation, Ledger, RunRow, TurnRow
 from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER
+from harness.vocab import is_scored
 
 __all__ = [
     "EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "scenario_promise",
@@ -165,11 +166,16 @@ def _open_questions(frame: dict[str, Any]) -> list[str]:
         questions.append(
             f"`{mode}` on turn{'s' if len(turns) > 1 else ''} {', '.join(map(str, turns))}: is the label right, and did it change the outcome?"
         )
-    for check in frame["acceptance"]:
-        if not check["passed"]:
-            questions.append(
-                f"Check `{check['check']}` failed ({check['detail']}): is the check right, or did the model miss the task?"
-            )
+    failed = [check for check in frame["acceptance"] if not check["passed"]]
+    if failed and not is_scored(diff["outcome"]):  # checked on a sandbox the run did not finish: not the model's doing
+        names = ", ".join(f"`{check['check']}`" for check in failed)
+        questions.append(
+            f"Checks {names} failed on what the run left unfinished: they are not judged and say nothing about the model."
+        )
+    for check in failed if is_scored(diff["outcome"]) else []:
+        questions.append(
+            f"Check `{check['check']}` failed ({check['detail']}): is the check right, or did the model miss the task?"
+        )
     if diff["escape_attempts"]:
         questions.append(
             f"Paths outside the sandbox were refused: {', '.join(diff['escape_attempts'])}. Why did the model reach for them?"

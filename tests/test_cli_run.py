@@ -379,3 +379,18 @@ def test_a_resumed_runs_summary_says_how_many_runs_were_done_before_and_where_to
                                  f"the ledger too: `harness report --ledger {ledger}` counts them all."), out  # fmt: skip
     rc, dry, _ = cli(capsys, *argv, "--repeats", "5", "--dry-run")
     assert rc == 0 and dry.strip().endswith("5 runs planned, 5 already done, 0 to run."), dry  # machine-read: unchanged
+
+
+def test_the_run_line_of_an_unfinished_run_does_not_judge_its_checks(scenario, tmp_path):
+    """Newcomer (stop 28): an interrupted run's line said "failed checks: ..." as if the model had missed the task."""
+    from harness.console import format_run_line
+    from harness.loop import RunPlan, RunSummary
+
+    checks = [{"check": "file_exists", "passed": False, "detail": "report.txt is missing"},
+              {"check": "names_files", "passed": True, "detail": ""}]  # fmt: skip
+    plan = RunPlan(scenario, "openai:m@http://127.0.0.1:9/v1", 0.0, tool_mode="native")
+    for outcome, said in (("task_failed", "; failed checks: file_exists;"),
+                          ("interrupted", "; checks not judged (the run did not finish): file_exists;"),
+                          ("infra_error", "; checks not judged (the run did not finish): file_exists;")):  # fmt: skip
+        line = format_run_line(1, 1, RunSummary("ab" * 16, plan, outcome, 1, 10, [], checks, tmp_path))  # type: ignore[arg-type]
+        assert said in line, line
