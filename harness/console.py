@@ -39,9 +39,8 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
     failed = [str(c.get("check")) for c in summary.checks if isinstance(c, dict) and not c.get("passed")]
-    checks = f"; failed checks: {counted(failed)}" if failed else ""
-    if failed and not is_scored(summary.outcome):  # the sandbox the run left unfinished: not judged
-        checks = f"; checks not judged (the run did not finish): {counted(failed)}"
+    judged = "failed checks" if is_scored(summary.outcome) else "checks not judged (the run did not finish)"  # unfinished
+    checks = f"; {judged}: {counted(failed)}" if failed else ""
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""
     extra = (
         f" ({printable(summary.error, _ERROR_CHARS)})"

@@ -26,7 +26,7 @@ from typing import Any
 from harness.canonical import sha256_of
 from harness.errors import UsageError
 from harness.ledger import Attestation, Ledger, RunRow, TurnRow
-from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER
+from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER, STOPPED_BY_USER
 from harness.vocab import is_scored
 
 __all__ = [
@@ -140,6 +140,14 @@ def _frame(ledger: Ledger, run_id: str) -> dict[str, Any]:
     return frame
 
 
+_WHY_INTERRUPTED = {
+    STOPPED_BY_ERROR: "An error stopped the matrix before the run ended (not the model): it says nothing about the model.",
+    STOPPED_BY_READER: "The matrix stopped when its output's reader left (not the model): it says nothing about the model.",
+    STOPPED_BY_USER: "The run was interrupted by the user: it says nothing about the model.",
+}
+"""The open question of an ``interrupted`` run, by its end row's error (any other: the user's)."""
+
+
 def _open_questions(frame: dict[str, Any]) -> list[str]:
     questions = []
     diff = frame["diff"]
@@ -147,12 +155,8 @@ def _open_questions(frame: dict[str, Any]) -> list[str]:
         questions.append("The run has no end row: did the process die? Nothing can be judged until it is re-run.")
     if diff["outcome"] == "infra_error":
         questions.append(f"The server failed ({diff['error']}): this is not a model failure; re-run before judging the model.")
-    if diff["outcome"] == "interrupted" and diff["error"] == STOPPED_BY_ERROR:
-        questions.append("An error stopped the matrix before the run ended (not the model): it says nothing about the model.")
-    elif diff["outcome"] == "interrupted" and diff["error"] == STOPPED_BY_READER:
-        questions.append("The matrix stopped when its output's reader left (not the model): it says nothing about the model.")
-    elif diff["outcome"] == "interrupted":
-        questions.append("The run was interrupted by the user: it says nothing about the model.")
+    if diff["outcome"] == "interrupted":
+        questions.append(_WHY_INTERRUPTED.get(diff["error"], _WHY_INTERRUPTED[STOPPED_BY_USER]))
     if diff["breach"]:
         b = diff["breach"]
         questions.append(
@@ -172,10 +176,11 @@ def _open_questions(frame: dict[str, Any]) -> list[str]:
         questions.append(
             f"Checks {names} failed on what the run left unfinished: they are not judged and say nothing about the model."
         )
-    for check in failed if is_scored(diff["outcome"]) else []:
-        questions.append(
+    else:
+        questions += [
             f"Check `{check['check']}` failed ({check['detail']}): is the check right, or did the model miss the task?"
-        )
+            for check in failed
+        ]
     if diff["escape_attempts"]:
         questions.append(
             f"Paths outside the sandbox were refused: {', '.join(diff['escape_attempts'])}. Why did the model reach for them?"

@@ -90,7 +90,7 @@ def _guarded(kind: type[_Output] | type[_Diagnostics], name: str) -> Iterator[No
     try:
         yield
     finally:
-        wrapper.settle()
+        _settle(wrapper.stream)
         if getattr(sys, name) is wrapper:
             setattr(sys, name, stream)
 
@@ -119,6 +119,18 @@ def _command(argv: Sequence[str] | None) -> int:
         print(error_line(failed), file=sys.stderr)
         _point_at_devnull(sys.stdout)  # the interpreter's last flush must not fail again
         return 1
+
+
+def _settle(stream: TextIO) -> None:
+    """Flush ``stream`` on leaving :func:`main`. What cannot be written by then (a command that failed for another reason
+    after the reader left, ``| head``; stderr on a full disk) goes to ``/dev/null``: else the interpreter's last flush
+    fails again ("Exception ignored", exit 120)."""
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        _point_at_devnull(stream)
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
 
 
 def _point_at_devnull(stream: TextIO) -> None:
@@ -176,16 +188,6 @@ class _Output:
         except OSError as exc:
             raise _OutputFailed(exc) from exc
 
-    def settle(self) -> None:
-        """Flush on leaving :func:`main`; what cannot be written by then (a command that failed for another reason
-        after the reader left, ``| head``) goes to ``/dev/null``, else the interpreter's last flush fails (exit 120)."""
-        try:
-            self.stream.flush()
-        except (OSError, ValueError):
-            _point_at_devnull(self.stream)
-            with contextlib.suppress(OSError, ValueError):
-                self.stream.flush()
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
@@ -193,7 +195,7 @@ class _Output:
 class _Diagnostics:
     """``sys.stderr`` while a command runs: a write or flush that fails (``OSError``: a full disk, a closed descriptor,
     a reader that left; ``ValueError``: a closed file) is dropped, so diagnostics never change a command's result.
-    ``stream`` is the stream it writes to; :meth:`settle` makes sure the interpreter's last flush of it cannot fail."""
+    ``stream`` is the stream it writes to."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -211,15 +213,6 @@ class _Diagnostics:
     def _dropping(self, call: Callable[..., Any], *args: Any) -> None:
         with contextlib.suppress(OSError, ValueError):
             call(*args)
-
-    def settle(self) -> None:
-        """Flush; when that fails (the stream still holds what it could not write), point its descriptor at
-        ``/dev/null`` first, else the interpreter's last flush fails again ("Exception ignored", exit 120)."""
-        try:
-            self.stream.flush()
-        except (OSError, ValueError):
-            _point_at_devnull(self.stream)
-            self.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
