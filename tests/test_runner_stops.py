@@ -62,11 +62,15 @@ def test_runs_stopped_by_an_error_say_so_and_runs_stopped_by_ctrl_c_say_the_user
     runs = _runs(errored)
     assert sorted((run.outcome, run.end.error) for run in runs if run.end) == [("interrupted", STOPPED_BY_ERROR), ("pass", None)]
     [stopped] = [run for run in runs if run.outcome == "interrupted"]
-    questions = review_frame(errored, stopped.run_id)["open_questions"]
+    frame = review_frame(errored, stopped.run_id)
+    questions = frame["open_questions"]
     assert questions[0] == "An error stopped the matrix before the run ended (not the model): it says nothing about the model."
-    # newcomer (stop 28): its failed checks were asked about as if the model had missed the task
-    assert any(q.endswith("failed on what the run left unfinished: they are not judged and say nothing about the model.")
-               for q in questions) and not any("did the model miss the task" in q for q in questions), questions  # fmt: skip
+    # newcomer (stop 28): its failed checks were asked about as if the model had missed the task (which checks fail
+    # depends on how far the run got when it was stopped: under load it may have written its report already)
+    not_judged = any(q.endswith("failed on what the run left unfinished: they are not judged and say nothing about the model.")
+                     for q in questions)  # fmt: skip
+    assert not_judged == any(not c["passed"] for c in frame["acceptance"]), questions
+    assert not any("did the model miss the task" in q for q in questions), questions
     with FakeAgentServer(faults=_second_call_slow, slow_s=2, slots=2) as server:
         proc = _harness(server, interrupted, subprocess.PIPE)
         wait_for(lambda: server.requests >= 2, proc, "the slow call")
