@@ -334,6 +334,10 @@ def main() -> None:
     load = os.getloadavg()
     if not args.child:
         print(f"Concurrency, list_and_report (3 turns per run), {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f}")
+        sys.path.insert(1, str(REPO / "benchmarks"))
+        from peer_inspect import work_folder_line  # each run makes a folder and four files: their cost is the disk's
+
+        print(work_folder_line(), flush=True)
     if args.baseline is not None:
         compare(args.baseline, cases, args)
         return

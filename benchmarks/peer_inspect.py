@@ -400,6 +400,28 @@ def file_system(path: str, table: str | None = None) -> str:
     return max(inside)[2] if inside else "unknown"  # the deepest mount point; of two at one point, the later (on top)
 
 
+def new_file_ms(folder: str, count: int = 40) -> float:
+    """Mean wall milliseconds to create a folder in ``folder`` and one file in it (``count`` times, in a scratch folder
+    removed afterwards), as each run's sandbox is made: what the disk costs a run before any code runs (each new
+    folder may land in another block group, whose inode blocks a VM's disk fetches on first use)."""
+    scratch = Path(tempfile.mkdtemp(dir=folder))
+    try:
+        start = time.perf_counter()
+        for index in range(count):
+            (scratch / f"d{index}").mkdir()
+            (scratch / f"d{index}" / "f").write_bytes(b"x")
+        return (time.perf_counter() - start) / count * 1000
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def work_folder_line() -> str:
+    """Where the work folders go, their file system and what a new file and folder cost there (one line)."""
+    where = tempfile.gettempdir()
+    return (f"work folders in {where} ({file_system(where)}: a new folder and file in it {new_file_ms(where):.2f} ms; "
+            "TMPDIR=DIR picks another)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--install", type=Path, metavar="DIR", help="create a venv in DIR holding inspect_ai, then stop")
@@ -423,7 +445,7 @@ def main() -> None:
     if args.venv is not None and peer is None:
         raise SystemExit(f"{args.venv} holds no importable inspect_ai; make it with --install {args.venv}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
-    print(f"work folders in {tempfile.gettempdir()} ({file_system(tempfile.gettempdir())}; TMPDIR=DIR picks another)", flush=True)
+    print(work_folder_line(), flush=True)
     got = measure(args.rounds, args.runs, args.venv if peer else None, args.inspect_max_samples)
     print(f"load average at end:   {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\n".join(report_lines(summarise(got), rounds=args.rounds, peer=peer)))

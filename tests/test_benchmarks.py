@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,14 @@ def test_peer_inspect_without_a_peer_measures_the_harness_side_and_says_so():
     assert (
         f"work folders in {tempfile.gettempdir()} (" in proc.stdout
     )  # with its file system: slow inode creation moves the figure
+    assert re.search(r"\(\w+: a new folder and file in it \d+\.\d\d ms; TMPDIR=DIR picks another\)", proc.stdout)
+
+
+def test_peer_inspect_times_a_new_folder_and_file_and_leaves_nothing_behind(tmp_path):
+    """What a run's sandbox costs the disk before any code runs: a positive time, the scratch folder removed."""
+    bench = _load("peer_inspect")
+    assert 0 < bench.new_file_ms(str(tmp_path), count=5) < 10_000
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_peer_inspect_names_the_file_system_of_a_folder(tmp_path):
