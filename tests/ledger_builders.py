@@ -96,3 +96,21 @@ def build_two_model_ledger(path: Path) -> Path:
             )
         )
     return path
+
+
+UNJUDGED_CHECK = "names_<b>only</b>_existing"
+"""A check name with markup (scenario files name checks): the viewer must show it as text."""
+
+
+def build_unjudged_checks_ledger(path: Path) -> Path:
+    """Three runs in start order: ``a-cut`` interrupted with two failed checks (``file_exists`` and
+    :data:`UNJUDGED_CHECK`: not judged, the run did not finish), ``b-fail`` task_failed with ``file_exists`` failed,
+    ``c-pass`` passed with its check passed."""
+    with Ledger(path) as ledger:
+        add_run(ledger, "a-cut", model=SMALL, repetition=0, outcome="interrupted", checks=[
+            {"check": "file_exists", "passed": False, "detail": "report.txt"},
+            {"check": UNJUDGED_CHECK, "passed": False, "detail": "<i>no file</i>"},
+        ])  # fmt: skip
+        add_run(ledger, "b-fail", model=SMALL, repetition=1, outcome="task_failed")
+        add_run(ledger, "c-pass", model=SMALL, repetition=2, outcome="pass")
+    return path

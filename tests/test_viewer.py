@@ -40,7 +40,7 @@ from tests.helpers import (
     text_line,
     write_cassette,
 )
-from tests.ledger_builders import SMALL, add_run
+from tests.ledger_builders import SMALL, UNJUDGED_CHECK, add_run, build_unjudged_checks_ledger
 
 
 @contextmanager
@@ -125,6 +125,53 @@ def test_served_list_pages_sorts_and_filters(tmp_path):
         assert _rows(failed) == [f"run{i:04d}" for i in range(0, 107, 12)]
         assert client.get("/", params={"sort": "nonsense"}).status_code == 404
         assert client.get("/", params={"temperature": "hot"}).status_code == 404
+
+
+def _check_cell(page: str, run_id: str) -> tuple[str, str | None]:
+    """The failed-checks cell of ``run_id``'s row on a run-list page: its text and its title (None without one),
+    unescaped."""
+    row = re.search(r'<tr class="[^"]*">((?:(?!</tr>).)*?href="[^"]*/' + re.escape(run_id) + r'[."])', page, re.S)
+    assert row, run_id
+    attrs, text = re.findall(r"<td([^>]*)>(.*?)</td>", row.group(1), re.S)[8]
+    title = re.search(r'title="([^"]*)"', attrs)
+    return html.unescape(text), html.unescape(title.group(1)) if title else None
+
+
+def _text(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_an_unfinished_runs_failed_checks_are_not_judged_in_the_list_the_filter_the_sort_and_the_run_page(tmp_path):
+    """An interrupted run's failed checks are not judged (as the run line and ``harness review`` say): the list's cell
+    says so (names in its title), the failed-check filter skips them, the sort counts 0, the run page says why."""
+    path = build_unjudged_checks_ledger(tmp_path / "l.sqlite")
+    unjudged = f"checks not judged (the run did not finish): file_exists, {UNJUDGED_CHECK}"
+    with Ledger(path, readonly=True) as ledger:
+        assert [r["run_id"] for r in ledger.run_list(RunFilter(failed_check="file_exists"))[0]] == ["b-fail"]
+        assert ledger.run_list(RunFilter(failed_check=UNJUDGED_CHECK)) == ([], 0)
+        rows, _ = ledger.run_list(RunFilter(), sort="failed_checks")
+    assert [r["run_id"] for r in rows] == ["a-cut", "c-pass", "b-fail"]  # the interrupted run counts 0, ties in start order
+    with served(path) as client:
+        listed = client.get("/").text
+        filtered = client.get("/", params={"check": "file_exists"}).text
+        by_failed = client.get("/", params={"sort": "failed_checks", "desc": "1"}).text
+        cut, failed = client.get("/run/a-cut").text, client.get("/run/b-fail").text
+    assert _check_cell(listed, "a-cut") == ("not judged", unjudged)
+    assert _check_cell(listed, "b-fail") == ("file_exists", None) and _check_cell(listed, "c-pass") == ("", None)
+    assert "<b>only" not in listed and "names_&lt;b&gt;only&lt;/b&gt;_existing" in listed  # a check name is text
+    assert _rows(filtered) == ["b-fail"] and _rows(by_failed) == ["b-fail", "a-cut", "c-pass"]
+    assert unjudged in _text(cut) and "failed checks" not in _text(cut) and "<b>only" not in cut
+    assert "The run did not finish (interrupted): its checks ran on what it left" in _text(cut)
+    assert _text(cut).count("FAIL (not judged)") == 2
+    assert "failed checks: file_exists" in _text(failed) and "not judged" not in _text(failed)
+    out = tmp_path / "site"
+    export_site(path, out)
+    exported = _text((out / "runs" / "a-cut.html").read_text())
+    assert unjudged in exported and "failed checks" not in exported and exported.count("FAIL (not judged)") == 2
+    data = (out / "data" / "runs-0000.js").read_text(encoding="utf-8")
+    runs = {r["run_id"]: r for r in json.loads(data.split(".concat(", 1)[1].rsplit(");", 1)[0])}
+    assert runs["a-cut"]["failed_checks"] == [] and runs["a-cut"]["unjudged_checks"] == ["file_exists", UNJUDGED_CHECK]
+    assert runs["b-fail"]["failed_checks"] == ["file_exists"] and runs["b-fail"]["unjudged_checks"] == []
 
 
 def test_a_page_past_the_last_says_so_and_links_the_last(tmp_path):

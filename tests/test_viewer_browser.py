@@ -19,6 +19,7 @@ import pytest
 from harness.ledger import Ledger, RunFilter
 from harness.viewer import export_site
 from tests.helpers import HOSTILE_LABEL, HOSTILE_NAME, HOSTILE_TEXT, build_hostile_ledger, build_viewer_ledger, viewer_process
+from tests.ledger_builders import UNJUDGED_CHECK, build_unjudged_checks_ledger
 
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 pytestmark = [
@@ -194,6 +195,37 @@ def test_exported_list_filters_sorts_and_pages_as_the_served_one(browser, two, t
         browser.find_element(By.CSS_SELECTOR, 'th a[data-sort="tokens"]').click()  # descending
         rows, total = ledger.run_list(RunFilter(), sort="tokens", descending=True, limit=1000)
         assert _listed(browser) == [r["run_id"][:12] for r in rows][:50] and total == len(rows)
+
+
+def test_exported_list_does_not_judge_an_unfinished_runs_failed_checks(browser, tmp_path):
+    """The table list.js builds agrees with the served one (tests/test_viewer.py): an interrupted run's failed checks
+    show as "not judged" (names in the title), the failed-check filter skips them, the sort counts them 0."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    export_site(build_unjudged_checks_ledger(tmp_path / "l.sqlite"), tmp_path / "site")
+    browser.get((tmp_path / "site" / "index.html").as_uri())
+    _wait(browser, lambda d: d.find_element(By.ID, "status").text.startswith("3 runs match"))
+    cells = {tr.find_element(By.CSS_SELECTOR, "a.open").text: tr.find_elements(By.TAG_NAME, "td")[8]
+             for tr in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")}  # fmt: skip
+    assert cells["a-cut"].text == "not judged"
+    assert cells["a-cut"].get_attribute("title") == f"checks not judged (the run did not finish): file_exists, {UNJUDGED_CHECK}"
+    assert (cells["b-fail"].text, cells["b-fail"].get_attribute("title")) == ("file_exists", "")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#runs b")  # the check name's markup stays text
+    browser.find_element(By.CSS_SELECTOR, 'th a[data-sort="failed_checks"]').click()
+    assert _listed(browser) == ["a-cut", "c-pass", "b-fail"]  # the interrupted run counts 0, ties in start order
+    browser.find_element(By.CSS_SELECTOR, 'th a[data-sort="failed_checks"]').click()  # descending
+    assert _listed(browser) == ["b-fail", "a-cut", "c-pass"]
+    Select(browser.find_element(By.ID, "f-check")).select_by_value("file_exists")
+    browser.find_element(By.ID, "apply").click()
+    assert _listed(browser) == ["b-fail"]
+    Select(browser.find_element(By.ID, "f-check")).select_by_value(UNJUDGED_CHECK)
+    browser.find_element(By.ID, "apply").click()
+    assert _listed(browser) == [] and browser.find_element(By.ID, "status").text.startswith("0 runs match")
+    browser.get((tmp_path / "site" / "runs" / "a-cut.html").as_uri())
+    body = _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body")).text
+    assert f"checks not judged (the run did not finish): file_exists, {UNJUDGED_CHECK}" in body
+    assert "failed checks" not in body and body.count("FAIL (not judged)") == 2
 
 
 def test_hostile_output_never_runs_in_the_browser(browser, tmp_path):

@@ -6,6 +6,8 @@ A ledger of 1,000,000 turns must show the first page of its run list at once, so
 query over ``runs`` joined with ``run_ends``; the failure modes of a page's runs are read for those runs only (by
 an index that begins with ``run_id``, ``turns_report``), and a failure-mode filter is a correlated ``EXISTS`` over the run's turns.
 Labels: a ``labels`` row for a turn (``harness rescore``) overrides the turn's own, newest first, as everywhere.
+Checks: the failed done checks of a run whose outcome is not scored are not judged (the run did not finish): the
+failed-check filter and sort leave them out, and a row gives them apart (``unjudged_checks``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.ledger.queries import axis_sql
-from harness.vocab import SCORED_OUTCOMES
+from harness.vocab import SCORED_OUTCOMES, is_scored
 
 __all__ = ["LIST_SORTS", "PAIR_COLUMNS", "RunFilter", "ViewerReads"]
 
@@ -28,7 +30,8 @@ LIST_SORTS: dict[str, str] = {
     "tool_mode": "r.tool_mode", "parser": "r.parser", "stream": "stream", "repetition": "r.repetition",
     "outcome": "outcome", "turns": "turns", "tokens": "tokens", "failed_checks": "failed_check_count",
 }  # fmt: skip
-"""Sort keys of the run list -> SQL expression (ties: start order)."""
+"""Sort keys of the run list -> SQL expression (ties: start order). ``failed_checks`` counts judged failures only: a
+run whose outcome is not scored (:func:`harness.vocab.is_scored`) counts 0."""
 PAIR_COLUMNS = ("scenario", "temperature", "tool_mode", "parser", "think", "stream", "repetition", "seed")
 """Run attributes two runs of different models share to pair (as ``harness compare`` pairs them)."""
 
@@ -51,7 +54,8 @@ class RunFilter:
         stream: 0 or 1.
         repetition: repetition index, from 0.
         failure_mode: runs with at least one turn labelled with this mode (newest labels).
-        failed_check: runs whose done check of this name failed.
+        failed_check: runs with a scored outcome whose done check of this name failed (a run that did not finish:
+            its checks are not judged, as the run line and ``harness review`` say).
         only_failed: runs with a scored outcome other than ``pass``.
         failed_every_repetition: runs of a cell (scenario, model, temperature, tool mode, parser, stream, think) that
             has scored runs and none passed.
@@ -95,8 +99,9 @@ class ViewerReads:
             f"SELECT r.seq, r.run_id, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser, {axis_sql(self._columns['runs'])},"
             " r.repetition, COALESCE(e.outcome, 'unfinished') AS outcome, e.turns AS turns,"
             " CASE WHEN e.run_id IS NULL THEN NULL ELSE COALESCE(e.prompt_tokens, 0) + COALESCE(e.completion_tokens, 0) END AS tokens, e.checks AS checks,"
-            " (SELECT COUNT(*) FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
-            "  WHERE json_extract(j.value, '$.passed') IN (0, 'false')) AS failed_check_count"
+            f" CASE WHEN e.outcome IN {_SCORED} THEN (SELECT COUNT(*) FROM json_each(CASE WHEN json_valid(e.checks)"
+            "  THEN e.checks ELSE '[]' END) j WHERE json_extract(j.value, '$.passed') IN (0, 'false')) ELSE 0 END"
+            " AS failed_check_count"
             f" FROM runs r LEFT JOIN run_ends e USING (run_id) {where}"
         )
 
@@ -118,7 +123,7 @@ class ViewerReads:
         if f.only_failed:
             clauses.append(f"e.outcome IN {_SCORED} AND e.outcome <> 'pass'")
         if f.failed_check is not None:
-            clauses.append("EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
+            clauses.append(f"e.outcome IN {_SCORED} AND EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
                            " WHERE json_extract(j.value, '$.check') = ? AND json_extract(j.value, '$.passed') IN (0, 'false'))")  # fmt: skip
             params.append(f.failed_check)
         if f.failure_mode is not None:
@@ -149,8 +154,10 @@ class ViewerReads:
         Returns:
             ``(rows, total)``: ``total`` runs match; each row has ``seq, run_id, scenario, model, temperature, seed,
             tool_mode, parser, stream`` (0/1), ``think, repetition, outcome`` (``unfinished`` without an end row),
-            ``turns`` (None if unfinished), ``tokens`` (prompt + completion; None if unfinished), ``failed_checks`` (names, in check
-            order) and ``failure_modes`` (sorted names shown by any turn, newest labels).
+            ``turns`` (None if unfinished), ``tokens`` (prompt + completion; None if unfinished), ``failed_checks`` (names of the failed
+            checks, in check order; empty when the outcome is not scored), ``unjudged_checks`` (the same names when the
+            outcome is not scored, e.g. ``interrupted``: not judged; else empty) and ``failure_modes`` (sorted names
+            shown by any turn, newest labels).
 
         Raises:
             ValueError: ``sort`` is not a known key.
@@ -251,6 +258,8 @@ def _list_row(row: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         checks = []
     checks = checks if isinstance(checks, list) else []
-    row["failed_checks"] = [str(c.get("check")) for c in checks if isinstance(c, dict) and not c.get("passed")]
+    failed = [str(c.get("check")) for c in checks if isinstance(c, dict) and not c.get("passed")]
+    judged = is_scored(row["outcome"])  # a run that did not finish: its checks say nothing about the model
+    row["failed_checks"], row["unjudged_checks"] = (failed, []) if judged else ([], failed)
     row.pop("failed_check_count", None)
     return row

@@ -6,7 +6,7 @@ Three pages, the same whether served (:mod:`harness.viewer.server`) or written a
   exported (over the data files of :mod:`harness.viewer.export`);
 * one run (``run.html``): its scenario's promise, the thread (each reply as text, each call beside its result, the
   recovery step that produced a recovered call, each failure-mode label with its evidence), the breaker's breach,
-  the done checks and the sandbox's final files;
+  the done checks (not judged when the outcome is not scored: the run did not finish) and the sandbox's final files;
 * a side-by-side of two runs that pair (``pair.html``): the two run pages next to each other.
 
 Model output is hostile text: every value reaches the page through Jinja2's escaping, never ``|safe``, and links are
@@ -31,7 +31,7 @@ from harness.ledger import Ledger, RunFilter, RunRow
 from harness.ledger.viewer_reads import LIST_SORTS
 from harness.review import scenario_promise
 from harness.viewer.sandbox_files import sandbox_files
-from harness.vocab import counted
+from harness.vocab import counted, is_scored
 
 __all__ = [
     "CONTENT_POLICY",
@@ -278,7 +278,8 @@ def run_page(ledger: Ledger, run_id: str, links: Links) -> str:
                   breach=pretty(end.breach) if end and end.breach else None,
                   files=sandbox_files(Path(start.sandbox)) if start.sandbox else None,
                   pairs=ledger.paired_runs(run.run_id), tokens=(end.prompt_tokens or 0) + (end.completion_tokens or 0)
-                  if end else None, failed_checks=[c["check"] for c in checks if not c["passed"]])  # fmt: skip
+                  if end else None, failed_checks=[c["check"] for c in checks if not c["passed"]],
+                  judged=is_scored(end.outcome if end else None))  # fmt: skip
 
 
 def pair_page(ledger: Ledger | None, a: str | None, b: str | None, links: Links) -> str:

@@ -4,7 +4,7 @@
   "use strict";
   var manifest = window.VIEWER_MANIFEST || { files: [], total: 0, page_size: 50 };
   var state = { page: 1, sort: "started", desc: false, loaded: 0 };
-  var SORT_KEYS = { started: "seq", failed_checks: "failed_checks" };
+  var SORT_KEYS = { started: "seq", failed_checks: "failed_checks" };  /* judged failures only: not-judged count 0 */
   window.RUNS = window.RUNS || [];
 
   function value(id) { var el = document.getElementById(id); return el ? el.value : ""; }
@@ -60,7 +60,11 @@
     tr.className = "outcome-" + String(r.outcome).replace(/[^a-z_]/g, "");
     cell(tr, r.scenario); cell(tr, r.model, "model"); cell(tr, r.temperature); cell(tr, r.tool_mode); cell(tr, r.parser);
     cell(tr, r.stream ? "on" : "off"); cell(tr, r.repetition); cell(tr, r.outcome, "outcome");
-    cell(tr, counted(r.failed_checks)); cell(tr, r.failure_modes.join(", "));
+    if (r.unjudged_checks.length) {  /* the run did not finish: as the served list and the run line say */
+      var td = cell(tr, "not judged", "unjudged");
+      td.title = "checks not judged (the run did not finish): " + counted(r.unjudged_checks);
+    } else { cell(tr, counted(r.failed_checks)); }
+    cell(tr, r.failure_modes.join(", "));
     cell(tr, r.turns, "num"); cell(tr, r.tokens, "num");
     var a = document.createElement("a");
     a.className = "open";
