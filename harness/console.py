@@ -118,13 +118,16 @@ class Progress(MatrixEvents):
         self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
 
     def planned(self, result: MatrixResult) -> None:
-        """Say what the matrix holds as ``--dry-run`` says it (:func:`plan_counts`); size the bar to the runs not done
-        (a run another process is running gets its own line when its turn comes)."""
+        """Say what the matrix holds as ``--dry-run`` says it (:func:`plan_counts`), then the planning's warnings (e.g.
+        requests that queue at a server), once, before any run; size the bar to the runs not done (a run another
+        process is running gets its own line when its turn comes)."""
         todo = len(result.planned) - result.already_done
         self.total = todo
         if self.bar is not None:
             self.bar.reset(total=todo)
         self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {self.ledger_path}")
+        for warning in result.warnings:  # before the runs, not after the table (nor never, when `| head` stops them)
+            self._note(f"harness: warning: {printable(warning)}")
 
     def model_starting(self, model: str) -> None:
         """Say that a model is loading, so a bar at 0 for a minute is not silent."""
@@ -255,9 +258,8 @@ def execution_words(jobs: int, executor: str, workers: int | None, *, runs: int,
 
 
 def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False) -> None:
-    """After a matrix: warnings, a table per cell, the totals, what was skipped and what to retry."""
-    for warning in result.warnings:
-        print(f"harness: warning: {printable(warning)}", file=sys.stderr)
+    """After a matrix: a table per cell, the totals, what was skipped and what to retry (the planning's warnings were
+    said before the runs: :meth:`Progress.planned`)."""
     rows = summary_rows(result.summaries)
     if rows:
         table = [
