@@ -159,7 +159,7 @@ class MatrixEvents:
         ``in_flight``, or has finished it since the matrix was planned): it is settled without running here."""
 
     def stopping(self, in_flight: int) -> None:
-        """The first Ctrl-C: no new run starts; ``in_flight`` runs end as interrupted when their model call returns."""
+        """The first Ctrl-C: no new run starts; the ``in_flight`` runs that began end as interrupted when their call returns."""
 
     def retrying(self, plan: RunPlan, attempt: Attempt, max_attempts: int) -> None:
         """A model call of ``plan``'s run failed (``attempt``, recorded in the ledger) and will be tried again."""
@@ -392,8 +392,9 @@ class _MatrixRun:
             if isinstance(cause, QuitNow):
                 raise cause  # two Ctrl-Cs came together
             try:
-                if error is None:
-                    self.events.stopping(sum(f.running() for f in self.futures))
+                if error is None:  # the runs past their stop check (a pool thread that has not reached it skips its run)
+                    with self.lock:
+                        self.events.stopping(len(self.running))
             except Exception:  # telling the user failed: that error is raised once the runs have ended
                 self._shut_down(wait=True)
                 raise

@@ -27,10 +27,11 @@ def _second_call_slow(number: int) -> str | None:
     return "slow" if number == 2 else None  # one run waits on it; the other run's three calls are answered at once
 
 
-def _harness(server: FakeAgentServer, ledger_path: Path, stdout: int | IO[str], *, script: str | None = None):
-    """``harness run`` (or ``script``, given the same arguments) of two runs at once on ``server``, in a child process."""
+def _harness(server: FakeAgentServer, ledger_path: Path, stdout: int | IO[str], *extra: str, script: str | None = None):
+    """``harness run`` (or ``script``, given the same arguments) of two runs at once on ``server``, in a child process
+    (``extra``: more flags)."""
     argv = ["run", str(SCENARIO_FILE), "--model", f"openai:ideal@{server.base_url}", *RUN_FLAGS, "--repeats", "2",
-            "--jobs", "2", "--ledger", str(ledger_path)]  # fmt: skip
+            "--jobs", "2", "--ledger", str(ledger_path), *extra]  # fmt: skip
     command = ["-c", script] if script is not None else ["-m", "harness"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, *command, *argv], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
@@ -116,3 +117,35 @@ def test_a_ctrl_c_while_an_error_waits_for_the_runs_in_flight_ends_them_and_quit
     runs = _runs(ledger_path)
     assert sorted((run.outcome, run.end.error) for run in runs if run.end) == [("interrupted", STOPPED_BY_ERROR), ("pass", None)]
     assert len(runs) == 2  # every run that started has its end row
+
+
+CTRL_C_AS_RUNS_ARE_HANDED_OVER = """
+import os, signal, sys
+from harness.cli import main
+from harness.executors.processes import ProcessMatrixRun
+
+real = ProcessMatrixRun._dispatch
+def _dispatch(self):  # the user presses Ctrl-C as the runs are handed to the worker, before it has begun any
+    real(self)
+    if self.flights and not getattr(self, "pressed", False):
+        self.pressed = True
+        os.kill(os.getpid(), signal.SIGINT)  # held until the dispatch is done (harness.executors.processes._held)
+
+ProcessMatrixRun._dispatch = _dispatch
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+# "stopping; 2 run(s) in flight end as interrupted when their model call returns" counted the runs handed to a worker
+# still starting up: none had begun, so none was in a model call and nothing was waited for (they stop before their first
+# call: skipped, or begun and ended as interrupted at once)
+def test_the_first_ctrl_c_counts_only_the_runs_that_began_in_a_worker(tmp_path):
+    ledger_path = tmp_path / "ledger.sqlite"
+    with FakeAgentServer(slots=2) as server:
+        proc = _harness(server, ledger_path, subprocess.PIPE, "--executor", "processes", "--workers", "1",
+                        script=CTRL_C_AS_RUNS_ARE_HANDED_OVER)  # fmt: skip
+        err = _finish(proc, timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "in flight" not in err, err  # no "Press Ctrl-C again to quit at once" either: there is nothing to wait for
+    assert server.requests == 0  # no run made a model call
+    assert {(run.outcome, run.end.turns) for run in _runs(ledger_path)} <= {("interrupted", 0)}

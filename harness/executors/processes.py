@@ -179,7 +179,7 @@ class ProcessMatrixRun:
         try:
             if isinstance(interrupt, QuitNow):
                 raise interrupt
-            self.events.stopping(len(self.flights))
+            self.events.stopping(self._begun())
             self._stop()
             while self.flights:
                 self._pump(0.2)
@@ -192,6 +192,13 @@ class ProcessMatrixRun:
             self._end_after_error()
             raise
         raise interrupt
+
+    def _begun(self) -> int:
+        """Runs in flight that started (their start row is in the ledger) and have not ended: those a stop ends as
+        ``interrupted`` when their model call returns. A run handed to a worker that has not started it is in no model
+        call: it stops before its first (skipped, ``("skipped",)``, when the stop reaches the worker first; else it
+        starts and ends as interrupted at once)."""
+        return sum(f.start is not None and f.end is None for f in self.flights.values())
 
     def _salvage(self, seconds: float = 2.0) -> None:
         """Apply the turns, attempts and end rows the killed workers sent that are still unread in the pipes (one group
