@@ -20,6 +20,7 @@ __all__ = [
     "STOPPED_BY_USER",
     "RunOptions",
     "StopEvent",
+    "quit_reason",
     "stop_for",
     "stop_reason",
 ]
@@ -65,6 +66,14 @@ def stop_for(stop: threading.Event, reason: str) -> None:
 def stop_reason(stop: threading.Event) -> str:
     """Why ``stop`` was set: a :class:`StopEvent`'s reason; any other event is the user's (:data:`STOPPED_BY_USER`)."""
     return stop.reason if isinstance(stop, StopEvent) else STOPPED_BY_USER
+
+
+def quit_reason(stop: threading.Event, *, error: bool = False) -> str:
+    """The error of the ``interrupted`` end row of a run a quit (a second Ctrl-C) ended without its reply: the reason the
+    matrix was stopping for (a :class:`StopEvent`'s, e.g. its output's reader gone, or an error: the quit only cut the
+    wait short), :data:`STOPPED_BY_ERROR` for any other event set after an error (``error``), else :data:`QUIT_BY_USER`."""
+    reason = stop.reason if isinstance(stop, StopEvent) else STOPPED_BY_ERROR if error else STOPPED_BY_USER
+    return QUIT_BY_USER if reason == STOPPED_BY_USER else reason
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
 from harness.ownership import Claim, ClaimTaker, LockFile, lock_path, mark_running
-from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR, STOPPED_BY_USER, StopEvent, stop_for
+from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR, STOPPED_BY_USER, StopEvent, quit_reason, stop_for
 from harness.scenarios import Scenario
 from harness.startup import start_model
 from harness.vocab import Outcome, is_scored
@@ -402,7 +402,7 @@ class _MatrixRun:
         except KeyboardInterrupt:
             with self.lock:
                 abandoned = sorted(self.running)
-            recorded = _end_abandoned(self.ledger, abandoned, QUIT_BY_USER if error is None else STOPPED_BY_ERROR)
+            recorded = _end_abandoned(self.ledger, abandoned, quit_reason(self.stop, error=error is not None))
             self.quitting = True
             raise MatrixQuit(recorded, error) from error
 

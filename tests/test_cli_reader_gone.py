@@ -111,3 +111,58 @@ def test_the_reader_gone_sentence_of_a_no_resume_run_counts_what_the_same_comman
         _, err = proc.communicate(timeout=120)
     [said] = [line for line in err.splitlines() if "stopped reading" in line]
     assert said.endswith("(1 interrupted); the same command runs all 4 again (--no-resume)."), said
+
+
+QUIT_AS_THE_MATRIX_STOPS = """
+import os, signal, sys
+from harness.cli import main
+from harness.console import Progress
+from harness.run_options import STOPPED_BY_USER, StopEvent
+
+set_for, stopping = StopEvent.set_for, Progress.stopping
+def stop_for(self, reason):  # the user presses Ctrl-C as the matrix begins to wait for its run in flight...
+    set_for(self, reason)
+    if reason != STOPPED_BY_USER:
+        os.kill(os.getpid(), signal.SIGINT)
+def told(self, in_flight):  # ... and again once told it is stopping
+    stopping(self, in_flight)
+    os.kill(os.getpid(), signal.SIGINT)
+
+StopEvent.set_for, Progress.stopping = stop_for, told
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("cause", ["reader", "error"])
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_a_quit_while_the_matrix_stops_records_why_it_was_stopping(tmp_path, executor, cause):
+    """The output's reader left at run A's line (``reader``), or run C's start was refused because the ledger was moved
+    during A's last call (``error``), so the matrix waits for run B's slow call; two Ctrl-Cs then quit. B's end row
+    said "interrupted by the user (second Ctrl-C)" (with processes also after the error), though the user had not
+    stopped the matrix, only cut its wait short."""
+    from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER
+
+    ledger, moved = tmp_path / "l.sqlite", tmp_path / "moved.sqlite"
+
+    def faults(number: int) -> str | None:
+        if number == 4 and cause == "error":  # run A's last call: A's and B's start rows are in, C's is not
+            os.rename(ledger, moved)
+        return "slow" if number == 2 else None  # run B's first call
+
+    with FakeAgentServer(faults=faults, slow_s=60, slots=4) as server:
+        read, write = os.pipe()
+        if cause == "reader":
+            os.close(read)
+        argv = _run_argv(server.base_url, ledger, executor)
+        proc = subprocess.Popen([argv[0], "-c", QUIT_AS_THE_MATRIX_STOPS, *argv[3:]], stdout=write, stderr=subprocess.PIPE,
+                                text=True, env=ENV, cwd=tmp_path)  # fmt: skip
+        os.close(write)
+        _, err = proc.communicate(timeout=50)  # well before the slow call returns: nothing waited for it
+        if cause == "error":
+            os.close(read)
+    assert proc.returncode == 130 and "quit; 1 run in flight recorded as interrupted" in err, (proc.returncode, err)
+    if cause == "error":  # a quit leaves the newest rows in the -wal file under the old name: move the ledger back
+        os.rename(moved, ledger)
+    with sqlite3.connect(ledger) as db:
+        ends = sorted(db.execute("SELECT outcome, error FROM run_ends"))
+    assert ends == [("interrupted", STOPPED_BY_READER if cause == "reader" else STOPPED_BY_ERROR), ("pass", None)]

@@ -52,7 +52,7 @@ from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, 
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
 from harness.loop import RunOptions, RunSummary
 from harness.ownership import Claim
-from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR, STOPPED_BY_USER, stop_for, stop_reason
+from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_USER, quit_reason, stop_for, stop_reason
 from harness.runner import MatrixEvents, MatrixQuit, MatrixResult, QuitNow, _end_abandoned, end_from_totals, run_config
 from harness.vocab import Outcome
 
@@ -186,7 +186,7 @@ class ProcessMatrixRun:
         except KeyboardInterrupt:
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
-            raise MatrixQuit(self._end_in_flight(QUIT_BY_USER)) from None
+            raise MatrixQuit(self._end_in_flight(quit_reason(self.stop, error=self.failure is not None))) from None
         except BaseException:
             self._kill_workers()  # the driver failed while it waited (its output, say): as in run()
             self._end_after_error()
