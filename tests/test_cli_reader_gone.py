@@ -162,6 +162,7 @@ def test_a_quit_while_the_matrix_stops_records_why_it_was_stopping(tmp_path, exe
             os.close(read)
     assert proc.returncode == 130 and "quit; 1 run in flight recorded as interrupted" in err, (proc.returncode, err)
     if cause == "error":  # a quit leaves the newest rows in the -wal file under the old name: move the ledger back
+        assert f"the ledger {ledger} was moved to {moved} while the matrix ran" in err, err  # the error is still said
         os.rename(moved, ledger)
     with sqlite3.connect(ledger) as db:
         ends = sorted(db.execute("SELECT outcome, error FROM run_ends"))

@@ -174,10 +174,11 @@ class ProcessMatrixRun:
             self._end_in_flight(STOPPED_BY_ERROR)
 
     def _interrupted(self, interrupt: KeyboardInterrupt) -> None:
-        """First Ctrl-C: stop and wait for the runs in flight; a second one (or :class:`QuitNow`): quit at once."""
+        """First Ctrl-C: stop and wait for the runs in flight; a second one, :class:`QuitNow`, or one while an error was
+        stopping the matrix (as with threads): quit at once, the error carried by :class:`MatrixQuit` to be reported."""
         stop_for(self.stop, STOPPED_BY_USER)
         try:
-            if isinstance(interrupt, QuitNow):
+            if isinstance(interrupt, QuitNow) or self.failure is not None:
                 raise interrupt
             self.events.stopping(self._begun())
             self._stop()
@@ -186,7 +187,8 @@ class ProcessMatrixRun:
         except KeyboardInterrupt:
             self.quitting = True
             self._kill_workers()  # nothing but the driver writes the ledger, and it writes the end rows now
-            raise MatrixQuit(self._end_in_flight(quit_reason(self.stop, error=self.failure is not None))) from None
+            error = self.failure  # reported as it would have been without the quit, as with threads
+            raise MatrixQuit(self._end_in_flight(quit_reason(self.stop, error=error is not None)), error) from error
         except BaseException:
             self._kill_workers()  # the driver failed while it waited (its output, say): as in run()
             self._end_after_error()
