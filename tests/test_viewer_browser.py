@@ -18,8 +18,9 @@ import pytest
 
 from harness.ledger import Ledger, RunFilter
 from harness.viewer import export_site
+from harness.vocab import counted
 from tests.helpers import HOSTILE_LABEL, HOSTILE_NAME, HOSTILE_TEXT, build_hostile_ledger, build_viewer_ledger, viewer_process
-from tests.ledger_builders import UNJUDGED_CHECK, build_unjudged_checks_ledger
+from tests.ledger_builders import SMALL, UNJUDGED_CHECK, add_run, build_unjudged_checks_ledger
 
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 pytestmark = [
@@ -226,6 +227,27 @@ def test_exported_list_does_not_judge_an_unfinished_runs_failed_checks(browser, 
     body = _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body")).text
     assert f"checks not judged (the run did not finish): file_exists, {UNJUDGED_CHECK}" in body
     assert "failed checks" not in body and body.count("FAIL (not judged)") == 2
+
+
+def test_exported_list_names_checks_named_like_object_properties(browser, tmp_path):
+    """Check names are the scenario's: the cell list.js builds (and its "not judged" title) names each as the served
+    list does (``counted``). Names such as ``constructor`` or ``__proto__`` were dropped: list.js counted them in a
+    plain object, where they are already properties (red team)."""
+    from selenium.webdriver.common.by import By
+
+    judged, unjudged = ["constructor", "constructor", "__proto__", "x"], ["toString", "hasOwnProperty"]
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        add_run(ledger, "a-cut", model=SMALL, repetition=0, outcome="interrupted",
+                checks=[{"check": name, "passed": False, "detail": ""} for name in unjudged])  # fmt: skip
+        add_run(ledger, "b-fail", model=SMALL, repetition=1, outcome="task_failed",
+                checks=[{"check": name, "passed": False, "detail": ""} for name in judged])  # fmt: skip
+    export_site(tmp_path / "l.sqlite", tmp_path / "site")
+    browser.get((tmp_path / "site" / "index.html").as_uri())
+    _wait(browser, lambda d: d.find_element(By.ID, "status").text.startswith("2 runs match"))
+    cells = {tr.find_element(By.CSS_SELECTOR, "a.open").text: tr.find_elements(By.TAG_NAME, "td")[8]
+             for tr in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")}  # fmt: skip
+    assert cells["b-fail"].text == counted(judged) == "constructor \u00d72, __proto__, x"
+    assert cells["a-cut"].get_attribute("title") == "checks not judged (the run did not finish): toString, hasOwnProperty"
 
 
 def test_hostile_output_never_runs_in_the_browser(browser, tmp_path):

@@ -41,10 +41,10 @@
     return v === null || v === undefined ? "" : v;
   }
 
-  function counted(names) {
-    var counts = {}, order = [];
-    names.forEach(function (n) { if (!(n in counts)) { counts[n] = 0; order.push(n); } counts[n] += 1; });
-    return order.map(function (n) { return n + (counts[n] > 1 ? " \u00d7" + counts[n] : ""); }).join(", ");
+  function counted(names) {  /* a Map: a name such as "constructor" is no property of it already */
+    var counts = new Map();
+    names.forEach(function (n) { counts.set(n, (counts.get(n) || 0) + 1); });
+    return Array.from(counts, function (e) { return e[0] + (e[1] > 1 ? " \u00d7" + e[1] : ""); }).join(", ");
   }
 
   function cell(tr, text, cls) {
