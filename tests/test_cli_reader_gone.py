@@ -161,9 +161,36 @@ def test_a_quit_while_the_matrix_stops_records_why_it_was_stopping(tmp_path, exe
         if cause == "error":
             os.close(read)
     assert proc.returncode == 130 and "quit; 1 run in flight recorded as interrupted" in err, (proc.returncode, err)
-    if cause == "error":  # a quit leaves the newest rows in the -wal file under the old name: move the ledger back
+    if cause == "error":  # moved back, the ledger holds every row too (the quit copied them into the moved file)
         assert f"the ledger {ledger} was moved to {moved} while the matrix ran" in err, err  # the error is still said
         os.rename(moved, ledger)
     with sqlite3.connect(ledger) as db:
         ends = sorted(db.execute("SELECT outcome, error FROM run_ends"))
     assert ends == [("interrupted", STOPPED_BY_READER if cause == "reader" else STOPPED_BY_ERROR), ("pass", None)]
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_a_quit_after_the_ledger_was_moved_leaves_the_rows_where_the_error_says(tmp_path, executor):
+    """The ledger is moved during run A's last call (run C's start is refused) and the user quits while the matrix waits
+    for run B's slow call. The error says "the runs recorded so far are in moved.sqlite ... or pass --ledger
+    moved.sqlite", but the quit left them in the ``-wal`` file under the old name: moved.sqlite was empty, "not a
+    harness ledger" (red team; the processes executor says the error on a quit since f2d5777)."""
+    from harness.ledger import Ledger
+    from harness.run_options import STOPPED_BY_ERROR
+
+    ledger, moved = tmp_path / "l.sqlite", tmp_path / "moved.sqlite"
+
+    def faults(number: int) -> str | None:
+        if number == 4:  # run A's last call: A's and B's start rows are in, C's is not
+            os.rename(ledger, moved)
+        return "slow" if number == 2 else None  # run B's first call
+
+    with FakeAgentServer(faults=faults, slow_s=60, slots=4) as server:
+        argv = _run_argv(server.base_url, ledger, executor)
+        proc = subprocess.Popen([argv[0], "-c", QUIT_AS_THE_MATRIX_STOPS, *argv[3:]], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)  # fmt: skip
+        _, err = proc.communicate(timeout=50)  # well before the slow call returns: nothing waited for it
+    assert proc.returncode == 130 and f"or pass --ledger {moved}, and run again" in err, (proc.returncode, err)
+    with Ledger(moved, readonly=True) as db:  # as the error says
+        ends = sorted((run.outcome, run.end.error) for run in db.runs() if run.end is not None)
+    assert ends == [("interrupted", STOPPED_BY_ERROR), ("pass", None)]

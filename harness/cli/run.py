@@ -269,6 +269,7 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
                 _print_head(ledger)  # the rows recorded are committed by now: the head ends the output, as after a first Ctrl-C
                 sys.stdout.flush()
             finally:  # also when the output cannot be written (red team: it then waited for the model calls in flight)
+                _close_moved(ledger, quit.error)
                 os._exit(130)  # workers may be blocked in a model call; every committed turn is safe in the ledger (SQLite WAL)
         except KeyboardInterrupt:  # first Ctrl-C: the runs in flight are recorded as interrupted; the head still ends the output
             progress.close()
@@ -279,6 +280,17 @@ def _run_in(plans: list[RunPlan], ledger: _LedgerOnDemand, options: RunOptions, 
             progress.close()
         ledger.take_head()
         return result
+
+
+def _close_moved(ledger: _LedgerOnDemand, error: BaseException | None) -> None:
+    """Before a quit's exit: when ``error`` says the ledger's file was moved or replaced (:class:`LedgerSwapped`), close
+    it, so the rows still in the ``-wal`` file under the old name go into the moved file, where the error's sentence
+    says they are (:func:`~harness.ledger.opening.close_writable`); a ledger that cannot be closed is left as it is."""
+    from harness.errors import LedgerSwapped
+
+    if isinstance(error, LedgerSwapped):
+        with contextlib.suppress(Exception):  # whatever it is (SQLite's too), the process exits next: the error was said
+            ledger.close()
 
 
 def _say_error(error: BaseException) -> None:
