@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.cli._common import Subparsers, default_scenario, head_line, ledger_option, ledger_path
-from harness.errors import UsageError
+from harness.errors import LedgerSwapped, UsageError
 from harness.executors import EXECUTORS, check_executor
 from harness.vocab import PARSER_POLICIES, THINK_SETTINGS, TOOL_MODES
 
@@ -286,8 +286,6 @@ def _close_moved(ledger: _LedgerOnDemand, error: BaseException | None) -> None:
     """Before a quit's exit: when ``error`` says the ledger's file was moved or replaced (:class:`LedgerSwapped`), close
     it, so the rows still in the ``-wal`` file under the old name go into the moved file, where the error's sentence
     says they are (:func:`~harness.ledger.opening.close_writable`); a ledger that cannot be closed is left as it is."""
-    from harness.errors import LedgerSwapped
-
     if isinstance(error, LedgerSwapped):
         with contextlib.suppress(Exception):  # whatever it is (SQLite's too), the process exits next: the error was said
             ledger.close()
