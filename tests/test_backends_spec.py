@@ -139,7 +139,10 @@ def test_every_module_exports_what_it_lists(module_name):
 
 # -- red-team ---------------------------------------------------------------------------------------------
 # red-team finding: a malformed URL in a model spec was a traceback
-@pytest.mark.parametrize("spec", ["openai:m@http://[::1", "ollama:m@http://[zz]:1"])
+@pytest.mark.parametrize(
+    "spec",
+    ["openai:m@http://[::1", "ollama:m@http://[zz]:1", "openai:m@http://127.0.0.1:9/v\x01", "ollama:m@http://h:1/a\x7fb"],
+)  # and (red team, stop 29) a control character, which httpx refused only at the first request: a traceback
 def test_model_spec_with_a_malformed_url_is_a_usage_error(tmp_path, capsys, spec):
     # urllib's urlsplit raises ValueError("Invalid IPv6 URL") out of _normalize_url -> traceback
     with pytest.raises(UsageError):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
+import httpx
+
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.embedded import EmbeddedBackend
 from harness.backends.hub import HUB_PREFIX, parse_hub_spec
@@ -179,7 +181,7 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         default_port: port added to a bare host without scheme and port (Ollama's 11434).
 
     Raises:
-        UsageError: not an http(s) URL with a host and a numeric port.
+        UsageError: not an http(s) URL with a host and a numeric port, or one ``httpx`` refuses (a control character).
     """
     had_scheme = "://" in url
     full = url if had_scheme else f"http://{url}"
@@ -187,7 +189,8 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         parts = urlsplit(full)
         port = parts.port
         hostname = parts.hostname
-    except ValueError:  # unbalanced IPv6 brackets, a non-numeric or out-of-range port
+        httpx.URL(full)  # what httpx refuses too (a control character): one sentence now, not a traceback at the first request
+    except (ValueError, httpx.InvalidURL):  # unbalanced IPv6 brackets, a non-numeric or out-of-range port
         parts, port, hostname = urlsplit("http://x"), -1, None
     if parts.scheme not in ("http", "https") or not hostname or port == -1:
         if spec is None:
