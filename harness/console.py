@@ -125,7 +125,7 @@ class Progress(MatrixEvents):
         self.total = todo
         if self.bar is not None:
             self.bar.reset(total=todo)
-        self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {self.ledger_path}")
+        self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {printable(str(self.ledger_path))}")
         for warning in result.warnings:  # before the runs, not after the table (nor never, when `| head` stops them)
             self._note(f"harness: warning: {printable(warning)}")
 
@@ -281,7 +281,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
     if result.running_elsewhere:
         notes.append(f"{result.running_elsewhere} running in another process, skipped")
     done_note = f" ({'; '.join(notes)})" if notes else ""
-    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {ledger_path}")
+    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {printable(str(ledger_path))}")
     for model, reason, count in result.skipped:
         print(f"harness: skipped {plural(count, 'run')} of {printable(model)}: {printable(reason)}", file=sys.stderr)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)

@@ -227,7 +227,7 @@ class _HostileServer(FakeAgentServer):
 # red-13 finding: a server's error message (and a model spec) reached the console raw: escapes, CR, newlines, 10 KB
 @pytest.mark.parametrize("always", [False, True])
 def test_a_hostile_server_error_cannot_hijack_the_console_and_each_attempt_stays_one_line(tmp_path, capsys, always):
-    ledger = tmp_path / "l.sqlite"
+    ledger = tmp_path / "l\x1b[31m.sqlite"  # red team (stop 29): the ledger's path reached the start and summary lines raw
     with _HostileServer(faults=lambda n: "hostile" if always or n == 1 else None) as server:
         rc, out, err = cli(capsys, "run", "--model", f"openai:m\x1b[31m@{server.base_url}", *RUN_FLAGS, "--ledger", ledger,
                            "--repeats", "1", "--max-attempts", "2")  # fmt: skip
@@ -239,6 +239,7 @@ def test_a_hostile_server_error_cannot_hijack_the_console_and_each_attempt_stays
     assert len(lines) == 1 and "attempt 1 of 2 failed" in lines[0], err
     assert "HTTP 500 (\\x1b[2J\\x1b[31mPWNED\\rOVERWRITE\\nsecond line\\x07\\u202eAAA" in lines[0]
     assert "more characters in the ledger" in lines[0] and "openai:m\\x1b[31m@" in lines[0]
+    assert "ledger: " + str(ledger).replace("\x1b", "\\x1b") in out + err
     with Ledger(ledger, readonly=True) as db:
         assert _HOSTILE in db.attempts()[0].error  # the ledger keeps the server's words whole
 
