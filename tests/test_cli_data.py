@@ -138,3 +138,17 @@ def test_an_edited_json_column_is_one_sentence_never_a_traceback(tmp_path, capsy
         return
     assert_one_sentence_error(rc, err)
     assert "harness ledger verify" in err
+
+
+# red team (stop 29): a path from the user's command line reached the terminal raw in these lines
+def test_ledger_and_scenario_commands_escape_paths(tmp_path, capsys):
+    ledger = tmp_path / "l\x1b[2J.sqlite"
+    outputs = [cli(capsys, "ledger", "migrate", "--ledger", ledger), cli(capsys, "ledger", "verify", "--ledger", ledger)]
+    scenario = tmp_path / "s\x1b[31m.toml"
+    scenario.write_text((REPO / "scenarios" / "list_and_report.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    broken = tmp_path / "b\x1b[31m.toml"
+    broken.write_text("name = 1\n", encoding="utf-8")
+    outputs += [cli(capsys, "scenarios", "check", scenario), cli(capsys, "scenarios", "check", broken)]
+    assert [rc for rc, _, _ in outputs] == [0, 0, 0, 1]
+    for _, out, err in outputs:
+        assert "\x1b" not in out + err and "\\x1b" in out + err, (out, err)

@@ -60,12 +60,12 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
         extends = "; it extends the anchor" if anchor is not None else ""
         if result.anchored_input is not None:
             extends = f"; its merged input {printable(result.anchored_input)} extends the anchor"
-        print(f"{path}: OK, {result.rows} rows verified{extends}.")
+        print(f"{printable(str(path))}: OK, {result.rows} rows verified{extends}.")
         if pending:
-            print(f"harness: {path} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {path}` upgrades it.",
+            print(f"harness: {printable(str(path))} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {printable(str(path))}` upgrades it.",
                   file=sys.stderr)  # fmt: skip
         return 0
-    print(f"harness: {path}: verification FAILED: {result.problem}.", file=sys.stderr)
+    print(f"harness: {printable(str(path))}: verification FAILED: {printable(str(result.problem))}.", file=sys.stderr)
     return 1
 
 
@@ -93,11 +93,11 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
     with Ledger(path) as ledger:
         applied = ", ".join(ledger.applied_migrations())
     if not existed or pending is None:
-        print(f"{path}: {'created' if not existed else 'finished'}, schema {applied}.")
+        print(f"{printable(str(path))}: {'created' if not existed else 'finished'}, schema {applied}.")
     elif pending:
-        print(f"{path}: upgraded, applied {', '.join(pending)}; schema {applied}.")
+        print(f"{printable(str(path))}: upgraded, applied {', '.join(pending)}; schema {applied}.")
     else:
-        print(f"{path}: schema already up to date ({applied}).")
+        print(f"{printable(str(path))}: schema already up to date ({applied}).")
     return 0
 
 

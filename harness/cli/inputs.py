@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cli._common import Subparsers, default_scenario
 from harness.errors import ScenarioError, UsageError
+from harness.vocab import printable
 
 if TYPE_CHECKING:
     from harness.backends.models import ModelInfo
@@ -59,10 +60,10 @@ def _cmd_scenarios_check(args: argparse.Namespace) -> int:
     for path in args.files or _scenario_files(None):
         try:
             scenario = load_scenario(path)
-            print(f"{path}: OK ({scenario.name}, {len(scenario.checks)} checks)")
+            print(printable(f"{path}: OK ({scenario.name}, {len(scenario.checks)} checks)"))
         except ScenarioError as exc:
             failures += 1
-            print(f"harness: {exc}", file=sys.stderr)
+            print(f"harness: {printable(str(exc))}", file=sys.stderr)
     return 1 if failures else 0
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.cli._common import Subparsers, head_line, ledger_option, ledger_path
+from harness.vocab import printable
 
 __all__ = ["add_attest", "add_compare", "add_report", "add_review"]
 
@@ -97,5 +98,5 @@ def _cmd_attest_run(args: argparse.Namespace) -> int:
     from harness.review import attest
 
     run_id, digest = attest(ledger_path(args), args.run_id, reviewer=args.reviewer, notes=args.notes)
-    print(f"Attested run {run_id} by {args.reviewer.strip()}: frame SHA-256 {digest}.")
+    print(f"Attested run {run_id} by {printable(args.reviewer.strip())}: frame SHA-256 {digest}.")
     return 0

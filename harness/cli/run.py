@@ -158,7 +158,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
 
     problem = cannot_create(path)
     if problem:  # the real run would stop here too
-        print(f"harness: {problem}", file=sys.stderr)
+        print(f"harness: {printable(problem)}", file=sys.stderr)
         return 1
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
