@@ -443,3 +443,20 @@ def test_a_trickling_connection_is_closed_within_the_idle_timeout(real):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# red team (stop 29): an edited ``passed`` value (a string, null, missing) split the cell from the filter and the sort
+def test_the_failed_checks_cell_counts_what_the_filter_and_the_sort_count(tmp_path):
+    path = tmp_path / "l.sqlite"
+    odd = [{"check": name, "passed": value} for name, value in
+           [("str_false", "false"), ("zero", 0), ("null", None), ("empty", ""), ("str_true", "true"), ("false", False)]]  # fmt: skip
+    with Ledger(path) as ledger:
+        add_run(ledger, "odd", model=SMALL, repetition=0, outcome="task_failed", checks=[*odd, {"check": "missing"}])
+        add_run(ledger, "none", model=SMALL, repetition=1, outcome="task_failed", checks=[])
+    with Ledger(path, readonly=True) as ledger:
+        [row], _ = ledger.run_list(RunFilter(repetition=0))
+        by_filter = [c for c in ("str_false", "zero", "null", "empty", "str_true", "false", "missing")
+                     if ledger.run_list(RunFilter(failed_check=c))[1]]  # fmt: skip
+        ascending = [r["run_id"] for r in ledger.run_list(RunFilter(), sort="failed_checks")[0]]
+    assert row["failed_checks"] == by_filter == ["str_false", "zero", "false"]
+    assert ascending == ["none", "odd"]

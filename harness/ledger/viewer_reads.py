@@ -258,7 +258,8 @@ def _list_row(row: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         checks = []
     checks = checks if isinstance(checks, list) else []
-    failed = [str(c.get("check")) for c in checks if isinstance(c, dict) and not c.get("passed")]
+    # failed as the list's SQL filter and sort count it (``passed`` false, 0 or "false"), so an edited value splits nothing
+    failed = [str(c.get("check")) for c in checks if isinstance(c, dict) and c.get("passed") in (0, "false")]
     judged = is_scored(row["outcome"])  # a run that did not finish: its checks say nothing about the model
     row["failed_checks"], row["unjudged_checks"] = (failed, []) if judged else ([], failed)
     row.pop("failed_check_count", None)
