@@ -22,8 +22,10 @@ import markupsafe
 import pytest
 
 from harness.cli import main
+from harness.errors import UsageError
 from harness.ledger import Ledger, RunFilter
 from harness.viewer import export_site, open_server
+from harness.viewer.export import EXPORT_LIST
 from harness.viewer.jsdata import js_value
 from harness.viewer.pages import CONTENT_POLICY, META_POLICY, PAGE_SIZE
 from tests.helpers import (
@@ -394,18 +396,39 @@ def test_exported_pages_carry_the_policy_as_a_meta_tag_and_served_ones_as_a_head
 
 
 def test_re_export_leaves_no_page_of_a_run_the_ledger_does_not_hold(real, tmp_path):
-    out = tmp_path / "site"
-    (out / "runs").mkdir(parents=True)
-    (out / "data").mkdir()
-    for stale in (out / "runs" / "gone-run.html", out / "data" / "runs-0099.js"):
-        stale.write_text("from an earlier export")
-    (out / "notes.txt").write_text("the user's own file")
+    out, other = tmp_path / "site", tmp_path / "other.sqlite"
+    with Ledger(other) as ledger:  # an earlier export, of another ledger: its run is not in the new one
+        add_run(ledger, "gone-run", model=SMALL)
+    export_site(other, out, chunk_runs=1)
+    (out / "data" / "runs-0099.js").write_text("window.RUNS = [];")  # as an earlier export had left it, listed
+    with (out / EXPORT_LIST).open("a") as listing:
+        listing.write("data/runs-0099.js\n../outside.html\nindex.html\n")  # an edited list: only its pages count
+    (tmp_path / "outside.html").write_text("not the export's")
+    # newcomer (stop 29): the user's own files beside an export, even named like its pages, were deleted
+    mine = {"notes.txt": "the user's own file", "runs/notes.html": "mine", "data/mine.js": "mine too"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
     export_site(real, out)
     with Ledger(real, readonly=True) as ledger:
         ids = sorted(r.run_id for r in ledger.runs())
-    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == ids
+    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == sorted([*ids, "notes"])
     assert sorted(p.name for p in (out / "data").glob("runs-*.js")) == ["runs-0000.js"]
-    assert (out / "notes.txt").read_text() == "the user's own file"
+    assert {name: (out / name).read_text() for name in mine} == mine and (tmp_path / "outside.html").exists()
+    assert sorted((out / EXPORT_LIST).read_text().splitlines()) == sorted([*(f"runs/{i}.html" for i in ids), "data/runs-0000.js"])
+
+
+def test_export_into_a_folder_of_other_files_is_refused_and_deletes_nothing(real, tmp_path, capsys):
+    """newcomer (stop 29): a folder holding files but no earlier export had its .html files under runs/ deleted."""
+    out = tmp_path / "mine"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "abc.html").write_text("mine")
+    (out / "index.html").write_text("my index")
+    with pytest.raises(UsageError, match="holds files that are not an earlier export"):
+        export_site(real, out)
+    assert (out / "runs" / "abc.html").read_text() == "mine" and (out / "index.html").read_text() == "my index"
+    export_site(real, tmp_path / "empty-is-fine")
+    (tmp_path / "empty").mkdir()
+    export_site(real, tmp_path / "empty")
 
 
 def test_a_silent_connection_is_closed_and_the_server_still_answers(real):

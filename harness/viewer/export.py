@@ -8,13 +8,14 @@ once the first file is in) and filters, sorts and pages in the browser. Each run
 
 Layout of ``DIR``::
 
-    index.html  pair.html  static/{viewer.css,list.js,pair.js,favicon.svg}  data/manifest.js  data/runs-0000.js ...  runs/<id>.html ...
+    .harness-export  index.html  pair.html  static/{viewer.css,list.js,pair.js,favicon.svg}  data/manifest.js  data/runs-0000.js ...  runs/<id>.html ...
 
 Runs are read in batches by keyset paging, so memory holds one batch, not the ledger.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -26,7 +27,7 @@ from harness.viewer.jsdata import js_assign, js_value
 from harness.viewer.pages import PAGE_SIZE, Links, list_page, page_name, pair_page, run_page
 from harness.viewer.server import STATIC_FILES
 
-__all__ = ["CHUNK_RUNS", "ExportSummary", "export_site"]
+__all__ = ["CHUNK_RUNS", "EXPORT_LIST", "ExportSummary", "export_site"]
 
 CHUNK_RUNS = 5000
 """Runs per data file of the run list."""
@@ -41,17 +42,39 @@ class ExportSummary:
     index: Path
 
 
+EXPORT_LIST = ".harness-export"
+"""The file at the top of an export listing, one per line, the run pages and data files it wrote: the next export
+into the folder removes exactly those (a run it had may be gone), never a file of the user's."""
+_LISTED = re.compile(r"(runs/[A-Za-z0-9_-]{1,64}\.html|data/runs-[0-9]{4,}\.js)")
+"""What a line of :data:`EXPORT_LIST` may name (an edited line naming anything else is ignored)."""
+
+
 def _prepare(out: Path) -> None:
+    """Make ``out``'s folders and remove the run pages and data files its earlier export listed.
+
+    Raises:
+        UsageError: ``out`` is a file, holds files but no earlier export (they would be overwritten), or cannot be
+            created or written.
+    """
     if out.exists() and not out.is_dir():
         raise UsageError(f"--export {out} is a file, not a folder; pass a folder (it is created if missing).")
     try:
+        listed = out / EXPORT_LIST
+        earlier = listed.is_file() or (out / "data" / "manifest.js").is_file()  # the latter: an export without a list
+        if out.is_dir() and not earlier and any(out.iterdir()):
+            raise UsageError(
+                f"--export {out} holds files that are not an earlier export, which it could overwrite; "
+                "pass a new or empty folder, or one an earlier export wrote."
+            )
+        for name in listed.read_text(encoding="utf-8").splitlines() if listed.is_file() else []:
+            stale = out / name
+            if _LISTED.fullmatch(name) and stale.is_file() and not stale.is_symlink():
+                stale.unlink()  # a page of the earlier export: its run may be gone now
         for sub in ("static", "data", "runs"):
             (out / sub).mkdir(parents=True, exist_ok=True)
-        for stale in [*(out / "runs").glob("*.html"), *(out / "data").glob("runs-*.js")]:
-            if stale.is_file() and not stale.is_symlink():  # pages of an earlier export: a run it had may be gone now
-                stale.unlink()
-    except OSError as exc:
-        raise UsageError(f"cannot create the export folder {out} ({exc.strerror or exc}); pass another folder.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot create the export folder {out} ({why}); pass another folder.") from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -61,10 +84,19 @@ def _write(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path} ({exc.strerror or exc}); pass another export folder.") from None
 
 
+def _append(path: Path, names: list[str]) -> None:
+    try:
+        with path.open("a", encoding="utf-8") as listing:
+            listing.write("".join(f"{name}\n" for name in names))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path} ({exc.strerror or exc}); pass another export folder.") from None
+
+
 def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_RUNS,
                 progress: Callable[[int], None] | None = None) -> ExportSummary:  # fmt: skip
     """Write the viewer's pages for every run of the ledger into ``out`` (created if missing; the run pages and data
-    files of an earlier export there are removed first, so none is left that the new run list does not name).
+    files an earlier export there listed in :data:`EXPORT_LIST` are removed first, so none is left that the new run
+    list does not name; a folder holding other files and no earlier export is refused).
 
     Args:
         ledger_path: the ledger, opened read-only.
@@ -74,7 +106,7 @@ def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_R
 
     Raises:
         LedgerError: the ledger cannot be opened or read.
-        UsageError: ``out`` is a file, or cannot be created or written.
+        UsageError: ``out`` is a file, holds files but no earlier export, or cannot be created or written.
     """
     with Ledger(ledger_path, readonly=True) as ledger:
         _prepare(out)
@@ -83,11 +115,14 @@ def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_R
         files: list[str] = []
         runs = 0
         run_links = Links(served=False, depth=1)
+        _write(out / EXPORT_LIST, "")  # listed batch by batch, before its files: an export cut short is listed too
         for batch in ledger.iter_run_list(batch=chunk_runs):
+            name = f"runs-{len(files):04d}.js"
             for row in batch:
                 row["page"] = page_name(row["run_id"])
+            _append(out / EXPORT_LIST, [*(f"runs/{row['page']}.html" for row in batch), f"data/{name}"])
+            for row in batch:
                 _write(out / "runs" / f"{row['page']}.html", run_page(ledger, row["run_id"], run_links))
-            name = f"runs-{len(files):04d}.js"
             _write(out / "data" / name, f"window.RUNS = (window.RUNS || []).concat({js_value(batch)});\n")
             files.append(f"data/{name}")
             runs += len(batch)
