@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates docs/example-report from the scenario library's replay cassettes (no model server, ~1 minute):
+# Regenerates docs/example-report from the scenario library's replay cassettes (no model server; 10-15 seconds):
 # two "models" per scenario, `replay:ideal.jsonl` and `replay:broken.jsonl` (each scenario folder under
 # tests/cassettes holds its own pair), at two temperatures, two repetitions each. Replayed replies ignore the
 # temperature, so the two temperatures agree here; on a live model they differ.
