@@ -210,6 +210,10 @@ def test_exported_list_does_not_judge_an_unfinished_runs_failed_checks(browser, 
     cells = {tr.find_element(By.CSS_SELECTOR, "a.open").text: tr.find_elements(By.TAG_NAME, "td")[8]
              for tr in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")}  # fmt: skip
     assert cells["a-cut"].text == "not judged"
+    # newcomer (stop 29): the exported list wrote temperature 0.0 as "0", the served list and run pages as "0.0"
+    assert {tr.find_elements(By.TAG_NAME, "td")[2].text for tr in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")} == {
+        "0.0"
+    }
     assert cells["a-cut"].get_attribute("title") == f"checks not judged (the run did not finish): file_exists, {UNJUDGED_CHECK}"
     assert (cells["b-fail"].text, cells["b-fail"].get_attribute("title")) == ("file_exists", "")
     assert not browser.find_elements(By.CSS_SELECTOR, "#runs b")  # the check name's markup stays text

@@ -10,6 +10,7 @@
   function value(id) { var el = document.getElementById(id); return el ? el.value : ""; }
   function checked(id) { var el = document.getElementById(id); return !!(el && el.checked); }
   function scored(outcome) { return ["pass", "task_failed", "turn_limit", "token_limit"].indexOf(outcome) >= 0; }
+  function decimal(v) { return typeof v === "number" && Number.isInteger(v) ? v.toFixed(1) : v; }  // 0 as Python writes 0.0
   function cellKey(r) { return JSON.stringify([r.scenario, r.model, r.temperature, r.tool_mode, r.parser, r.stream, r.think]); }
 
   function failingCells(runs) {
@@ -58,7 +59,7 @@
   function row(r) {
     var tr = document.createElement("tr");
     tr.className = "outcome-" + String(r.outcome).replace(/[^a-z_]/g, "");
-    cell(tr, r.scenario); cell(tr, r.model, "model"); cell(tr, r.temperature); cell(tr, r.tool_mode); cell(tr, r.parser);
+    cell(tr, r.scenario); cell(tr, r.model, "model"); cell(tr, decimal(r.temperature)); cell(tr, r.tool_mode); cell(tr, r.parser);
     cell(tr, r.stream ? "on" : "off"); cell(tr, r.repetition); cell(tr, r.outcome, "outcome");
     if (r.unjudged_checks.length) {  /* the run did not finish: as the served list and the run line say */
       var td = cell(tr, "not judged", "unjudged");
