@@ -193,8 +193,10 @@ class Progress(MatrixEvents):
     def stopping(self, in_flight: int) -> None:
         """The first Ctrl-C: say what happens to the runs in flight."""
         if in_flight:
-            print(f"harness: stopping; {in_flight} run(s) in flight end as interrupted when their model call returns. "
-                  "Press Ctrl-C again to quit at once (they are recorded as interrupted without that reply).", file=sys.stderr, flush=True)  # fmt: skip
+            end, its, they = ("ends", "its", "it is") if in_flight == 1 else ("end", "their", "they are")
+            print(f"harness: stopping; {plural(in_flight, 'run')} in flight {end} as interrupted when {its} model call "
+                  f"returns. Press Ctrl-C again to quit at once ({they} recorded as interrupted without that reply).",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
     def retrying(self, plan: RunPlan, attempt: Attempt, max_attempts: int) -> None:
         """One line per failed model call that will be retried, so a slow or failing server is not silent."""

@@ -8,6 +8,7 @@ real ledger files.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,9 @@ def test_runs_stopped_by_an_error_say_so_and_runs_stopped_by_ctrl_c_say_the_user
         proc.send_signal(signal.SIGINT)
         err = _finish(proc, timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err
+    said = re.findall(r"stopping; (\d) runs? in flight (ends|end) as interrupted when (its|their) model call returns\. "
+                      r"Press Ctrl-C again to quit at once \((it is|they are) recorded", err)  # fmt: skip
+    assert said in ([("1", "ends", "its", "it is")], [("2", "end", "their", "they are")]), err  # not "1 run(s)"
     runs = _runs(interrupted)
     assert {run.end.error for run in runs if run.outcome == "interrupted"} == {"interrupted by the user"}, err
     stopped = next(run for run in runs if run.outcome == "interrupted")  # the slow call's run at least
