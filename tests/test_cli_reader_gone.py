@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,18 @@ def _unfinished(ledger: Path) -> list[str]:
         return [r[0] for r in db.execute("SELECT run_id FROM runs WHERE run_id NOT IN (SELECT run_id FROM run_ends)")]
 
 
+def _slow_b_and_moved_after_a(ledger: Path, moved: Path | None) -> Callable[[int], str | None]:
+    """The fake server's faults: run B's first call (the 2nd) is slow; with ``moved``, the ledger is moved there during
+    run A's last call (the 4th), when A's and B's start rows are in and C's is not."""
+
+    def faults(number: int) -> str | None:
+        if number == 4 and moved is not None:
+            os.rename(ledger, moved)
+        return "slow" if number == 2 else None
+
+    return faults
+
+
 @pytest.mark.parametrize("executor", ["threads", "processes"])
 def test_an_error_after_the_reader_left_exits_1_with_its_sentence_not_120(tmp_path, executor):
     """The ledger is moved during run A's last call; A's line is read by a reader that then leaves; run C's start is
@@ -41,11 +54,7 @@ def test_an_error_after_the_reader_left_exits_1_with_its_sentence_not_120(tmp_pa
     "Exception ignored in: <_io.TextIOWrapper name='<stdout>'> BrokenPipeError" after the error sentence."""
     ledger, moved = tmp_path / "l.sqlite", tmp_path / "moved.sqlite"
 
-    def faults(number: int) -> str | None:
-        if number == 4:  # run A's last call: A's and B's start rows are in, C's is not
-            os.rename(ledger, moved)
-        return "slow" if number == 2 else None  # run B's first call
-
+    faults = _slow_b_and_moved_after_a(ledger, moved)
     with FakeAgentServer(faults=faults, slow_s=8, slots=4) as server:
         read, write = os.pipe()
         proc = subprocess.Popen(_run_argv(server.base_url, ledger, executor), stdout=write, stderr=subprocess.PIPE,
@@ -144,11 +153,7 @@ def test_a_quit_while_the_matrix_stops_records_why_it_was_stopping(tmp_path, exe
 
     ledger, moved = tmp_path / "l.sqlite", tmp_path / "moved.sqlite"
 
-    def faults(number: int) -> str | None:
-        if number == 4 and cause == "error":  # run A's last call: A's and B's start rows are in, C's is not
-            os.rename(ledger, moved)
-        return "slow" if number == 2 else None  # run B's first call
-
+    faults = _slow_b_and_moved_after_a(ledger, moved if cause == "error" else None)
     with FakeAgentServer(faults=faults, slow_s=60, slots=4) as server:
         read, write = os.pipe()
         if cause == "reader":
@@ -180,11 +185,7 @@ def test_a_quit_after_the_ledger_was_moved_leaves_the_rows_where_the_error_says(
 
     ledger, moved = tmp_path / "l.sqlite", tmp_path / "moved.sqlite"
 
-    def faults(number: int) -> str | None:
-        if number == 4:  # run A's last call: A's and B's start rows are in, C's is not
-            os.rename(ledger, moved)
-        return "slow" if number == 2 else None  # run B's first call
-
+    faults = _slow_b_and_moved_after_a(ledger, moved)
     with FakeAgentServer(faults=faults, slow_s=60, slots=4) as server:
         argv = _run_argv(server.base_url, ledger, executor)
         proc = subprocess.Popen([argv[0], "-c", QUIT_AS_THE_MATRIX_STOPS, *argv[3:]], stdout=subprocess.PIPE,
