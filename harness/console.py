@@ -107,25 +107,31 @@ class Progress(MatrixEvents):
     Attributes:
         reader_gone: standard output's reader stopped reading; the matrix was told to stop (runs in flight end as
             ``interrupted``, runs not started do not start).
+        skipped_said: why each skipped model's runs were skipped has been said (:meth:`planned`), so the summary only
+            points up to it (:func:`print_run_summary`).
     """
 
     def __init__(self, total: int, ledger_path: Path, *, resume: bool = True, stop: threading.Event | None = None) -> None:
         from tqdm import tqdm
 
         self.planned_total, self.ledger_path, self.resume, self.stop = total, ledger_path, resume, stop
-        self.total, self.done, self.reader_gone = total, 0, False
+        self.total, self.done, self.reader_gone, self.skipped_said = total, 0, False, False
         self.counts = {"pass": 0, "fail": 0, "infra": 0}
         self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True) if sys.stderr.isatty() else None
 
     def planned(self, result: MatrixResult) -> None:
-        """Say what the matrix holds as ``--dry-run`` says it (:func:`plan_counts`), then the planning's warnings (e.g.
-        requests that queue at a server), once, before any run; size the bar to the runs not done (a run another
-        process is running gets its own line when its turn comes)."""
+        """Say what the matrix holds as ``--dry-run`` says it (:func:`plan_counts`), then why each model that cannot
+        be planned is skipped (its server is not running) and the planning's warnings (e.g. requests that queue at a
+        server), once, before any run; size the bar to the runs not done (a run another process is running gets its
+        own line when its turn comes)."""
         todo = len(result.planned) - result.already_done
         self.total = todo
         if self.bar is not None:
             self.bar.reset(total=todo)
         self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {printable(str(self.ledger_path))}")
+        for model, reason, count in result.skipped:  # the counts' "cannot be planned", explained before any run
+            self._note(_skipped_sentence(model, reason, count))
+        self.skipped_said = True
         for warning in result.warnings:  # before the runs, not after the table (nor never, when `| head` stops them)
             self._note(f"harness: warning: {printable(warning)}")
 
@@ -259,9 +265,17 @@ def execution_words(jobs: int, executor: str, workers: int | None, *, runs: int,
     return f"{at_once}, on threads of one process (--executor threads)"
 
 
-def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False) -> None:
+def _skipped_sentence(model: str, reason: str, count: int) -> str:
+    """Why ``count`` runs of ``model`` are skipped, for standard error, e.g. ``harness: skipped 4 runs of ollama:m:
+    Ollama is not running at ...`` (``reason``: the preflight's error, :attr:`MatrixResult.skipped`)."""
+    return f"harness: skipped {plural(count, 'run')} of {printable(model)}: {printable(reason)}"
+
+
+def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False,
+                      skipped_said: bool = False) -> None:  # fmt: skip
     """After a matrix: a table per cell, the totals, what was skipped and what to retry (the planning's warnings were
-    said before the runs: :meth:`Progress.planned`)."""
+    said before the runs: :meth:`Progress.planned`). With ``skipped_said`` (:attr:`Progress.skipped_said`) the skipped
+    models get one line pointing up to why, which was said before the runs; without it, the reason of each."""
     rows = summary_rows(result.summaries)
     if rows:
         table = [
@@ -284,8 +298,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
         notes.append(f"{result.running_elsewhere} running in another process, skipped")
     done_note = f" ({'; '.join(notes)})" if notes else ""
     print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {printable(str(ledger_path))}")
-    for model, reason, count in result.skipped:
-        print(f"harness: skipped {plural(count, 'run')} of {printable(model)}: {printable(reason)}", file=sys.stderr)
+    _print_skipped(result.skipped, said=skipped_said)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:
         print(f"harness: {plural(infra, 'run')} could not be done (infra_error: server failures, not model failures, "
@@ -296,6 +309,18 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
               "raise the scenario's num_ctx to score them.", file=sys.stderr)  # fmt: skip
     if result.summaries or result.already_done:
         print(next_steps(ledger_path, sharded=sharded))
+
+
+def _print_skipped(skipped: Sequence[tuple[str, str, int]], *, said: bool) -> None:
+    """Say on standard error why the models in ``skipped`` were skipped (the exit status is 1); when ``said`` before
+    the runs, one line points up to it, so that the end of the output still says why the command failed."""
+    if not said:
+        for model, reason, count in skipped:
+            print(_skipped_sentence(model, reason, count), file=sys.stderr)
+    elif skipped:
+        runs = plural(sum(count for _, _, count in skipped), "run")
+        reasons = "the reason" if len(skipped) == 1 else "the reasons"
+        print(f"harness: skipped {runs} of {plural(len(skipped), 'model')}, for {reasons} said above.", file=sys.stderr)
 
 
 def next_steps(ledger_path: Path, *, sharded: bool = False) -> str:

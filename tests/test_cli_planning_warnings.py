@@ -1,6 +1,6 @@
-"""`harness run` says its planning warnings (here: --jobs above an Ollama server's OLLAMA_NUM_PARALLEL) once, on
-standard error, before its first run: they were said after the summary table only, and never when `| head` stopped
-the matrix.
+"""`harness run` says its planning warnings (here: --jobs above an Ollama server's OLLAMA_NUM_PARALLEL) and why a
+model's runs are skipped (its server is not running) once, on standard error, before its first run: they were said
+after the summary only (the warnings never when `| head` stopped the matrix).
 
 Real parts: ``python -m harness`` children (without PYTHONUNBUFFERED, as users run it), a scripted Ollama server on
 127.0.0.1 (tests/backend_fakes.py), real pipes, real ledger files.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_fakes import FakeServer, json_reply
+from tests.backend_fakes import FakeServer, closed_port, json_reply
 from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE
 from tests.server_fakes import ollama_chat, ollama_show, ollama_tags
 
@@ -69,3 +69,43 @@ def test_planning_warnings_are_said_when_the_output_reader_left(tmp_path, execut
     lines = err.splitlines()
     assert proc.returncode == 0 and "stopped reading" in lines[-1], (proc.returncode, err)
     assert [line for line in lines if line.startswith("harness: warning:")] == [_warning(server)], err
+
+
+def _down(model: str, port: int) -> str:
+    return (f"harness: skipped 2 runs of ollama:{model}@http://127.0.0.1:{port}: Ollama is not running at "
+            f"http://127.0.0.1:{port}; start it with `ollama serve` or set OLLAMA_HOST.")  # fmt: skip
+
+
+# finding: with Ollama not running, `harness run` said "4 cannot be planned", then "0 runs in 0.1 s", and only then why
+def test_a_skipped_models_reason_is_said_once_right_after_the_planned_line(tmp_path):
+    port = closed_port()
+    with _ollama() as server:
+        argv = _argv(server, tmp_path / "l.sqlite", "threads")
+        argv[argv.index("--jobs") + 1] = "1"  # no planning warning: the skip comes right after the planned line
+        argv[4:4] = ["--model", f"ollama:down@http://127.0.0.1:{port}"]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=120)
+    err = proc.stderr.splitlines()
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    planned = next(i for i, line in enumerate(err) if " runs planned, " in line)
+    assert err[planned].startswith("4 runs planned, 0 already done, 2 cannot be planned, 2 to run"), proc.stderr
+    assert err[planned + 1] == _down("down", port), proc.stderr
+    assert sum("Ollama is not running" in line for line in err + proc.stdout.splitlines()) == 1, proc.stderr
+    assert "[2/2]" in proc.stdout  # the other model's runs ran after it
+    assert err[-1] == "harness: skipped 2 runs of 1 model, for the reason said above.", proc.stderr
+
+
+def test_when_every_model_is_skipped_the_reasons_come_before_the_summary(tmp_path):
+    ports = closed_port(), closed_port()
+    argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), *RUN_FLAGS, "--repeats", "2",
+            "--ledger", str(tmp_path / "l.sqlite")]  # fmt: skip
+    for name, port in zip(("a", "b"), ports, strict=True):
+        argv += ["--model", f"ollama:{name}@http://127.0.0.1:{port}"]
+    env = {**ENV, "PYTHONUNBUFFERED": "1"}  # both streams in one pipe in the order they were written
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+                          timeout=120)  # fmt: skip
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout
+    assert lines[0].startswith("4 runs planned, 0 already done, 4 cannot be planned, 0 to run"), proc.stdout
+    assert lines[1:3] == [_down("a", ports[0]), _down("b", ports[1])], proc.stdout
+    assert sum("Ollama is not running" in line for line in lines) == 2, proc.stdout
+    assert "harness: skipped 4 runs of 2 models, for the reasons said above." in lines[3:], proc.stdout

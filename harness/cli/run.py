@@ -206,7 +206,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
     if progress.reader_gone:
         print(progress.reader_gone_sentence(result), file=sys.stderr)
         return None
-    print_run_summary(result, time.perf_counter() - started, path, sharded=sharded)
+    print_run_summary(result, time.perf_counter() - started, path, sharded=sharded, skipped_said=progress.skipped_said)
     if ledger.head is not None:  # always, once the matrix got as far as running
         print(head_line(ledger.head.anchor))
     return result
