@@ -361,6 +361,21 @@ def test_an_interrupted_then_resumed_run_counts_once(tmp_path):
     assert (row["runs"], row["scored"], row["passes"], row["interrupted"]) == (2, 1, 1, 1)
 
 
+# finding: the header said "23 runs (and 2 earlier attempts ... not counted) ..., 31 turns" while the 23 runs had 30
+# turns: the 31st was the interrupted attempt's, which resume ran again
+def test_the_headers_turn_count_covers_the_runs_it_counts(tmp_path):
+    path = tmp_path / "resumed.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "cut", model=SMALL, outcome="interrupted", identity="same", turns=[([], "hm")], day=1)
+        add_run(ledger, "resumed", model=SMALL, outcome="pass", identity="same", turns=[([], "a"), ([], "b")], day=2)
+        add_run(ledger, "other", model=SMALL, outcome="task_failed", repetition=1, turns=[([], "c")] * 3, day=3)
+    write_report(path, tmp_path / "out", formats=["md"])
+    [header] = [line for line in (tmp_path / "out" / "report.md").read_text().splitlines() if line.startswith("Ledger `")]
+    assert header.startswith("Ledger `resumed.sqlite`: 2 runs (and 1 earlier attempt of the same run identities, with "
+                             "1 turn, not counted) (2 scored, 0 infra_error, 0 interrupted or unfinished, 0 "
+                             "context_overflow), 5 turns; "), header  # fmt: skip
+
+
 # -- red-team: names cannot break the markdown, plots stay readable, numbers stay right -------------------
 def _unescaped_pipes(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line))

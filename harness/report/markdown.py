@@ -290,19 +290,26 @@ def _markdown(
 
 
 def _header_lines(frames: LedgerFrames) -> list[str]:
-    """The title and the one line that identifies the ledger read."""
-    runs = frames.runs[["counted", "outcome", "scored"]]
-    runs = runs[runs["counted"]] if not runs.empty else runs
+    """The title and the one line that identifies the ledger read: the runs counted (one per run identity) and their
+    turns, and apart from them the earlier attempts (a run interrupted and then resumed) with their turns."""
+    every = frames.runs[["counted", "outcome", "scored", "turns_recorded"]]
+    runs = every[every["counted"]] if not every.empty else every
     outcome_counts = runs["outcome"].value_counts()
     n_scored = int(runs["scored"].sum())
-    repeats = len(frames.runs) - len(runs)
-    again = f" (and {plural(repeats, 'earlier attempt')} of the same run identities, not counted)" if repeats else ""
+    repeats = len(every) - len(runs)
+    turns = int(runs["turns_recorded"].sum())
+    attempt_turns = plural(int(every["turns_recorded"].sum()) - turns, "turn")
+    again = (
+        f" (and {plural(repeats, 'earlier attempt')} of the same run identities, with {attempt_turns}, not counted)"
+        if repeats
+        else ""
+    )
     return [
         "# Comparison report",
         "",
         f"Ledger `{frames.ledger_path.name}`: {plural(len(runs), 'run')}{again} ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
         f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
-        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {plural(frames.turn_count, 'turn')}; "
+        f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {plural(turns, 'turn')}; "
         f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
         "",
     ]  # fmt: skip
