@@ -27,7 +27,7 @@ from harness.canonical import sha256_of
 from harness.errors import UsageError
 from harness.ledger import Attestation, Ledger, RunRow, TurnRow
 from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER, STOPPED_BY_USER
-from harness.vocab import is_scored
+from harness.vocab import is_scored, printable
 
 __all__ = [
     "EXCERPT_CHARS", "attest", "format_frame", "frame_sha256", "review_frame", "review_text", "scenario_promise",
@@ -244,7 +244,8 @@ def verify_attestation(ledger_path: str | Path, run_id: str) -> tuple[bool, str]
 
 
 def format_frame(frame: dict[str, Any], attestations: list[Attestation] | None = None) -> str:
-    """Render a frame as markdown, always in the same five parts, then its SHA-256."""
+    """Render a frame as markdown, always in the same five parts, then its SHA-256; each line is safe for a terminal
+    (:func:`harness.vocab.printable`: control characters, a newline within a field included, are escaped)."""
     run, promise, diff = frame["run"], frame["promise"], frame["diff"]
     lines = [f"# Review of run {run['run_id']}", "",
              f"{run['scenario']} · {run['model']} · temperature {run['temperature']:g} · seed {run['seed']} · "
@@ -284,7 +285,9 @@ def format_frame(frame: dict[str, Any], attestations: list[Attestation] | None =
         lines.append(
             f"Attested by {a.reviewer} at {a.attested_at} (frame {a.frame_sha256[:16]}…)" + (f": {a.notes}" if a.notes else "")
         )
-    return "\n".join(lines) + "\n"
+    # each line escaped whole (a model's reply, a check's detail, a file name, a reviewer): no text can recolour or clear
+    # the terminal, hide a line or add one (a newline in a detail is \n), so what is reviewed is what was recorded
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def _one_line(text: str | None) -> str:

@@ -127,3 +127,20 @@ def review_text_of(ledger: Path, run_id: str) -> str:
     from harness.review import review_text
 
     return review_text(ledger, run_id)
+
+
+def test_review_escapes_what_the_model_the_checks_and_the_ledger_wrote(tmp_path, capsys):
+    """red team: `harness review` printed a reply, a check's detail, a file name and a reviewer raw: a model could clear
+    the screen, recolour or hide its answer, and a newline in a detail added a line (a check ticked that was not)."""
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        add_run(led, "esc-run", model=SMALL, outcome="task_failed", turns=[([], "ok \x1b[8mhidden\x1b[0m \x1b]0;t\x07")],
+                files_written=["a\x1b[2Jb.txt"], checks=[{"check": "lines", "passed": False, "detail": "2\n- [x] `all`: ok"}])  # fmt: skip
+    review.attest(ledger, "esc-run", reviewer="ann\x1b[31m", notes="seen\rfine")
+    assert main(["review", "esc-run", "--ledger", str(ledger)]) == 0
+    out = capsys.readouterr().out
+    assert not any(ch in out for ch in "\x1b\x07\r") and not any(line.startswith("- [x]") for line in out.splitlines())
+    assert "`ok \\x1b[8mhidden\\x1b[0m \\x1b]0;t\\x07`" in out and "- [ ] `lines`: 2\\n- [x] `all`: ok" in out.splitlines()
+    assert "Files written: a\\x1b[2Jb.txt" in out and "Attested by ann\\x1b[31m at " in out and ": seen\\rfine" in out
+    assert main(["review", "esc-run", "--verify", "--ledger", str(ledger)]) == 0
+    assert capsys.readouterr().out.startswith("run esc-run: the frame is unchanged since attested by ann\\x1b[31m at ")

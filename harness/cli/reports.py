@@ -81,7 +81,7 @@ def _cmd_review_show(args: argparse.Namespace) -> int:
         print(review_text(ledger_path(args), args.run_id), end="")
         return 0
     unchanged, sentence = verify_attestation(ledger_path(args), args.run_id)
-    print(sentence, file=sys.stdout if unchanged else sys.stderr)
+    print(printable(sentence), file=sys.stdout if unchanged else sys.stderr)  # the reviewer's name is from the ledger
     return 0 if unchanged else 1
 
 
