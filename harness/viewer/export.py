@@ -49,8 +49,15 @@ _LISTED = re.compile(r"(runs/[A-Za-z0-9_-]{1,64}\.html|data/runs-[0-9]{4,}\.js)"
 """What a line of :data:`EXPORT_LIST` may name (an edited line naming anything else is ignored)."""
 
 
+_MANIFEST_START = b"window.VIEWER_MANIFEST = "
+"""How an export's ``data/manifest.js`` starts: a folder whose file of that name starts otherwise is not an export."""
+
+
 def _prepare(out: Path) -> None:
     """Make ``out``'s folders and remove the run pages and data files its earlier export listed.
+
+    The list is emptied before any file or folder in ``out`` is made, so an export cut short (Ctrl-C) anywhere leaves a
+    folder the next export accepts.
 
     Raises:
         UsageError: ``out`` is a file, holds files but no earlier export (they would be overwritten), or cannot be
@@ -60,25 +67,45 @@ def _prepare(out: Path) -> None:
         raise UsageError(f"--export {out} is a file, not a folder; pass a folder (it is created if missing).")
     try:
         listed = out / EXPORT_LIST
-        earlier = listed.is_file() or (out / "data" / "manifest.js").is_file()  # the latter: an export without a list
-        if out.is_dir() and not earlier and any(out.iterdir()):
+        if out.is_dir() and not (listed.is_file() or _has_manifest(out)) and any(out.iterdir()):
             raise UsageError(
                 f"--export {out} holds files that are not an earlier export, which it could overwrite; "
                 "pass a new or empty folder, or one an earlier export wrote."
             )
-        for name in listed.read_text(encoding="utf-8").splitlines() if listed.is_file() else []:
+        # a line that is not UTF-8 names no page of ours: it is ignored like any other line that does not match
+        for name in listed.read_text(encoding="utf-8", errors="replace").splitlines() if listed.is_file() else []:
             stale = out / name
             if _LISTED.fullmatch(name) and stale.is_file() and not stale.is_symlink():
                 stale.unlink()  # a page of the earlier export: its run may be gone now
-        for sub in ("static", "data", "runs"):
-            (out / sub).mkdir(parents=True, exist_ok=True)
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise UsageError(f"cannot create the export folder {out} ({why}); pass another folder.") from None
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the export folder {out} ({exc.strerror or exc}); pass another folder.") from None
+    _write(listed, "")  # listed batch by batch, before its files: an export cut short is listed too
+    for sub in ("static", "data", "runs"):
+        try:
+            (out / sub).mkdir(exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create {out / sub} ({exc.strerror or exc}); pass another export folder.") from None
+
+
+def _has_manifest(out: Path) -> bool:
+    """Whether ``out`` holds an export's ``data/manifest.js`` (one written before exports listed their files)."""
+    try:
+        with (out / "data" / "manifest.js").open("rb") as manifest:
+            return manifest.read(len(_MANIFEST_START)) == _MANIFEST_START
+    except OSError:  # none, a folder, unreadable
+        return False
 
 
 def _write(path: Path, text: str) -> None:
+    """Write ``path`` whole; a symbolic link there is replaced, not written through (its target is not ours).
+
+    Raises:
+        UsageError: the file cannot be written.
+    """
     try:
+        if path.is_symlink():
+            path.unlink()
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {path} ({exc.strerror or exc}); pass another export folder.") from None
@@ -115,7 +142,6 @@ def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_R
         files: list[str] = []
         runs = 0
         run_links = Links(served=False, depth=1)
-        _write(out / EXPORT_LIST, "")  # listed batch by batch, before its files: an export cut short is listed too
         for batch in ledger.iter_run_list(batch=chunk_runs):
             name = f"runs-{len(files):04d}.js"
             for row in batch:

@@ -1,0 +1,101 @@
+"""``harness view --export DIR`` into folders an earlier export, a cut-short export or the user left (red team).
+
+Each test exports a real ledger into a real folder; the folder's files are read back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import harness.viewer.export as export
+from harness.errors import UsageError
+from harness.ledger import Ledger
+from harness.viewer import export_site
+from harness.viewer.export import EXPORT_LIST
+from tests.helpers import assert_one_sentence_error, cli
+from tests.ledger_builders import SMALL, add_run
+
+
+@pytest.fixture
+def ledger(tmp_path) -> Path:
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as opened:
+        add_run(opened, "run-a", model=SMALL, repetition=0)
+        add_run(opened, "run-b", model=SMALL, repetition=1)
+    return path
+
+
+def _files(out: Path) -> list[str]:
+    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("cut_at", [1, 2, 3, 5, 7, 9])
+def test_an_export_cut_short_anywhere_leaves_a_folder_the_next_export_accepts(ledger, tmp_path, monkeypatch, cut_at):
+    """red team: a Ctrl-C after the folders were made and before the list was written (the static files are written
+    between them) left a folder of export files with neither the list nor a manifest: the next export refused it."""
+    whole = tmp_path / "whole"
+    export_site(ledger, whole, chunk_runs=1)
+    out, written, real_write = tmp_path / "cut", [], export._write
+
+    def write(path: Path, text: str) -> None:
+        written.append(path)
+        if len(written) == cut_at:
+            raise KeyboardInterrupt
+        real_write(path, text)
+
+    monkeypatch.setattr(export, "_write", write)
+    with pytest.raises(KeyboardInterrupt):
+        export_site(ledger, out, chunk_runs=1)
+    monkeypatch.undo()
+    export_site(ledger, out, chunk_runs=1)
+    assert _files(out) == _files(whole)
+
+
+def test_symbolic_links_in_an_earlier_export_are_replaced_not_written_through(ledger, tmp_path):
+    """red team: the list, a run page or the index made a link to a file outside had that file overwritten."""
+    out = tmp_path / "site"
+    export_site(ledger, out)
+    outside = {name: tmp_path / f"{name}.txt" for name in ("list", "page", "index")}
+    for name, target in outside.items():
+        target.write_text(f"the user's {name}")
+    for name, where in (("list", EXPORT_LIST), ("page", "runs/run-a.html"), ("index", "index.html")):
+        (out / where).unlink()
+        (out / where).symlink_to(outside[name])
+    export_site(ledger, out)
+    assert {name: target.read_text() for name, target in outside.items()} == {
+        "list": "the user's list",
+        "page": "the user's page",
+        "index": "the user's index",
+    }
+    for where in (EXPORT_LIST, "runs/run-a.html", "index.html"):
+        assert not (out / where).is_symlink() and (out / where).stat().st_size > 0, where
+
+
+def test_a_list_that_is_not_utf8_removes_its_pages_and_ignores_the_rest(ledger, tmp_path):
+    """red team: a byte that is not UTF-8 made the export refuse with 'cannot create the export folder' and a codec
+    message, though an edited line is otherwise ignored."""
+    out, other = tmp_path / "site", tmp_path / "other.sqlite"
+    with Ledger(other) as opened:
+        add_run(opened, "gone-run", model=SMALL)
+    export_site(other, out)
+    (out / EXPORT_LIST).write_bytes(b"\xff\xfe runs/x.html\nruns/gone-run.html\n")
+    export_site(ledger, out)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["run-a.html", "run-b.html"]
+
+
+def test_a_folder_whose_manifest_is_not_an_exports_is_refused(ledger, tmp_path, capsys):
+    """red team: any data/manifest.js (a web project's) passed for an earlier export, so its index.html was overwritten."""
+    out = tmp_path / "app"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "manifest.js").write_text("export default {name: 'my app'};\n")
+    (out / "index.html").write_text("my app")
+    with pytest.raises(UsageError, match="holds files that are not an earlier export"):
+        export_site(ledger, out)
+    rc, _, err = cli(capsys, "view", "--ledger", str(ledger), "--export", str(out))
+    assert_one_sentence_error(rc, err)
+    assert (out / "index.html").read_text() == "my app" and _files(out) == ["data/manifest.js", "index.html"]
+    (out / "data" / "manifest.js").write_text('window.VIEWER_MANIFEST = {"files": [], "total": 0, "page_size": 50};\n')
+    export_site(ledger, out)  # an export written before exports listed their files is still one
+    assert (out / "runs" / "run-b.html").is_file()
