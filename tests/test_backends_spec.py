@@ -5,6 +5,8 @@ Also holds a red-team regression test: a malformed URL in a spec is a usage erro
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import harness.backends as backends
@@ -112,9 +114,10 @@ def test_open_replay_and_embedded_path(tmp_path):
         assert (backend.parallel, backend.num_ctx, backend.base_url) == (2, 1024, None)  # lazy: not started
 
 
-def test_bad_ollama_host(monkeypatch):
-    monkeypatch.setenv("OLLAMA_HOST", "ftp://x:1")
-    with pytest.raises(UsageError, match="OLLAMA_HOST='ftp://x:1' is not a valid host or URL"):
+@pytest.mark.parametrize("host", ["ftp://x:1", "gpu..box"])  # (red team) the latter: UnicodeError at the first request
+def test_bad_ollama_host(monkeypatch, host):
+    monkeypatch.setenv("OLLAMA_HOST", host)
+    with pytest.raises(UsageError, match=f"OLLAMA_HOST='{re.escape(host)}' is not a valid host or URL"):
         open_backend("ollama:m")
 
 
@@ -141,8 +144,16 @@ def test_every_module_exports_what_it_lists(module_name):
 # red-team finding: a malformed URL in a model spec was a traceback
 @pytest.mark.parametrize(
     "spec",
-    ["openai:m@http://[::1", "ollama:m@http://[zz]:1", "openai:m@http://127.0.0.1:9/v\x01", "ollama:m@http://h:1/a\x7fb"],
-)  # and (red team, stop 29) a control character, which httpx refused only at the first request: a traceback
+    [
+        "openai:m@http://[::1",
+        "ollama:m@http://[zz]:1",
+        "openai:m@http://127.0.0.1:9/v\x01",
+        "ollama:m@http://h:1/a\x7fb",
+        "openai:m@http://a..b:9/v1",
+        f"ollama:m@{'h' * 64}.local:9",
+    ],
+)  # and (red team, stop 29) a control character, which httpx refused only at the first request: a traceback; and
+# (red team) an empty host label or one over 63 characters, which the socket module refused there (UnicodeError)
 def test_model_spec_with_a_malformed_url_is_a_usage_error(tmp_path, capsys, spec):
     # urllib's urlsplit raises ValueError("Invalid IPv6 URL") out of _normalize_url -> traceback
     with pytest.raises(UsageError):

@@ -181,7 +181,8 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         default_port: port added to a bare host without scheme and port (Ollama's 11434).
 
     Raises:
-        UsageError: not an http(s) URL with a host and a numeric port, or one ``httpx`` refuses (a control character).
+        UsageError: not an http(s) URL with a host and a numeric port, one ``httpx`` refuses (a control character), or
+            one whose host name cannot be looked up (an empty label or one over 63 characters).
     """
     had_scheme = "://" in url
     full = url if had_scheme else f"http://{url}"
@@ -189,7 +190,9 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         parts = urlsplit(full)
         port = parts.port
         hostname = parts.hostname
-        httpx.URL(full)  # what httpx refuses too (a control character): one sentence now, not a traceback at the first request
+        # what httpx refuses too (a control character), and a host name the socket module cannot encode (an empty
+        # label, a label over 63 characters): one sentence now, not a traceback (UnicodeError) at the first request
+        httpx.URL(full).raw_host.decode("ascii").encode("idna")
     except (ValueError, httpx.InvalidURL):  # unbalanced IPv6 brackets, a non-numeric or out-of-range port
         parts, port, hostname = urlsplit("http://x"), -1, None
     if parts.scheme not in ("http", "https") or not hostname or port == -1:
