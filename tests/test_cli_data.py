@@ -6,13 +6,17 @@ stderr and a non-zero exit, never a traceback, and loses nothing already recorde
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
 from harness.cli import main
 from harness.ledger import Ledger
 from tests.helpers import REPO, assert_one_sentence_error, cli, finished_ledger, ledger_counts
+from tests.ledger_builders import add_run
 
 
 # red-team finding: export --out onto the ledger truncated it
@@ -152,3 +156,29 @@ def test_ledger_and_scenario_commands_escape_paths(tmp_path, capsys):
     assert [rc for rc, _, _ in outputs] == [0, 0, 0, 1]
     for _, out, err in outputs:
         assert "\x1b" not in out + err and "\\x1b" in out + err, (out, err)
+
+
+# red team: the same, in the lines of rescore, export --out, report --out, view --export, view and compare
+def test_report_export_view_rescore_and_compare_escape_paths_and_models(tmp_path, capsys):
+    ledger = tmp_path / "l\x1b[2J.sqlite"
+    with Ledger(ledger) as opened:
+        add_run(opened, "a", model="openai:x\x1b[31m@http://h:1/v1", turns=[(["empty_reply"], "")], outcome="task_failed")
+        add_run(opened, "b", model="openai:y@http://h:1/v1")
+    outputs = [
+        cli(capsys, "rescore", "--ledger", ledger),
+        cli(capsys, "export", "--ledger", ledger, "--out", tmp_path / "e\x1b[31m.csv"),
+        cli(capsys, "report", "--ledger", ledger, "--out", tmp_path / "r\x1b[31m", "--format", "md"),
+        cli(capsys, "view", "--ledger", ledger, "--export", tmp_path / "v\x1b[31m"),
+        cli(capsys, "compare", "openai:x\x1b[31m@http://h:1/v1", "openai:y@http://h:1/v1", "--ledger", ledger),
+    ]
+    assert [rc for rc, _, _ in outputs] == [0, 0, 0, 0, 0]
+    for _, out, err in outputs:
+        assert "\x1b" not in out + err and "\\x1b" in out + err, (out, err)
+    served = subprocess.Popen([sys.executable, "-m", "harness", "view", "--ledger", str(ledger)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = served.stdout.readline() if served.stdout else ""
+    finally:
+        served.send_signal(signal.SIGINT)
+        served.communicate(timeout=60)
+    assert line.startswith("Serving ") and "l\\x1b[2J.sqlite" in line and "\x1b" not in line, line

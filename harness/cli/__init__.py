@@ -49,7 +49,7 @@ class _StderrHandler(logging.Handler):
     """Writes each record to the current ``sys.stderr`` as ``harness: <message>``."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"harness: {record.getMessage()}", file=sys.stderr, flush=True)
+        print(f"harness: {printable(record.getMessage())}", file=sys.stderr, flush=True)  # names a file, a repository
 
 
 def _show_library_messages() -> None:

@@ -134,7 +134,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
         raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
     with Ledger(path) as ledger:
         result = rescore(ledger, force=args.force)
-    print(f"{path}: {plural(result.turns, 'turn')} re-classified with classifier {result.version} "
+    print(f"{printable(str(path))}: {plural(result.turns, 'turn')} re-classified with classifier {result.version} "
           f"({plural(result.changed, 'changed label')}, {result.skipped_current} already current).")  # fmt: skip
     if result.history_mismatch:
         print(
@@ -197,7 +197,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if _names_stdout(args.out):  # its reader stopped reading (`--out /dev/stdout | head`): as `harness export | head`
             return 0
         raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc  # a FIFO's reader died
-    print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {args.out}.", file=sys.stderr)
+    print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {printable(str(args.out))}.", file=sys.stderr)
     return 0
 
 

@@ -99,7 +99,7 @@ def _cmd_models_pull(args: argparse.Namespace) -> int:
         path = models.pull(args.name)
     except KeyboardInterrupt:  # not the ledger's message: a pull writes no ledger
         print(
-            f"harness: interrupted; run `harness models pull {args.name}` again to resume (a hub download continues "
+            f"harness: interrupted; run `harness models pull {printable(args.name)}` again to resume (a hub download continues "
             "where it stopped).",
             file=sys.stderr,
         )
@@ -123,7 +123,7 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     headers = ["name", "size", "cached", "license", "source", "chat template"] + (["path"] if args.paths else [])
     print(tabulate(rows, headers=headers))
     if not args.paths:
-        print(f"\nCache: {models.cache_dir()} (add --paths for each file's path).")
+        print(f"\nCache: {printable(str(models.cache_dir()))} (add --paths for each file's path).")
     return 0
 
 

@@ -42,7 +42,7 @@ def _cmd_report_write(args: argparse.Namespace) -> int:
     written = write_report(ledger_path(args), args.out, by=parse_axes(args.by), formats=formats)
     with Ledger(ledger_path(args), readonly=True) as ledger:  # read after the report: the head covers every row it used
         head = ledger.head()
-    print(f"Wrote {plural(len(written), 'file')} to {args.out}: {', '.join(p.name for p in written)}")
+    print(f"Wrote {plural(len(written), 'file')} to {printable(str(args.out))}: {', '.join(p.name for p in written)}")
     print(head_line(head.anchor))
     return 0
 
@@ -98,5 +98,5 @@ def _cmd_attest_run(args: argparse.Namespace) -> int:
     from harness.review import attest
 
     run_id, digest = attest(ledger_path(args), args.run_id, reviewer=args.reviewer, notes=args.notes)
-    print(f"Attested run {run_id} by {printable(args.reviewer.strip())}: frame SHA-256 {digest}.")
+    print(f"Attested run {printable(run_id)} by {printable(args.reviewer.strip())}: frame SHA-256 {digest}.")
     return 0

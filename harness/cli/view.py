@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.cli._common import Subparsers, ledger_option, ledger_path
+from harness.vocab import printable
 
 __all__ = ["add_view"]
 
@@ -28,11 +29,11 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
     if args.export is not None:
         summary = export_site(ledger_path(args), args.export)
-        print(f"Wrote {summary.runs} run page(s) and {summary.data_files} data file(s) to {args.export}; "
-              f"open {summary.index} in a browser (no server needed).")  # fmt: skip
+        print(f"Wrote {summary.runs} run page(s) and {summary.data_files} data file(s) to {printable(str(args.export))}; "
+              f"open {printable(str(summary.index))} in a browser (no server needed).")  # fmt: skip
         return 0
     server = open_server(ledger_path(args), args.port)
-    print(f"Serving {ledger_path(args)} read-only at {server.url} (Ctrl-C stops).", flush=True)
+    print(f"Serving {printable(str(ledger_path(args)))} read-only at {server.url} (Ctrl-C stops).", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

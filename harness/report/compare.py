@@ -25,6 +25,7 @@ from harness.errors import UsageError
 from harness.report.frames import LedgerFrames
 from harness.report.markdown import cell_text
 from harness.stats import holm, mcnemar_midp, tango_paired_diff
+from harness.vocab import printable
 
 __all__ = ["PAIR_KEYS", "PAIR_KEY_TEXT", "Comparison", "ModeComparison", "compare_models", "format_comparison", "resolve_model"]
 
@@ -220,11 +221,11 @@ def _mode_comparisons(frames: LedgerFrames, pairs: pd.DataFrame) -> list[ModeCom
 def format_comparison(c: Comparison) -> str:
     """Render a comparison as markdown: the sentence, the pass table, then per-mode rows.
 
-    Model specs and mode names are escaped (pipes, newlines, backticks), so no stored string can
-    break the table.
+    Model specs and mode names are escaped (pipes, newlines, backticks; control characters as
+    :func:`harness.vocab.printable` does), so no stored string can break the table or reach the terminal raw.
     """
-    c = dataclasses.replace(c, model_a=cell_text(c.model_a), model_b=cell_text(c.model_b),
-                            modes=[dataclasses.replace(m, mode=cell_text(m.mode)) for m in c.modes])  # fmt: skip
+    c = dataclasses.replace(c, model_a=printable(cell_text(c.model_a)), model_b=printable(cell_text(c.model_b)),
+                            modes=[dataclasses.replace(m, mode=printable(cell_text(m.mode))) for m in c.modes])  # fmt: skip
     lines = [c.sentence(), ""]
     if c.pairs == 0:
         return "\n".join(lines)
