@@ -90,10 +90,13 @@ def _prepare(out: Path) -> None:
 
 def _has_manifest(out: Path) -> bool:
     """Whether ``out`` holds an export's ``data/manifest.js`` (one written before exports listed their files)."""
+    path = out / "data" / "manifest.js"
     try:
-        with (out / "data" / "manifest.js").open("rb") as manifest:
+        if not path.is_file():  # none, a folder, a FIFO (opening one would wait for a writer)
+            return False
+        with path.open("rb") as manifest:
             return manifest.read(len(_MANIFEST_START)) == _MANIFEST_START
-    except OSError:  # none, a folder, unreadable
+    except OSError:  # unreadable
         return False
 
 
