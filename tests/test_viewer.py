@@ -22,7 +22,6 @@ import markupsafe
 import pytest
 
 from harness.cli import main
-from harness.errors import UsageError
 from harness.ledger import Ledger, RunFilter
 from harness.viewer import export_site, open_server
 from harness.viewer.export import EXPORT_LIST
@@ -415,20 +414,6 @@ def test_re_export_leaves_no_page_of_a_run_the_ledger_does_not_hold(real, tmp_pa
     assert sorted(p.name for p in (out / "data").glob("runs-*.js")) == ["runs-0000.js"]
     assert {name: (out / name).read_text() for name in mine} == mine and (tmp_path / "outside.html").exists()
     assert sorted((out / EXPORT_LIST).read_text().splitlines()) == sorted([*(f"runs/{i}.html" for i in ids), "data/runs-0000.js"])
-
-
-def test_export_into_a_folder_of_other_files_is_refused_and_deletes_nothing(real, tmp_path, capsys):
-    """newcomer (stop 29): a folder holding files but no earlier export had its .html files under runs/ deleted."""
-    out = tmp_path / "mine"
-    (out / "runs").mkdir(parents=True)
-    (out / "runs" / "abc.html").write_text("mine")
-    (out / "index.html").write_text("my index")
-    with pytest.raises(UsageError, match="holds files that are not an earlier export"):
-        export_site(real, out)
-    assert (out / "runs" / "abc.html").read_text() == "mine" and (out / "index.html").read_text() == "my index"
-    export_site(real, tmp_path / "empty-is-fine")
-    (tmp_path / "empty").mkdir()
-    export_site(real, tmp_path / "empty")
 
 
 def test_a_silent_connection_is_closed_and_the_server_still_answers(real):

@@ -91,11 +91,15 @@ def test_a_folder_whose_manifest_is_not_an_exports_is_refused(ledger, tmp_path, 
     (out / "data").mkdir(parents=True)
     (out / "data" / "manifest.js").write_text("export default {name: 'my app'};\n")
     (out / "index.html").write_text("my app")
+    (out / "runs").mkdir()
+    (out / "runs" / "abc.html").write_text("mine")  # newcomer (stop 29): every runs/*.html of a folder was deleted
     with pytest.raises(UsageError, match="holds files that are not an earlier export"):
         export_site(ledger, out)
     rc, _, err = cli(capsys, "view", "--ledger", str(ledger), "--export", str(out))
     assert_one_sentence_error(rc, err)
-    assert (out / "index.html").read_text() == "my app" and _files(out) == ["data/manifest.js", "index.html"]
+    assert (out / "index.html").read_text() == "my app" and _files(out) == ["data/manifest.js", "index.html", "runs/abc.html"]
     (out / "data" / "manifest.js").write_text('window.VIEWER_MANIFEST = {"files": [], "total": 0, "page_size": 50};\n')
     export_site(ledger, out)  # an export written before exports listed their files is still one
+    (tmp_path / "empty").mkdir()
+    export_site(ledger, tmp_path / "empty")  # an empty folder is fine
     assert (out / "runs" / "run-b.html").is_file()
