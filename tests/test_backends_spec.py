@@ -160,3 +160,17 @@ def test_model_spec_with_a_malformed_url_is_a_usage_error(tmp_path, capsys, spec
         parse_model_spec(spec)
     rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", spec)
     assert_one_sentence_error(rc, err)
+
+
+# red team (stop 29): a query or fragment was accepted, and the API's paths were appended after it: every request went to
+# the wrong path and the error spoke of an HTTP status, not of the URL
+@pytest.mark.parametrize("spec", ["openai:m@http://h:8000/v1?x=1", "openai:m@http://h:8000/v1#f", "ollama:m@http://h:1/?"])
+def test_a_url_with_a_query_or_fragment_is_one_sentence(capsys, spec, monkeypatch):
+    with pytest.raises(UsageError, match="has a query or fragment"):
+        parse_model_spec(spec)
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", spec)
+    assert_one_sentence_error(rc, err)
+    monkeypatch.setenv("OLLAMA_HOST", "localhost:11434/?a")
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", "ollama:m")
+    assert_one_sentence_error(rc, err)
+    assert "The URL in OLLAMA_HOST has a query or fragment" in err

@@ -182,7 +182,8 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
 
     Raises:
         UsageError: not an http(s) URL with a host and a numeric port, one ``httpx`` refuses (a control character), or
-            one whose host name cannot be looked up (an empty label or one over 63 characters).
+            one whose host name cannot be looked up (an empty label or one over 63 characters), or one with a query
+            or fragment (the API's paths are appended to it).
     """
     had_scheme = "://" in url
     full = url if had_scheme else f"http://{url}"
@@ -199,6 +200,12 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         if spec is None:
             raise UsageError(f"OLLAMA_HOST={url!r} is not a valid host or URL; set it like localhost:11434.")
         raise _bad_spec(spec)
+    if "?" in full or "#" in full:  # the API's paths are appended to the URL: they would land in its query or fragment
+        where = "OLLAMA_HOST" if spec is None else f"the model spec {spec!r}"
+        raise UsageError(
+            f"The URL in {where} has a query or fragment ('?' or '#'), after which the harness's API paths would go; "
+            "give the server's API root alone, e.g. http://localhost:8000/v1."
+        )
     full = full.rstrip("/")
     if not had_scheme and port is None and default_port is not None and not parts.path.strip("/"):
         full = f"{full}:{default_port}"
