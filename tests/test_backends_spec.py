@@ -174,3 +174,14 @@ def test_a_url_with_a_query_or_fragment_is_one_sentence(capsys, spec, monkeypatc
     rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", "ollama:m")
     assert_one_sentence_error(rc, err)
     assert "The URL in OLLAMA_HOST has a query or fragment" in err
+
+
+# red team (stop 29): a password in a model spec's URL was stored in the ledger (model column, base_url, identity payload)
+# and printed in error messages; it is refused without being echoed
+@pytest.mark.parametrize("spec", ["openai:m@http://user:s3cret@h:8000/v1", "ollama:m@http://user@h:1"])
+def test_a_url_with_a_user_name_or_password_is_refused_without_echoing_it(tmp_path, capsys, spec):
+    with pytest.raises(UsageError, match="holds a user name or password"):
+        parse_model_spec(spec)
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", spec, "--ledger", tmp_path / "l.sqlite")
+    assert_one_sentence_error(rc, err)
+    assert "s3cret" not in err and not (tmp_path / "l.sqlite").exists()

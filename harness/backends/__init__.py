@@ -183,7 +183,8 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
     Raises:
         UsageError: not an http(s) URL with a host and a numeric port, one ``httpx`` refuses (a control character), or
             one whose host name cannot be looked up (an empty label or one over 63 characters), or one with a query
-            or fragment (the API's paths are appended to it).
+            or fragment (the API's paths are appended to it), or one holding a user name or password (the spec is
+            recorded everywhere).
     """
     had_scheme = "://" in url
     full = url if had_scheme else f"http://{url}"
@@ -200,8 +201,15 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         if spec is None:
             raise UsageError(f"OLLAMA_HOST={url!r} is not a valid host or URL; set it like localhost:11434.")
         raise _bad_spec(spec)
+    where = "OLLAMA_HOST" if spec is None else "the model spec"
+    if parts.username is not None or parts.password is not None:  # the spec is in the ledger, reports and console lines
+        raise UsageError(
+            f"The URL in {where} holds a user name or password, which would be written to the ledger, the reports and "
+            "every line that names the model; give the URL without it, and an API key in the environment "
+            "variable a scenario's api_key_env names (for openai: models, OPENAI_API_KEY by default)."
+        )
     if "?" in full or "#" in full:  # the API's paths are appended to the URL: they would land in its query or fragment
-        where = "OLLAMA_HOST" if spec is None else f"the model spec {spec!r}"
+        where = where if spec is None else f"{where} {spec!r}"
         raise UsageError(
             f"The URL in {where} has a query or fragment ('?' or '#'), after which the harness's API paths would go; "
             "give the server's API root alone, e.g. http://localhost:8000/v1."
