@@ -266,7 +266,7 @@ def format_frame(frame: dict[str, Any], attestations: list[Attestation] | None =
     lines += ["", "## 3. The diff", "",
               f"- First input (turn 1 request SHA-256): {diff['first_input_sha256'] or '(no turn)'}",
               f"- Files written: {', '.join(diff['files_written']) or 'none'}",
-              f"- Final answer: {_one_line(diff['final_answer'])}",
+              f"- {_answer_label(diff['outcome'])}: {_one_line(diff['final_answer'])}",
               f"- Turns: {diff['turns']}; tokens: {diff['prompt_tokens'] or 0} prompt + {diff['completion_tokens'] or 0} completion",
               f"- Outcome: {diff['outcome']}; breach: {breach_text}",
               "", "## 4. The evidence", ""]  # fmt: skip
@@ -288,6 +288,15 @@ def format_frame(frame: dict[str, Any], attestations: list[Attestation] | None =
     # each line escaped whole (a model's reply, a check's detail, a file name, a reviewer): no text can recolour or clear
     # the terminal, hide a line or add one (a newline in a detail is \n), so what is reviewed is what was recorded
     return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def _answer_label(outcome: str | None) -> str:
+    """What the ledger's ``final_answer`` (the last reply's text) is for a run of ``outcome``: its final answer when the
+    loop ended on a reply without a call (``pass``, ``task_failed``), else only its last reply's text (newcomer, stop 29:
+    a ``turn_limit`` run's last reply, a tool call, was labelled its final answer)."""
+    if outcome in ("pass", "task_failed"):
+        return "Final answer"
+    return f"Last reply's text (no final answer: the run ended {outcome or 'unfinished'})"
 
 
 def _one_line(text: str | None) -> str:

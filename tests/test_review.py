@@ -144,3 +144,17 @@ def test_review_escapes_what_the_model_the_checks_and_the_ledger_wrote(tmp_path,
     assert "Files written: a\\x1b[2Jb.txt" in out and "Attested by ann\\x1b[31m at " in out and ": seen\\rfine" in out
     assert main(["review", "esc-run", "--verify", "--ledger", str(ledger)]) == 0
     assert capsys.readouterr().out.startswith("run esc-run: the frame is unchanged since attested by ann\\x1b[31m at ")
+
+
+def test_the_last_reply_of_a_run_that_did_not_end_on_an_answer_is_not_called_its_final_answer(tmp_path, capsys):
+    """newcomer (stop 29): a turn_limit run's last reply, a tool call, was shown as "Final answer"."""
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        add_run(led, "capped", model=SMALL, outcome="turn_limit", turns=[([], '{"name": "list_files"}')])
+        add_run(led, "answered", model=SMALL, outcome="task_failed", turns=[([], "There are 3 files.")])
+    texts = []
+    for run_id in ("capped", "answered"):
+        assert main(["review", run_id, "--ledger", str(ledger)]) == 0
+        texts.append(capsys.readouterr().out)
+    assert "- Last reply's text (no final answer: the run ended turn_limit): " in texts[0] and "Final answer" not in texts[0]
+    assert "- Final answer: " in texts[1]
