@@ -39,11 +39,11 @@ def test_an_export_cut_short_anywhere_leaves_a_folder_the_next_export_accepts(le
     export_site(ledger, whole, chunk_runs=1)
     out, written, real_write = tmp_path / "cut", [], export._write
 
-    def write(path: Path, text: str) -> None:
+    def write(path: Path, text: str, **how: bool) -> None:
         written.append(path)
         if len(written) == cut_at:
             raise KeyboardInterrupt
-        real_write(path, text)
+        real_write(path, text, **how)
 
     monkeypatch.setattr(export, "_write", write)
     with pytest.raises(KeyboardInterrupt):

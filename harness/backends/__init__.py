@@ -18,6 +18,7 @@ into one single-URL spec per replica; :func:`open_backend` opens single-URL spec
 
 from __future__ import annotations
 
+import functools
 import os
 from urllib.parse import urlsplit
 
@@ -172,6 +173,7 @@ def _bad_spec(spec: str) -> UsageError:
     return UsageError(f"Model spec {spec!r} is not valid; use {SPEC_FORMS}.")
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function, asked for every plan's spec: its checks cost 15 us a call
 def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> str:
     """Add ``http://`` to a bare ``host[:port]``, and ``default_port`` when it has no port.
 
@@ -201,15 +203,15 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
         if spec is None:
             raise UsageError(f"OLLAMA_HOST={url!r} is not a valid host or URL; set it like localhost:11434.")
         raise _bad_spec(spec)
-    where = "OLLAMA_HOST" if spec is None else "the model spec"
     if parts.username is not None or parts.password is not None:  # the spec is in the ledger, reports and console lines
-        raise UsageError(
-            f"The URL in {where} holds a user name or password, which would be written to the ledger, the reports and "
-            "every line that names the model; give the URL without it, and an API key in the environment "
-            "variable a scenario's api_key_env names (for openai: models, OPENAI_API_KEY by default)."
+        raise UsageError(  # the spec is not quoted: it holds the password
+            f"The URL in {'OLLAMA_HOST' if spec is None else 'the model spec'} holds a user name or password, which would "
+            "be written to the ledger, the reports and every line that names the model; give the URL without it, and an "
+            "API key in the environment variable a scenario's api_key_env names (for openai: models, OPENAI_API_KEY by "
+            "default)."
         )
     if "?" in full or "#" in full:  # the API's paths are appended to the URL: they would land in its query or fragment
-        where = where if spec is None else f"{where} {spec!r}"
+        where = "OLLAMA_HOST" if spec is None else f"the model spec {spec!r}"
         raise UsageError(
             f"The URL in {where} has a query or fragment ('?' or '#'), after which the harness's API paths would go; "
             "give the server's API root alone, e.g. http://localhost:8000/v1."

@@ -56,16 +56,17 @@ def _cmd_ledger_verify(args: argparse.Namespace) -> int:
     with Ledger(path, readonly=True) as ledger:
         result = ledger.verify(anchor)
         pending = ledger.pending_migrations()
+    shown = printable(str(path))
     if result.ok:
         extends = "; it extends the anchor" if anchor is not None else ""
         if result.anchored_input is not None:
             extends = f"; its merged input {printable(result.anchored_input)} extends the anchor"
-        print(f"{printable(str(path))}: OK, {result.rows} rows verified{extends}.")
+        print(f"{shown}: OK, {result.rows} rows verified{extends}.")
         if pending:
-            print(f"harness: {printable(str(path))} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {printable(str(path))}` upgrades it.",
+            print(f"harness: {shown} has an older schema ({', '.join(pending)} not applied); `harness ledger migrate --ledger {shown}` upgrades it.",
                   file=sys.stderr)  # fmt: skip
         return 0
-    print(f"harness: {printable(str(path))}: verification FAILED: {printable(str(result.problem))}.", file=sys.stderr)
+    print(f"harness: {shown}: verification FAILED: {printable(str(result.problem))}.", file=sys.stderr)
     return 1
 
 
@@ -92,12 +93,13 @@ def _cmd_ledger_migrate(args: argparse.Namespace) -> int:
             pending = None  # e.g. a ledger whose creation was cut short: opening it to write says what it is
     with Ledger(path) as ledger:
         applied = ", ".join(ledger.applied_migrations())
+    shown = printable(str(path))
     if not existed or pending is None:
-        print(f"{printable(str(path))}: {'created' if not existed else 'finished'}, schema {applied}.")
+        print(f"{shown}: {'created' if not existed else 'finished'}, schema {applied}.")
     elif pending:
-        print(f"{printable(str(path))}: upgraded, applied {', '.join(pending)}; schema {applied}.")
+        print(f"{shown}: upgraded, applied {', '.join(pending)}; schema {applied}.")
     else:
-        print(f"{printable(str(path))}: schema already up to date ({applied}).")
+        print(f"{shown}: schema already up to date ({applied}).")
     return 0
 
 

@@ -100,24 +100,18 @@ def _has_manifest(out: Path) -> bool:
         return False
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``path`` whole; a symbolic link there is replaced, not written through (its target is not ours).
+def _write(path: Path, text: str, *, append: bool = False) -> None:
+    """Write ``path`` whole, or with ``append`` add ``text`` at its end; a symbolic link there is replaced, not written
+    through (its target is not ours: the list is written whole before it is appended to).
 
     Raises:
         UsageError: the file cannot be written.
     """
     try:
-        if path.is_symlink():
+        if not append and path.is_symlink():
             path.unlink()
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path} ({exc.strerror or exc}); pass another export folder.") from None
-
-
-def _append(path: Path, names: list[str]) -> None:
-    try:
-        with path.open("a", encoding="utf-8") as listing:
-            listing.write("".join(f"{name}\n" for name in names))
+        with path.open("a" if append else "w", encoding="utf-8") as file:
+            file.write(text)
     except OSError as exc:
         raise UsageError(f"cannot write {path} ({exc.strerror or exc}); pass another export folder.") from None
 
@@ -149,7 +143,7 @@ def export_site(ledger_path: str | Path, out: Path, *, chunk_runs: int = CHUNK_R
             name = f"runs-{len(files):04d}.js"
             for row in batch:
                 row["page"] = page_name(row["run_id"])
-            _append(out / EXPORT_LIST, [*(f"runs/{row['page']}.html" for row in batch), f"data/{name}"])
+            _write(out / EXPORT_LIST, "".join([*(f"runs/{row['page']}.html\n" for row in batch), f"data/{name}\n"]), append=True)
             for row in batch:
                 _write(out / "runs" / f"{row['page']}.html", run_page(ledger, row["run_id"], run_links))
             _write(out / "data" / name, f"window.RUNS = (window.RUNS || []).concat({js_value(batch)});\n")
