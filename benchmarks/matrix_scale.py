@@ -67,7 +67,7 @@ class _TimedReplay(ReplayBackend):
 class _TimedLedger(Ledger):
     """Ledger that measures reply-received -> turn-committed (classify, tools, ledger write)."""
 
-    def record_turn(self, record):
+    def record_turn(self, record, *, defer=False):  # committed at once: the ledger write timed too
         super().record_turn(record)
         _OVERHEAD_MS.append((time.perf_counter() - _STAMP[threading.get_ident()]) * 1000)
 

@@ -141,7 +141,7 @@ class _TimedLedger(Ledger):
         super().__init__(path)
         self.sink = sink
 
-    def record_turn(self, record):  # type: ignore[no-untyped-def]
+    def record_turn(self, record, *, defer=False):  # type: ignore[no-untyped-def]  # committed at once: timed to the commit
         super().record_turn(record)
         self.sink.append(((time.perf_counter() - _Timed.started) * 1000, record.stream_chunks))
 

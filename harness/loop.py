@@ -12,7 +12,7 @@ One run::
         a reply the server's parser refused (reply.rejection): record the turn, stop (nothing to send back)
         calls = classification.calls(parser)                   # strict: structured only
         append the assistant message; execute every call; answer each one (errors as "ERROR: ...")
-        append the turn to the ledger (one transaction)
+        append the turn to the ledger (one transaction; a quick model call's turn: with the next commit, GROUP_COMMIT_S)
         stop when calls is empty
     evaluate the done checks; append the run's end row with the outcome
 
@@ -56,11 +56,17 @@ from harness.tools import Sandbox, ToolResult
 from harness.vocab import DEFAULT_THINK, Outcome, ParserPolicy, Think, ToolMode
 
 __all__ = [
-    "DEFAULT_RETRY", "IDENTITY_VERSION", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunOptions", "RunPlan", "RunSummary",
+    "DEFAULT_RETRY", "GROUP_COMMIT_S", "IDENTITY_VERSION", "CircuitBreaker", "IdentityTaken", "RetryPolicy", "RunOptions", "RunPlan", "RunSummary",
     "run_once",
 ]  # fmt: skip
 
 IDENTITY_VERSION = "1"
+GROUP_COMMIT_S = 0.05
+"""A turn whose model call (retries included) took less than this many seconds is committed with the ledger's next
+commit (``record_turn(..., defer=True)``: its run's end row at the latest, one transaction for all), any other at once
+with those before it. So against a slow model a crash loses only the turn in flight, as with one transaction per
+turn; against a fast server, where a commit costs as much as the rest of a turn, at most the quick turns of the runs
+in flight (resume runs those runs again)."""
 REFUSED_CALL = (
     f"call refused, not run: a reply may make at most {MAX_STRUCTURED_CALLS} structured calls; send the rest in the next reply"
 )
@@ -373,9 +379,11 @@ class _Run:
         started = utc_now()
         turn_request_hash = self.request_hasher.digest(self.messages)
         plan = self.plan
+        called = time.perf_counter()
         reply = self._cached_reply(turn_request_hash) if self.options.use_cache else None
         if reply is None:
             reply = _generate(self, self.tool_schemas if plan.tool_mode == "native" else None, self.generate_options)
+        quick = time.perf_counter() - called < GROUP_COMMIT_S
         self.turns += 1
         if self.on_reply is not None:
             self.on_reply(reply)
@@ -403,7 +411,8 @@ class _Run:
                 details={**verdict.details, **({"cache_hit": True} if reply.extra.get("cache_hit") else {})},
                 reasoning=reply.reasoning, server_rejection=reply.rejection, timings=reply.timings,
                 stream_chunks=reply.stream_chunks, ttft_ms=reply.ttft_ms, decode_tps=reply.decode_tps,
-            )
+            ),
+            defer=quick,
         )  # fmt: skip
         if self.stop.is_set():
             raise _Interrupted  # the reply that was in flight is recorded; the run is not complete

@@ -160,9 +160,9 @@ class LedgerProxy:
         """Append one failed attempt."""
         self.link.call("attempt", self.run_id, record)
 
-    def record_turn(self, record: TurnRecord) -> None:
+    def record_turn(self, record: TurnRecord, *, defer: bool = False) -> None:
         """Append one turn: sent as a notice, committed by the driver before this run's end row (see the module
-        docstring). Raises LedgerError when the driver is gone."""
+        docstring), in its group commit whatever ``defer`` says. Raises LedgerError when the driver is gone."""
         self.link.tell("turn", self.run_id, record)
 
     def cached_turn(self, identity: str, request_hash: str) -> TurnRecord | None:

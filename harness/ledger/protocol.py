@@ -30,8 +30,8 @@ class RunLedger(Protocol):
         """Append one failed model-call attempt."""
         ...
 
-    def record_turn(self, record: TurnRecord) -> None:
-        """Append one turn."""
+    def record_turn(self, record: TurnRecord, *, defer: bool = False) -> None:
+        """Append one turn; ``defer``: it may be committed with a later row (:meth:`harness.ledger.Ledger.record_turn`)."""
         ...
 
     def cached_turn(self, identity: str, request_hash: str) -> TurnRecord | None:

@@ -8,7 +8,9 @@ Design
   ``BEFORE DELETE`` triggers that abort. A run's end is a new row in ``run_ends``; new
   classifier labels are new rows in ``labels``; nothing is ever edited in place.
 * Each append is its own transaction (``BEGIN IMMEDIATE``), so a crash loses at most the
-  turn in flight, and concurrent writers (threads or processes) serialize on SQLite's lock.
+  turn in flight, and concurrent writers (threads or processes) serialize on SQLite's lock. Two group commits
+  put several rows in one transaction: :meth:`Ledger.group` (every append inside it) and a turn row appended with
+  ``defer`` (committed with the next commit: the loop defers quick turns, :data:`harness.loop.GROUP_COMMIT_S`).
 * WAL checkpoints (copying committed pages into the main file, with a sync) run in a daemon thread of a writable
   ledger, not inside an append's commit: :mod:`harness.ledger.checkpoint`. A commit checkpoints inline only when the
   WAL passes :data:`~harness.ledger.checkpoint.INLINE_BOUND_PAGES` pages; :meth:`Ledger.close` ends the thread.
@@ -47,15 +49,14 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.errors import LedgerError, LedgerSwapped
 from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
-from harness.ledger.blobs import BLOB_COLUMNS, externalize, resolve_rows
-from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
+from harness.ledger.appends import AppendPlan, PreparedRow, append_plan, prepare_row, write_rows
+from harness.ledger.blobs import resolve_rows
 from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
 from harness.ledger.integrity import migrations_edited, verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
@@ -95,16 +96,6 @@ ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
 
 
-@dataclass(frozen=True)
-class _AppendPlan:
-    """How rows are appended to one table: the chain head query, the insert, the hashed columns in table order."""
-
-    head_sql: str
-    insert_sql: str
-    hashed: list[str]
-    blobs: bool
-
-
 class Ledger(RunReads, ReportReads, ViewerReads):
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
@@ -128,6 +119,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         self.path = Path(path)
         self._lock = threading.RLock()
         self._grouped = False  # inside group(): appends share its one transaction
+        self._pending: list[PreparedRow] = []  # turn rows deferred to the next commit (record_turn's defer), in order
         self._db = connect_readonly(self.path) if readonly else connect_writable(self.path)
         self._file = None if readonly else file_id(self.path)  # the file opened: start_run checks the path still names it
         try:
@@ -150,7 +142,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             self._until_checkpoint = COMMITS_PER_CHECKPOINT
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
         self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
-        self._plans: dict[str, _AppendPlan] = {}
+        self._plans: dict[str, AppendPlan] = {}
 
     def _check_tables(self, readonly: bool) -> None:
         """Refuse a file that is not a (complete) harness ledger; migrate a writable one."""
@@ -246,6 +238,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             if self._grouped:
                 yield
                 return
+            self.flush()  # rows deferred before the group are not the group's: they never roll back with it
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._grouped = True
@@ -277,53 +270,48 @@ class Ledger(RunReads, ReportReads, ViewerReads):
                 self._db.execute("COMMIT")
 
     # -- appends --------------------------------------------------------------------------------------
-    def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None) -> bool:
-        plan = self._plans.get(table) or self._plan(table)
-        values = storable_row(values, self._types[table])  # none of this needs SQLite: made before the lock
-        blobs: dict[str, bytes] = {}
-        if plan.blobs:  # since m005: each large payload stored once
-            values, blobs = externalize(table, values)
-        hashed_row = tuple(map(values.get, plan.hashed))  # None for a column the record lacks
-        payload = row_payload(plan.hashed, hashed_row)
-        try:
-            with self._lock:  # as _transaction, inline: one append is the common case
-                db, own = self._db, not self._grouped
-                if own:
-                    db.execute("BEGIN IMMEDIATE")
-                try:
-                    appended = guard is None or guard(db)  # checked and refused inside the same write transaction: no race
-                    if appended:
-                        last = db.execute(plan.head_sql).fetchone()
-                        if blobs:
-                            db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", blobs.items())
-                        prev = last[0] if last else GENESIS_HASH
-                        db.execute(plan.insert_sql, (prev, *hashed_row, chained_hash(prev, payload)))
-                except BaseException:
-                    if own:
-                        db.execute("ROLLBACK")
-                    raise
-                if own:
-                    db.execute("COMMIT")
-                self._until_checkpoint -= 1
-                if not self._until_checkpoint:
-                    self._until_checkpoint = COMMITS_PER_CHECKPOINT
-                    self._checkpointer.wake()  # type: ignore[union-attr]  # writable: it exists
-        except sqlite3.Error as exc:
-            raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
-        return appended
+    def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None,
+                *, defer: bool = False) -> bool:  # fmt: skip
+        plan = self._plans.get(table)
+        if plan is None:
+            plan = self._plans[table] = append_plan(table, self._columns[table])
+        row = prepare_row(plan, self._types[table], values)  # none of this needs SQLite: made before the lock
+        with self._lock:
+            if defer and not self._grouped:
+                self._pending.append(row)
+                return True
+            return self._commit(table, row, guard)
 
-    def _plan(self, table: str) -> _AppendPlan:
-        """The statements and column order of appends to ``table`` (made once per open ledger)."""
-        columns = [c for c in self._columns[table] if c not in ("seq", "row_hash")]
-        hashed = [c for c in columns if c != "prev_hash"]
-        plan = _AppendPlan(
-            head_sql=f"SELECT row_hash FROM {table} ORDER BY seq DESC LIMIT 1",
-            insert_sql=f"INSERT INTO {table} (prev_hash, {', '.join(hashed)}, row_hash) VALUES ({', '.join('?' * (len(hashed) + 2))})",
-            hashed=hashed,
-            blobs=table in BLOB_COLUMNS and "blob_refs" in columns,
-        )
-        self._plans[table] = plan
-        return plan
+    def flush(self) -> None:
+        """Commit the turn rows deferred so far (:meth:`record_turn` with ``defer``), in one transaction; none: nothing.
+
+        Raises:
+            LedgerError: they cannot be committed (they stay deferred, for the next commit).
+        """
+        with self._lock:
+            if self._pending and not self._grouped:
+                self._commit("turns")
+
+    def _commit(
+        self, table: str, row: PreparedRow | None = None, guard: Callable[[sqlite3.Connection], bool] | None = None
+    ) -> bool:
+        """Write the deferred rows, then ``row`` unless ``guard`` (called inside the same write transaction: no race)
+        refuses it, in one transaction (inside :meth:`group`, the group's); the deferred rows stay deferred on failure."""
+        pending, self._pending = self._pending, []
+        try:
+            with self._transaction() as db:
+                appended = guard is None or guard(db)
+                write_rows(db, [*pending, row] if row is not None and appended else pending)
+        except BaseException as exc:
+            self._pending[:0] = pending  # empty inside a group: group() commits the deferred rows before it starts
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
+            raise
+        self._until_checkpoint -= 1
+        if not self._until_checkpoint:
+            self._until_checkpoint = COMMITS_PER_CHECKPOINT
+            self._checkpointer.wake()  # type: ignore[union-attr]  # writable: it exists
+        return appended
 
     def start_run(self, record: RunStart, *, claim: ClaimPolicy | None = None) -> bool:
         """Append a run's start row (one transaction).
@@ -354,9 +342,22 @@ class Ledger(RunReads, ReportReads, ViewerReads):
 
         return self._append("runs", json_columns(record), guard=guard)
 
-    def record_turn(self, record: TurnRecord) -> None:
-        """Append one turn (one transaction): a crash loses at most the turn in flight."""
-        self._append("turns", json_columns(record))
+    def record_turn(self, record: TurnRecord, *, defer: bool = False) -> None:
+        """Append one turn: one transaction, or with ``defer`` a group commit.
+
+        Args:
+            record: the turn.
+            defer: commit the row with the ledger's next commit (the next row of another kind, any run's, a turn
+                appended without ``defer``, :meth:`flush`, a read or :meth:`close`) instead of at once. The loop defers
+                the turns of model calls that took under :data:`harness.loop.GROUP_COMMIT_S`: a fast server's turns are
+                committed with their run's end row at the latest, in one transaction; a crash loses them with the run,
+                which resume runs again. Inside :meth:`group` the row joins the group.
+
+        Raises:
+            LedgerError: the row (or the deferred rows before it) cannot be committed; deferred rows then stay
+                deferred.
+        """
+        self._append("turns", json_columns(record), defer=defer)
 
     def end_run(self, record: RunEnd) -> None:
         """Append a run's end row (one transaction). Raises LedgerError if the run already ended."""
@@ -390,9 +391,12 @@ class Ledger(RunReads, ReportReads, ViewerReads):
 
     # -- reads ----------------------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[Any] = (), payloads: str = "", refs: str = "blob_refs") -> list[dict[str, Any]]:
-        """Run one read query; rows as dicts, with the large payloads of table ``payloads`` (blobs) put back."""
+        """Run one read query; rows as dicts, with the large payloads of table ``payloads`` (blobs) put back. Deferred
+        turn rows are committed first, so a read sees every row appended."""
         try:
             with self._lock:
+                if self._pending:
+                    self.flush()
                 cursor = self._db.execute(sql, tuple(params))
                 names = [d[0] for d in cursor.description or ()]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -446,6 +450,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             ``"turns row seq=12 (run 3f2a..., turn 4): row_hash does not match its content"``.
         """
         with self._lock:
+            self.flush()
             return verify_ledger(self._db, self._columns, anchor)
 
     def head(self) -> LedgerHead:
@@ -456,16 +461,28 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         """
         try:
             with self._lock:
+                self.flush()
                 return read_head(self._db)
         except sqlite3.Error as exc:
             raise LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify`.") from exc
 
     def close(self) -> None:
-        """Stop the checkpoint thread, then close the connection (idempotent; one ``stat`` of the path: a file moved
-        meanwhile gets every row, :func:`~harness.ledger.opening.close_writable`)."""
+        """Commit the deferred turn rows, stop the checkpoint thread, then close the connection (idempotent; one
+        ``stat`` of the path: a file moved meanwhile gets every row, :func:`~harness.ledger.opening.close_writable`).
+
+        Raises:
+            LedgerError: the deferred turn rows could not be committed (the connection is closed all the same).
+        """
+        try:
+            self.flush()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
         with self._lock:
+            self._pending = []
             opened, self._file = self._file, None
             if opened is None:
                 self._db.close()
