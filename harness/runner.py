@@ -471,28 +471,21 @@ def _end_abandoned(ledger: Ledger, run_ids: Sequence[str], error: str = QUIT_BY_
     many were appended (a run not started yet, or already ended, gets none)."""
     recorded = 0
     for run_id in run_ids:
-        totals = ledger.turn_totals(run_id)
-        if totals is None:
-            continue  # claimed by no one yet: nothing was started
         try:
-            end_from_totals(ledger, run_id, "interrupted", error, totals=totals)
+            recorded += ledger.end_from_turns(run_id, "interrupted", error) is not None  # None: nothing was started
         except LedgerError:
-            continue  # its worker wrote the end row meanwhile, or the run never started
-        recorded += 1
+            continue  # its worker wrote the end row meanwhile
     return recorded
 
 
-def end_from_totals(ledger: Ledger, run_id: str, outcome: Outcome, error: str, *,
-                    totals: tuple[int, int, int] | None = None) -> RunEnd:  # fmt: skip
-    """Append the end row of a run that cannot end itself (its worker is gone or stuck), with the turn totals the
-    ledger holds for it (``totals`` when the caller just read them; none: zeros), no checks and no answer; the row
-    appended.
+def end_from_totals(ledger: Ledger, run_id: str, outcome: Outcome, error: str) -> RunEnd:
+    """Append the end row of a started run that cannot end itself (its worker is gone or stuck), with the turn totals
+    the ledger holds for it, no checks and no answer (:meth:`~harness.ledger.Ledger.end_from_turns`); the row appended.
 
     Raises:
-        LedgerError: the ledger cannot be written, or the run already ended.
+        LedgerError: the ledger cannot be written, the run already ended or was never started.
     """
-    turns, prompt, completion = totals or ledger.turn_totals(run_id) or (0, 0, 0)
-    end = RunEnd(run_id=run_id, outcome=outcome, turns=turns, prompt_tokens=prompt, completion_tokens=completion,
-                 breach=None, error=error, checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
-    ledger.end_run(end)
+    end = ledger.end_from_turns(run_id, outcome, error)
+    if end is None:
+        raise LedgerError(f"run {run_id} was never started: it has no end row to append.")
     return end

@@ -154,11 +154,13 @@ def _wait_for_runs(ledger_path, n: int, timeout_s: float = 60) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sig", "executor"), [(signal.SIGKILL, "threads"), (signal.SIGINT, "threads"), (signal.SIGKILL, "processes")]
-)
-def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig, executor):
+    ("sig", "executor", "delay_s"),
+    [(signal.SIGKILL, "threads", 0.05), (signal.SIGINT, "threads", 0.05), (signal.SIGKILL, "processes", 0.05),
+     (signal.SIGKILL, "threads", 0.02), (signal.SIGINT, "threads", 0.02)],  # 0.02: quick turns, deferred (GROUP_COMMIT_S)
+)  # fmt: skip
+def test_killed_matrix_resumes_to_exactly_the_planned_set(tmp_path, sig, executor, delay_s):
     ledger_path = tmp_path / "ledger.sqlite"
-    with FakeAgentServer(delay_s=0.05, slots=2) as server:
+    with FakeAgentServer(delay_s=delay_s, slots=2) as server:
         args = [str(SCENARIO), "--model", f"openai:ideal@{server.base_url}", "--tool-mode", "native", "--repeats", "10",
                 "--temperature", "0", "--temperature", "0.5", "--jobs", "2", "--ledger", str(ledger_path),
                 "--executor", executor]  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 from harness.ledger.blobs import BLOB_COLUMNS, externalize
 from harness.ledger.chain import GENESIS_HASH, chained_hash, row_payload, storable_row
 
-__all__ = ["AppendPlan", "PreparedRow", "append_plan", "prepare_row", "write_rows"]
+__all__ = ["AppendPlan", "PreparedRow", "RowNotWritten", "append_plan", "prepare_row", "turn_key", "turn_written", "write_rows"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,21 +66,49 @@ def prepare_row(plan: AppendPlan, declared: Mapping[str, str], values: Mapping[s
     return PreparedRow(plan, hashed_row, row_payload(plan.hashed, hashed_row), blobs)
 
 
+class RowNotWritten(Exception):
+    """:func:`write_rows` could not write ``rows[index]``; ``cause`` is SQLite's error (the rows before it were written
+    in the caller's transaction, which the caller rolls back)."""
+
+    def __init__(self, index: int, cause: sqlite3.Error) -> None:
+        super().__init__(f"row {index}: {cause}")
+        self.index, self.cause = index, cause
+
+
 def write_rows(db: sqlite3.Connection, rows: Sequence[PreparedRow]) -> None:
     """Insert ``rows`` in order inside the caller's write transaction, each chained after its table's head (read once
     per table: the transaction holds the write lock, so the head is the row this call inserted last).
 
     Raises:
-        sqlite3.Error: an insert failed (the caller rolls the transaction back).
+        RowNotWritten: a row could not be written (the caller rolls the transaction back).
     """
     heads: dict[AppendPlan, str] = {}
-    for row in rows:
+    for index, row in enumerate(rows):
         plan = row.plan
-        prev = heads.get(plan)
-        if prev is None:
-            last = db.execute(plan.head_sql).fetchone()
-            prev = last[0] if last else GENESIS_HASH
-        if row.blobs:
-            db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", row.blobs.items())
-        heads[plan] = chained_hash(prev, row.payload)
-        db.execute(plan.insert_sql, (prev, *row.values, heads[plan]))
+        try:
+            prev = heads.get(plan)
+            if prev is None:
+                last = db.execute(plan.head_sql).fetchone()
+                prev = last[0] if last else GENESIS_HASH
+            if row.blobs:
+                db.executemany("INSERT OR IGNORE INTO blobs (sha256, data) VALUES (?, ?)", row.blobs.items())
+            heads[plan] = chained_hash(prev, row.payload)
+            db.execute(plan.insert_sql, (prev, *row.values, heads[plan]))
+        except sqlite3.Error as exc:
+            raise RowNotWritten(index, exc) from exc
+
+
+def turn_key(row: PreparedRow) -> tuple[Any, Any]:
+    """``(run_id, turn)`` of a prepared turn row: what makes it unique in ``turns``."""
+    hashed = row.plan.hashed
+    return row.values[hashed.index("run_id")], row.values[hashed.index("turn")]
+
+
+def turn_written(db: sqlite3.Connection, row: PreparedRow) -> bool:
+    """Whether a turn of ``row``'s run and number is in the ledger now: after an interrupt that came as the row's
+    transaction ended (a Ctrl-C just after its COMMIT), the one exact way to tell whether it committed. False when it
+    cannot be read."""
+    try:
+        return db.execute("SELECT 1 FROM turns WHERE run_id = ? AND turn = ?", turn_key(row)).fetchone() is not None
+    except sqlite3.Error:
+        return False

@@ -13,8 +13,8 @@ Labels: a ``labels`` row for a turn (``harness rescore``) overrides the turn's o
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,8 +102,13 @@ class ReportReads:
 
     path: Path
     _db: sqlite3.Connection
-    _lock: threading.RLock
     _columns: dict[str, list[str]]
+
+    if TYPE_CHECKING:  # provided by harness.ledger.Ledger
+
+        def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
+            """The connection under the ledger's lock, its deferred turn rows committed first."""
+            ...
 
     def _fail(self, exc: BaseException) -> LedgerError:
         return LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify --ledger {self.path}`.")
@@ -112,7 +117,7 @@ class ReportReads:
         import pandas as pd
 
         try:
-            with self._lock:
+            with self._reading():
                 return pd.read_sql(sql, self._db, params=tuple(params))
         except (sqlite3.Error, pd.errors.DatabaseError) as exc:
             raise self._fail(exc) from exc
@@ -171,7 +176,7 @@ class ReportReads:
         exact = content_length_sql(self._has_blobs())
         chars = INDEXED_REPLY_CHARS if self._has_blobs() else exact
         try:
-            with self._lock:
+            with self._reading():
                 self._db.execute("BEGIN")
                 try:
                     own = _OWN_LABELS if self._db.execute("SELECT EXISTS (SELECT 1 FROM labels)").fetchone()[0] else ""
@@ -205,7 +210,7 @@ class ReportReads:
         import pandas as pd
 
         try:
-            with self._lock:
+            with self._reading():
                 self._db.execute("BEGIN")
                 try:
                     cursor = self._db.execute(RUN_TURN_TOTALS)
@@ -252,7 +257,7 @@ class ReportReads:
             " TOTAL(completion_tokens) AS c, TOTAL(latency_ms) AS l FROM turns GROUP BY run_id) t USING (run_id) ORDER BY r.seq"
         )  # fmt: skip
         try:
-            with self._lock:
+            with self._reading():
                 cursor = self._db.execute(sql)
                 names = [d[0] for d in cursor.description]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -287,7 +292,7 @@ class ReportReads:
         refs = ", blob_refs" if self._has_blobs() else ""
         sql = f"SELECT seq, tool_calls{refs} FROM turns WHERE seq IN ({','.join('?' * len(seqs))}) AND tool_calls IS NOT NULL"
         try:
-            with self._lock:
+            with self._reading():
                 cursor = self._db.execute(sql, [int(s) for s in seqs])
                 names = [d[0] for d in cursor.description]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -330,7 +335,7 @@ class ReportReads:
         """
         sql = run_details_sql(self._columns["runs"], self._columns["turns"], self._columns["run_ends"])
         try:
-            with self._lock:
+            with self._reading():
                 cursor = self._db.execute(sql)
                 names = [d[0] for d in cursor.description]
                 rows = cursor.fetchall()

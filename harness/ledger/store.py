@@ -53,14 +53,22 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import LedgerError, LedgerSwapped
-from harness.ledger import migrations
 from harness.ledger.anchor import Anchor, LedgerHead, read_head
-from harness.ledger.appends import AppendPlan, PreparedRow, append_plan, prepare_row, write_rows
+from harness.ledger.appends import (
+    AppendPlan,
+    PreparedRow,
+    RowNotWritten,
+    append_plan,
+    prepare_row,
+    turn_key,
+    turn_written,
+    write_rows,
+)
 from harness.ledger.blobs import resolve_rows
 from harness.ledger.checkpoint import COMMITS_PER_CHECKPOINT, INLINE_BOUND_PAGES, Checkpointer
-from harness.ledger.integrity import migrations_edited, verify_ledger
+from harness.ledger.integrity import verify_ledger
 from harness.ledger.migrations import CHAINED_TABLES
-from harness.ledger.opening import close_writable, connect_readonly, connect_writable, file_id, not_writable, swapped
+from harness.ledger.opening import close_writable, connect_readonly, connect_writable, file_id, swapped
 from harness.ledger.queries import (
     export_sql,
     model_runs,
@@ -81,6 +89,7 @@ from harness.ledger.records import (
 )
 from harness.ledger.report_reads import ReportReads
 from harness.ledger.run_reads import RunReads
+from harness.ledger.schema_ops import SchemaOps
 from harness.ledger.viewer_reads import ViewerReads
 
 __all__ = ["DEFAULT_LEDGER_PATH", "EXPORT_COLUMNS", "ClaimPolicy", "Ledger", "decode_labels"]
@@ -96,7 +105,7 @@ ClaimPolicy = Callable[[Sequence[IdentityHolder]], bool]
 """Decides whether a run may start, given the runs already recorded under its identity (True: start it)."""
 
 
-class Ledger(RunReads, ReportReads, ViewerReads):
+class Ledger(SchemaOps, RunReads, ReportReads, ViewerReads):
     """An open ledger file. Thread-safe: appends serialize on a lock and SQLite's write lock.
 
     Args:
@@ -120,6 +129,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         self._lock = threading.RLock()
         self._grouped = False  # inside group(): appends share its one transaction
         self._pending: list[PreparedRow] = []  # turn rows deferred to the next commit (record_turn's defer), in order
+        self._ended_here: set[str] = set()  # runs end_from_turns ended for them: their late turns are refused
         self._db = connect_readonly(self.path) if readonly else connect_writable(self.path)
         self._file = None if readonly else file_id(self.path)  # the file opened: start_run checks the path still names it
         try:
@@ -143,85 +153,6 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         self._columns = {t: [r[1] for r in rows] for t, rows in info.items()}
         self._types = {t: {r[1]: (r[2] or "").upper() for r in rows} for t, rows in info.items()}
         self._plans: dict[str, AppendPlan] = {}
-
-    def _check_tables(self, readonly: bool) -> None:
-        """Refuse a file that is not a (complete) harness ledger; migrate a writable one."""
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if tables and "_migrations" not in tables:
-            if {"runs", "turns"} <= tables:
-                raise LedgerError(f"{self.path} has no _migrations table (it was dropped); restore the ledger from a copy.")
-            raise LedgerError(f"{self.path} is an SQLite file but not a harness ledger; pass another --ledger path.")
-        if not readonly:
-            self.migrate()
-        elif not tables:
-            raise LedgerError(f"{self.path} is empty, not a harness ledger; run `harness run` first.")
-        present = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        missing = sorted({"runs", "turns", "run_ends", "labels"} - present)
-        if missing and not migrations.applied(self._db):
-            raise LedgerError(
-                f"{self.path} is a ledger whose creation was cut short (no migration finished); "
-                "`harness ledger migrate` or `harness run` finishes it."
-            )
-        if missing:
-            raise LedgerError(
-                f"{self.path} is not a complete harness ledger (table {missing[0]} is missing); restore it from a copy."
-            )
-
-    # -- schema ---------------------------------------------------------------------------------------
-    def migrate(self) -> list[str]:
-        """Apply pending migrations in order, each in one transaction with its record.
-
-        Returns:
-            Names of the migrations applied now (empty when up to date).
-
-        Raises:
-            LedgerError: SQLite refused a migration (a read-only file or folder, a full disk, a
-                file locked by another program); nothing of that migration is applied. Or the last rows of
-                ``_migrations`` were deleted while their changes stay (:func:`~harness.ledger.integrity.migrations_edited`,
-                asked only when migrations are pending): nothing is applied, the file is left as it is.
-        """
-        with self._lock:
-            try:
-                if migrations.pending(self._db) and (edit := self._edited_migrations()):
-                    raise LedgerError(
-                        f"the ledger {self.path} is not brought up to date: {edit}; restore it from a copy "
-                        f"(`harness ledger verify --ledger {self.path}` names the same edit)."
-                    )
-                return migrations.apply(self._db, self._transaction)
-            except sqlite3.Error as exc:
-                raise LedgerError(
-                    not_writable(self.path)
-                    or f"cannot bring the ledger at {self.path} up to date ({exc}); close any other program using it and "
-                    "retry, else restore it from a copy (verify, export and report read it as it is)."
-                ) from exc
-
-    def applied_migrations(self) -> list[str]:
-        """Names of applied migrations, in order applied."""
-        with self._lock:
-            return self._read_migrations(migrations.applied)
-
-    def pending_migrations(self) -> list[str]:
-        """Names of migrations not applied yet (a read-only open of an older ledger has some; ``harness ledger migrate`` applies them)."""
-        with self._lock:
-            return self._read_migrations(migrations.pending)
-
-    def _edited_migrations(self) -> str | None:
-        """:func:`~harness.ledger.integrity.migrations_edited` on one snapshot: ``_migrations`` and the schema read in
-        one read transaction, so a migration another process commits meanwhile (with its row) is seen whole or not at
-        all (read apart, the older row count beside the newer schema looked like an edit: reviewer, 1 open in 160)."""
-        self._db.execute("BEGIN")
-        try:
-            return migrations_edited(self._db, len(migrations.applied(self._db)))
-        finally:
-            self._db.execute("COMMIT")  # a read: nothing to write
-
-    def _read_migrations(self, read: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
-        try:
-            return read(self._db)
-        except sqlite3.Error as exc:
-            raise LedgerError(
-                f"the _migrations table of {self.path} cannot be read ({exc}); it was edited: restore the ledger from a copy."
-            ) from exc
 
     @contextmanager
     def group(self) -> Iterator[None]:
@@ -263,11 +194,20 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            else:
                 self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # not after a COMMIT that returned (a Ctrl-C just after it, say)
+                    self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for a read, under the lock, with the deferred turn rows committed first: a read through the
+        ledger sees every row appended to it."""
+        with self._lock:
+            if self._pending:
+                self.flush()
+            yield self._db
 
     # -- appends --------------------------------------------------------------------------------------
     def _append(self, table: str, values: dict[str, Any], guard: Callable[[sqlite3.Connection], bool] | None = None,
@@ -277,7 +217,10 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             plan = self._plans[table] = append_plan(table, self._columns[table])
         row = prepare_row(plan, self._types[table], values)  # none of this needs SQLite: made before the lock
         with self._lock:
-            if defer and not self._grouped:
+            if self._ended_here and table == "turns" and values.get("run_id") in self._ended_here:
+                raise LedgerError(f"run {values['run_id']} was ended for it before its turn {values.get('turn')} came; "
+                                  "the turn is not recorded (its end row says so).")  # fmt: skip
+            if defer and not self._grouped and self._file is not None:  # writable and open: else it fails at once
                 self._pending.append(row)
                 return True
             return self._commit(table, row, guard)
@@ -303,9 +246,18 @@ class Ledger(RunReads, ReportReads, ViewerReads):
                 appended = guard is None or guard(db)
                 write_rows(db, [*pending, row] if row is not None and appended else pending)
         except BaseException as exc:
-            self._pending[:0] = pending  # empty inside a group: group() commits the deferred rows before it starts
-            if isinstance(exc, sqlite3.Error):
-                raise LedgerError(f"could not append to the ledger {self.path} ({table}): {exc}.") from exc
+            cause = exc.cause if isinstance(exc, RowNotWritten) else exc
+            # a deferred row SQLite refuses for what it holds (a turn recorded twice) never commits: dropped, said once
+            bad = exc.index if isinstance(exc, RowNotWritten) and isinstance(cause, sqlite3.IntegrityError) else None
+            refused = isinstance(exc, (RowNotWritten, sqlite3.Error))  # rolled back; else written if an interrupt came
+            if pending and (refused or not turn_written(self._db, pending[0])):  # just after the COMMIT
+                self._pending[:0] = [r for i, r in enumerate(pending) if i != bad]  # empty inside a group (see group())
+                if bad is not None and bad < len(pending):
+                    run_id, turn = turn_key(pending[bad])
+                    raise LedgerError(f"could not append to the ledger {self.path}: the turn {turn} of run {run_id}, "
+                                      f"deferred, was refused ({cause}); it is dropped.") from cause  # fmt: skip
+            if isinstance(cause, sqlite3.Error):
+                raise LedgerError(f"could not append to the ledger {self.path} ({table}): {cause}.") from cause
             raise
         self._until_checkpoint -= 1
         if not self._until_checkpoint:
@@ -354,14 +306,38 @@ class Ledger(RunReads, ReportReads, ViewerReads):
                 which resume runs again. Inside :meth:`group` the row joins the group.
 
         Raises:
-            LedgerError: the row (or the deferred rows before it) cannot be committed; deferred rows then stay
-                deferred.
+            LedgerError: the row (or the deferred rows before it) cannot be committed: deferred rows then stay
+                deferred, but for one SQLite refuses for what the ledger holds (a turn recorded twice), which is dropped
+                and named; or its run was ended by :meth:`end_from_turns` (the turn came too late).
         """
         self._append("turns", json_columns(record), defer=defer)
 
     def end_run(self, record: RunEnd) -> None:
         """Append a run's end row (one transaction). Raises LedgerError if the run already ended."""
         self._append("run_ends", json_columns(record))
+
+    def end_from_turns(self, run_id: str, outcome: str, error: str) -> RunEnd | None:
+        """Append the end row of a run that cannot end itself (its worker is gone or stuck): the totals of the turns
+        recorded for it (deferred ones included), no checks, no answer; a turn of it that comes later is refused
+        (LedgerError), so the row counts exactly the run's turns. Totals and row are read and written under one hold of
+        the ledger's lock.
+
+        Returns:
+            The row appended, or None when the run was never started (nothing appended).
+
+        Raises:
+            LedgerError: the ledger cannot be written, or the run already ended.
+        """
+        with self._lock:
+            totals = self.turn_totals(run_id)
+            if totals is None:
+                return None
+            turns, prompt, completion = totals
+            end = RunEnd(run_id=run_id, outcome=outcome, turns=turns, prompt_tokens=prompt, completion_tokens=completion,
+                         breach=None, error=error, checks=[], final_answer=None, escape_attempts=[], files_written=[])  # fmt: skip
+            self.end_run(end)
+            self._ended_here.add(run_id)
+            return end
 
     def record_labels(self, record: Labels) -> None:
         """Append a re-classification of one stored turn (``harness rescore``)."""
@@ -381,7 +357,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
 
     def model_runs(self) -> list[dict[str, Any]]:
         """What the report's model header needs, once per distinct configuration of runs (:func:`harness.ledger.queries.model_runs`)."""
-        with self._lock:
+        with self._reading():
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             return model_runs(self._db, "templates" in tables, "manifest_digest" in self._columns["runs"])
 
@@ -394,9 +370,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
         """Run one read query; rows as dicts, with the large payloads of table ``payloads`` (blobs) put back. Deferred
         turn rows are committed first, so a read sees every row appended."""
         try:
-            with self._lock:
-                if self._pending:
-                    self.flush()
+            with self._reading():
                 cursor = self._db.execute(sql, tuple(params))
                 names = [d[0] for d in cursor.description or ()]
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -449,8 +423,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             :class:`~harness.ledger.records.VerifyResult`; ``problem`` names the first failure, e.g.
             ``"turns row seq=12 (run 3f2a..., turn 4): row_hash does not match its content"``.
         """
-        with self._lock:
-            self.flush()
+        with self._reading():
             return verify_ledger(self._db, self._columns, anchor)
 
     def head(self) -> LedgerHead:
@@ -460,8 +433,7 @@ class Ledger(RunReads, ReportReads, ViewerReads):
             LedgerError: the ledger cannot be read.
         """
         try:
-            with self._lock:
-                self.flush()
+            with self._reading():
                 return read_head(self._db)
         except sqlite3.Error as exc:
             raise LedgerError(f"could not read the ledger {self.path} ({exc}); run `harness ledger verify`.") from exc
