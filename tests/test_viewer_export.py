@@ -5,6 +5,8 @@ Each test exports a real ledger into a real folder; the folder's files are read 
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,38 @@ def test_a_folder_whose_manifest_is_not_an_exports_is_refused(ledger, tmp_path, 
     (tmp_path / "empty").mkdir()
     export_site(ledger, tmp_path / "empty")  # an empty folder is fine
     assert (out / "runs" / "run-b.html").is_file()
+
+
+@pytest.mark.parametrize("sub", ["runs", "data", "static"])
+def test_a_folder_of_the_export_that_is_a_link_is_refused_and_its_target_untouched(ledger, tmp_path, capsys, sub):
+    """red team (stop 29): an export folder whose ``runs/`` was a symbolic link had the listed pages removed from, and
+    new ones written into, the link's target, outside the export folder."""
+    out, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    export_site(ledger, out)
+    (out / sub).rename(elsewhere)
+    (out / sub).symlink_to(elsewhere, target_is_directory=True)
+    before = {p.name: p.read_bytes() for p in elsewhere.iterdir()}
+    with pytest.raises(UsageError, match=f"{sub} is a symbolic link"):
+        export_site(ledger, out)
+    rc, _, err = cli(capsys, "view", "--ledger", str(ledger), "--export", str(out))
+    assert_one_sentence_error(rc, err)
+    assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+
+
+def test_a_fifo_where_the_export_writes_is_replaced_not_waited_on(ledger, tmp_path):
+    """red team (stop 29): a FIFO at ``index.html`` made the export wait forever for a reader."""
+    out = tmp_path / "site"
+    export_site(ledger, out)
+    for where in ("index.html", "data/manifest.js", "runs/run-a.html"):
+        (out / where).unlink()
+        os.mkfifo(out / where)
+    worker = threading.Thread(target=export_site, args=(ledger, out), daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # blocked opening a FIFO for writing: a reader on each lets it go, then the test fails
+        for where in ("index.html", "data/manifest.js", "runs/run-a.html"):
+            if (out / where).is_fifo():
+                os.close(os.open(out / where, os.O_RDONLY | os.O_NONBLOCK))
+        pytest.fail("the export waited on a FIFO")
+    for where in ("index.html", "data/manifest.js", "runs/run-a.html"):
+        assert (out / where).is_file() and (out / where).stat().st_size > 0, where

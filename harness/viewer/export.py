@@ -67,6 +67,11 @@ def _prepare(out: Path) -> None:
         raise UsageError(f"--export {out} is a file, not a folder; pass a folder (it is created if missing).")
     try:
         listed = out / EXPORT_LIST
+        for sub in ("static", "data", "runs"):  # its pages are removed and written there: never through a link
+            if (out / sub).is_symlink() or ((out / sub).exists() and not (out / sub).is_dir()):
+                kind = "a symbolic link" if (out / sub).is_symlink() else "not a folder"
+                raise UsageError(f"--export {out}: {out / sub} is {kind}, and the export writes only inside its folder; "
+                                 "remove it or pass another folder.")  # fmt: skip
         if out.is_dir() and not (listed.is_file() or _has_manifest(out)) and any(out.iterdir()):
             raise UsageError(
                 f"--export {out} holds files that are not an earlier export, which it could overwrite; "
@@ -101,14 +106,15 @@ def _has_manifest(out: Path) -> bool:
 
 
 def _write(path: Path, text: str, *, append: bool = False) -> None:
-    """Write ``path`` whole, or with ``append`` add ``text`` at its end; a symbolic link there is replaced, not written
-    through (its target is not ours: the list is written whole before it is appended to).
+    """Write ``path`` whole, or with ``append`` add ``text`` at its end; a symbolic link or another file that is not a
+    regular one (a FIFO would wait for a reader) is replaced, not written through (its target is not ours: the list is
+    written whole before it is appended to).
 
     Raises:
         UsageError: the file cannot be written.
     """
     try:
-        if not append and path.is_symlink():
+        if not append and (path.is_symlink() or (path.exists() and not path.is_file() and not path.is_dir())):
             path.unlink()
         with path.open("a" if append else "w", encoding="utf-8") as file:
             file.write(text)
