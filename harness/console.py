@@ -25,7 +25,7 @@ from harness.vocab import counted, is_scored, plural, printable
 
 __all__ = [
     "Progress", "format_run_line", "next_steps", "plan_counts", "plan_label", "plural", "print_run_summary", "printable",
-    "summary_rows",
+    "skipped_sentence", "summary_rows",
 ]  # fmt: skip
 
 _ERROR_CHARS = 300
@@ -130,7 +130,7 @@ class Progress(MatrixEvents):
             self.bar.reset(total=todo)
         self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {printable(str(self.ledger_path))}")
         for model, reason, count in result.skipped:  # the counts' "cannot be planned", explained before any run
-            self._note(_skipped_sentence(model, reason, count))
+            self._note(skipped_sentence(model, reason, count))
         self.skipped_said = True
         for warning in result.warnings:  # before the runs, not after the table (nor never, when `| head` stops them)
             self._note(f"harness: warning: {printable(warning)}")
@@ -265,9 +265,10 @@ def execution_words(jobs: int, executor: str, workers: int | None, *, runs: int,
     return f"{at_once}, on threads of one process (--executor threads)"
 
 
-def _skipped_sentence(model: str, reason: str, count: int) -> str:
+def skipped_sentence(model: str, reason: str, count: int) -> str:
     """Why ``count`` runs of ``model`` are skipped, for standard error, e.g. ``harness: skipped 4 runs of ollama:m:
-    Ollama is not running at ...`` (``reason``: the preflight's error, :attr:`MatrixResult.skipped`)."""
+    Ollama is not running at ...`` (``reason``: the preflight's error, :attr:`MatrixResult.skipped`); ``--dry-run`` says
+    the same."""
     return f"harness: skipped {plural(count, 'run')} of {printable(model)}: {printable(reason)}"
 
 
@@ -316,7 +317,7 @@ def _print_skipped(skipped: Sequence[tuple[str, str, int]], *, said: bool) -> No
     the runs, one line points up to it, so that the end of the output still says why the command failed."""
     if not said:
         for model, reason, count in skipped:
-            print(_skipped_sentence(model, reason, count), file=sys.stderr)
+            print(skipped_sentence(model, reason, count), file=sys.stderr)
     elif skipped:
         runs = plural(sum(count for _, _, count in skipped), "run")
         reasons = "the reason" if len(skipped) == 1 else "the reasons"

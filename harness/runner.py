@@ -257,7 +257,7 @@ def plan_matrix(
     return result
 
 
-def run_matrix(
+def run_matrix(  # long: planning, then the ledger (opened only with runs to do), then the executor, in one try
     plans: Sequence[RunPlan],
     ledger: Ledger | Callable[[], Ledger],
     options: RunOptions = RunOptions(),
@@ -278,7 +278,7 @@ def run_matrix(
 
     Args:
         plans: from :func:`expand_matrix`.
-        ledger: an open, writable ledger (thread-safe), or a function opening one once the models fit in memory.
+        ledger: an open, writable ledger (thread-safe), or a function opening one once runs are to do and fit in memory.
         options: how runs are executed (sandbox folder, concurrency, retries, cache, cassettes);
             its ``stop`` event, when set, stops the matrix (runs in flight end as ``interrupted`` before their next
             call); an error sets it too (a :class:`~harness.run_options.StopEvent`, the default, then says so).
@@ -305,6 +305,9 @@ def run_matrix(
     matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
+        if opened is None and not any(todos.values()):  # every model skipped (a server down): no empty ledger is made
+            events.planned(result)
+            return result
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none
         claim = claim_identity(db.path, resume=resume)
         mark_running(result.planned, db.path, resume=resume)  # for the opening line, as --dry-run counts; still tried

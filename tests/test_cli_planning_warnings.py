@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.ledger import Ledger, parse_anchor
 from tests.backend_fakes import FakeServer, closed_port, json_reply
-from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE
+from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, cli
+from tests.ledger_builders import SMALL, add_run
 from tests.server_fakes import ollama_chat, ollama_show, ollama_tags
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "OLLAMA_NUM_PARALLEL")}
@@ -109,3 +111,47 @@ def test_when_every_model_is_skipped_the_reasons_come_before_the_summary(tmp_pat
     assert lines[1:3] == [_down("a", ports[0]), _down("b", ports[1])], proc.stdout
     assert sum("Ollama is not running" in line for line in lines) == 2, proc.stdout
     assert "harness: skipped 4 runs of 2 models, for the reasons said above." in lines[3:], proc.stdout
+
+
+def _down_openai(tmp_path: Path, port: int, *extra: str) -> list[str]:
+    """``harness run`` of 2 runs on an OpenAI-compatible server that is not running (nothing listens at ``port``)."""
+    return ["run", str(SCENARIO_FILE), "--model", f"openai:x@http://127.0.0.1:{port}/v1", *RUN_FLAGS, "--repeats", "2",
+            "--ledger", str(tmp_path / "d" / "l.sqlite"), *extra]  # fmt: skip
+
+
+# finding: with every model skipped (a wrong URL), `harness run` made an empty ledger and printed its head line
+def test_a_run_whose_every_model_is_skipped_makes_no_ledger(tmp_path, capsys):
+    port = closed_port()
+    rc, out, err = cli(capsys, *_down_openai(tmp_path, port))
+    assert rc == 1 and "Traceback" not in err, (out, err)
+    assert f"harness: skipped 2 runs of openai:x@http://127.0.0.1:{port}/v1: The server at " in err, err
+    assert "Ledger head" not in out, out
+    assert list(tmp_path.iterdir()) == [], "a ledger (or its folder) was made though nothing could run"
+
+
+def test_a_run_whose_every_model_is_skipped_leaves_an_existing_ledger_as_it_was(tmp_path, capsys):
+    """The ledger is read as before (for resume) and its head line still ends the output; nothing in it is lost."""
+    path = tmp_path / "d" / "l.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "a", model=SMALL)
+        anchor = ledger.head().anchor
+    before = path.read_bytes()
+    rc, out, err = cli(capsys, *_down_openai(tmp_path, closed_port()))
+    assert rc == 1 and "skipped 2 runs of openai:x@" in err, (out, err)
+    assert out.strip().splitlines()[-1].endswith(f": {anchor}"), out
+    assert path.read_bytes() == before
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.verify(parse_anchor(anchor)).ok and [run.run_id for run in ledger.runs()] == ["a"]
+
+
+# finding: for one server down, --dry-run said "2 runs of M cannot be planned: ..." where the run said "skipped 2 runs of M: ..."
+def test_the_dry_run_explains_a_skipped_model_in_the_run_s_own_sentence(tmp_path, capsys):
+    argv = _down_openai(tmp_path, closed_port())
+    dry_rc, dry_out, dry_err = cli(capsys, *argv, "--dry-run")
+    rc, out, err = cli(capsys, *argv)
+    assert dry_rc == rc == 1, (dry_err, err)
+    said = [line for line in err.splitlines() if line.startswith("harness: skipped 2 runs of openai:x@")]
+    assert len(said) == 1 and said[0] in dry_err.splitlines(), (dry_err, err)
+    assert "cannot be planned:" not in dry_err, dry_err
+    counts = next(line for line in err.splitlines() if " runs planned, " in line)  # the counts were the same already
+    assert counts.startswith(dry_out.strip().splitlines()[-1].rstrip(".")), (dry_out, err)

@@ -15,7 +15,8 @@ import pytest
 from harness.errors import LedgerError
 from harness.ledger import Ledger
 from harness.ledger.opening import _orphan_journal
-from tests.helpers import REPO
+from tests.fake_agent_server import FakeAgentServer
+from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, cli
 from tests.ledger_builders import SMALL, add_run
 
 _ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -134,9 +135,40 @@ def test_this_process_reopening_the_old_name_of_a_ledger_it_still_writes_is_refu
     ledger = Ledger(path)
     add_run(ledger, "a", model=SMALL)
     os.rename(path, moved)
-    with pytest.raises(LedgerError, match=f"^this process still writes a ledger it opened under the name {path} "):
+    with pytest.raises(LedgerError, match=f"^this process still has a ledger open that it opened under the name {path} "):
         Ledger(path)
     ledger.close()
+    assert not path.exists()
+    with Ledger(moved, readonly=True) as kept:
+        assert kept.verify().ok and [run.run_id for run in kept.runs()] == ["a"]
+
+
+# finding: this process's own open ledger was named like another's ("this process still writes a ledger it opened under
+# the name ...; let that process end"): advice this process cannot follow by waiting
+def test_a_ledger_this_process_still_has_open_under_another_name_is_refused_in_words_for_this_process(tmp_path, capsys):
+    """A program holding a ledger moved since (here the test itself) runs the CLI in-process on either name."""
+    path, moved = tmp_path / "ledger.sqlite", tmp_path / "kept.sqlite"
+    ledger = Ledger(path)
+    add_run(ledger, "a", model=SMALL)
+    os.rename(path, moved)
+    try:
+        with FakeAgentServer() as server:
+            rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"openai:ideal@{server.base_url}", *RUN_FLAGS,
+                             "--repeats", "1", "--ledger", path)  # fmt: skip
+        assert rc == 1 and err == (
+            f"harness: this process still has a ledger open that it opened under the name {path} (its -wal and -shm "
+            "files are there: that ledger was moved, deleted or replaced since), so no ledger is opened there now; "
+            "close that ledger first, or pass another --ledger path.\n"
+        ), err
+        rc, _, err = cli(capsys, "ledger", "verify", "--ledger", moved)
+        assert rc == 1 and err == (
+            f"harness: this process already has the ledger {moved} open under another name (it was moved or renamed "
+            "since it was opened, and its -wal and -shm files stay under the old name), so it is not opened a second "
+            "time (one file with two journals loses rows); close the ledger open under the old name first, then open "
+            "it again.\n"
+        ), err
+    finally:
+        ledger.close()
     assert not path.exists()
     with Ledger(moved, readonly=True) as kept:
         assert kept.verify().ok and [run.run_id for run in kept.runs()] == ["a"]

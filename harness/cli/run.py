@@ -152,7 +152,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     Returns 1 when some runs cannot be planned (their server is down), as the real run would.
     """
     from harness.backends import open_backend, replica_specs
-    from harness.console import execution_words, plan_counts, plan_label, plural, printable
+    from harness.console import execution_words, plan_counts, plan_label, printable, skipped_sentence
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
@@ -176,8 +176,8 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
         print(f"[{i}/{len(settled)}] {plan_label(item.plan)}{note}")
     for warning in planned.warnings:  # e.g. a replica left out, or replicas checked by model name only
         print(f"harness: warning: {printable(warning)}", file=sys.stderr)
-    for model, reason, count in planned.skipped:
-        print(f"harness: {plural(count, 'run')} of {printable(model)} cannot be planned: {printable(reason)}", file=sys.stderr)
+    for model, reason, count in planned.skipped:  # in the real run's words
+        print(skipped_sentence(model, reason, count), file=sys.stderr)
     if settled:  # a run another process holds is still tried when its turn comes: it counts, as the executors count it
         models = {item.plan.model for item in settled}
         replicated = any(len(replica_specs(model)) > 1 for model in models)
@@ -213,9 +213,10 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
 
 
 class _LedgerOnDemand:
-    """The ledger at ``path``, opened (created when new) only once the models are open and fit in memory.
+    """The ledger at ``path``, opened (created when new) only once the models are open, fit in memory and have runs to do.
 
-    A start refused by the memory check or a failed download thus creates no ledger, and nothing is ever deleted:
+    A start refused by the memory check, a failed download or every model skipped (its server down) thus creates no
+    ledger, and nothing is ever deleted:
     deleting "our" new empty ledger could delete one that another process has just opened and is recording in.
     """
 

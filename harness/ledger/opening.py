@@ -221,6 +221,8 @@ def _orphan_journal(path: Path) -> str | None:
     if _culprits(path) != found:
         return None
     kind, pids = found
+    if pids == {os.getpid()}:  # the ledger is still open here: no other process to let end
+        return _held_here(kind, path)
     if kind == "shm":
         return (
             f"{_who(pids)} still writes a ledger it opened under the name {path} (its -wal and -shm files are there: "
@@ -231,6 +233,22 @@ def _orphan_journal(path: Path) -> str | None:
         f"{_who(pids)} still writes the ledger {path} under another name (it was moved or renamed while that process "
         "wrote it, and its -wal and -shm files stay under the old name), so it is not opened now (one file with two "
         "journals loses rows); let that process end, then run again."
+    )
+
+
+def _held_here(kind: str, path: Path) -> str:
+    """:func:`_orphan_journal`'s sentence when the only process holding the other journal is this one: a ledger it has
+    open (a :class:`~harness.ledger.Ledger` not closed yet) was moved, deleted or replaced since it was opened."""
+    if kind == "shm":
+        return (
+            f"this process still has a ledger open that it opened under the name {path} (its -wal and -shm files are "
+            "there: that ledger was moved, deleted or replaced since), so no ledger is opened there now; close that "
+            "ledger first, or pass another --ledger path."
+        )
+    return (
+        f"this process already has the ledger {path} open under another name (it was moved or renamed since it was "
+        "opened, and its -wal and -shm files stay under the old name), so it is not opened a second time (one file with "
+        "two journals loses rows); close the ledger open under the old name first, then open it again."
     )
 
 
