@@ -127,6 +127,9 @@ def test_a_run_whose_every_model_is_skipped_makes_no_ledger(tmp_path, capsys):
     assert f"harness: skipped 2 runs of openai:x@http://127.0.0.1:{port}/v1: The server at " in err, err
     assert "Ledger head" not in out, out
     assert list(tmp_path.iterdir()) == [], "a ledger (or its folder) was made though nothing could run"
+    # helper (this stop): with --record, it also said "every planned run is already in the ledger", which was not so
+    rc, _, err = cli(capsys, *_down_openai(tmp_path, port), "--record", str(tmp_path / "cassettes"))
+    assert rc == 1 and "skipped 2 runs" in err and "already in the ledger" not in err, err
 
 
 def test_a_run_whose_every_model_is_skipped_leaves_an_existing_ledger_as_it_was(tmp_path, capsys):

@@ -127,7 +127,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout, sharded=shard is not None)
     if result is None:  # standard output's reader left (`| head`): stopped, said on stderr; exit 0 as any `| head`
         return 0
-    if args.record is not None and not result.summaries:
+    if args.record is not None and not result.summaries and not result.skipped:  # a skipped model said why already
         print(
             "harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.",
             file=sys.stderr,
