@@ -346,7 +346,15 @@ def test_a_run_identity_counts_once_the_newest_run(tmp_path):
     assert row["pass_rate"] == 0.5
     write_report(path, tmp_path / "out", formats=["md"])
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "1 run(s) repeat a run identity recorded again" in text and "2 runs (and 1 earlier attempt" in text
+    assert "1 run(s) repeat a run identity recorded again" in text and "2 runs (and 1 other attempt" in text
+
+    # stop 29: a later, interrupted re-run of a scored identity was called an "earlier attempt"
+    with Ledger(path) as ledger:
+        add_run(ledger, "later-cut", model=SMALL, outcome="interrupted", identity="same", day=4)
+    assert load_frames(path).runs.set_index("run_id")["counted"].to_dict()["later-cut"] is False
+    write_report(path, tmp_path / "out", formats=["md"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "2 runs (and 2 other attempts of the same run identities" in text and "earlier attempt" not in text
 
 
 def test_an_interrupted_then_resumed_run_counts_once(tmp_path):
@@ -371,7 +379,7 @@ def test_the_headers_turn_count_covers_the_runs_it_counts(tmp_path):
         add_run(ledger, "other", model=SMALL, outcome="task_failed", repetition=1, turns=[([], "c")] * 3, day=3)
     write_report(path, tmp_path / "out", formats=["md"])
     [header] = [line for line in (tmp_path / "out" / "report.md").read_text().splitlines() if line.startswith("Ledger `")]
-    assert header.startswith("Ledger `resumed.sqlite`: 2 runs (and 1 earlier attempt of the same run identities, with "
+    assert header.startswith("Ledger `resumed.sqlite`: 2 runs (and 1 other attempt of the same run identities, with "
                              "1 turn, not counted) (2 scored, 0 infra_error, 0 interrupted or unfinished, 0 "
                              "context_overflow), 5 turns; "), header  # fmt: skip
 

@@ -291,7 +291,8 @@ def _markdown(
 
 def _header_lines(frames: LedgerFrames) -> list[str]:
     """The title and the one line that identifies the ledger read: the runs counted (one per run identity) and their
-    turns, and apart from them the earlier attempts (a run interrupted and then resumed) with their turns."""
+    turns, and apart from them the other attempts at the same identities with their turns: earlier ones (a run
+    interrupted and then resumed) or later ones (an interrupted re-run after a scored run, which stays counted)."""
     every = frames.runs[["counted", "outcome", "scored", "turns_recorded"]]
     runs = every[every["counted"]] if not every.empty else every
     outcome_counts = runs["outcome"].value_counts()
@@ -300,7 +301,7 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
     turns = int(runs["turns_recorded"].sum())
     attempt_turns = plural(int(every["turns_recorded"].sum()) - turns, "turn")
     again = (
-        f" (and {plural(repeats, 'earlier attempt')} of the same run identities, with {attempt_turns}, not counted)"
+        f" (and {plural(repeats, 'other attempt')} of the same run identities, with {attempt_turns}, not counted)"
         if repeats
         else ""
     )
