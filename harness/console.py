@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from harness.executors import worker_count
 from harness.executors.resources import DEFAULT_ACTORS
-from harness.ledger import Attempt
+from harness.ledger import Attempt, check_failed
 from harness.loop import RunPlan, RunSummary
 from harness.run_options import STOPPED_BY_READER, stop_for
 from harness.runner import MatrixEvents, MatrixResult
@@ -38,7 +38,7 @@ def format_run_line(index: int, total: int, summary: RunSummary) -> str:
     the run id's first 12 characters: a prefix that ``harness review`` and ``harness attest`` accept)."""
     p = summary.plan
     modes = ", ".join(summary.failure_modes) or "none"
-    failed = [str(c.get("check")) for c in summary.checks if isinstance(c, dict) and not c.get("passed")]
+    failed = [str(c.get("check")) for c in summary.checks if isinstance(c, dict) and check_failed(c)]
     judged = "failed checks" if is_scored(summary.outcome) else "checks not judged (the run did not finish)"  # unfinished
     checks = f"; {judged}: {counted(failed)}" if failed else ""
     timing = f", {summary.elapsed_s:.1f} s" if summary.elapsed_s is not None else ""

@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.canonical import sha256_of
 from harness.errors import UsageError
-from harness.ledger import Attestation, Ledger, RunRow, TurnRow
+from harness.ledger import Attestation, Ledger, RunRow, TurnRow, check_failed
 from harness.run_options import STOPPED_BY_ERROR, STOPPED_BY_READER, STOPPED_BY_USER
 from harness.vocab import is_scored, printable
 
@@ -131,7 +131,7 @@ def _frame(ledger: Ledger, run_id: str) -> dict[str, Any]:
                 **({"think": start.think} if start.think not in (None, "default") else {}),
                 **({"stream": "on"} if start.stream else {})},
         "promise": _promise(run, ledger.path),
-        "acceptance": [{"check": c.get("check"), "passed": bool(c.get("passed")), "detail": c.get("detail")} for c in end.checks]
+        "acceptance": [{"check": c.get("check"), "passed": not check_failed(c), "detail": c.get("detail")} for c in end.checks]
         if end else [],
         "diff": diff,
         "evidence": evidence,

@@ -23,11 +23,13 @@ import pytest
 
 from harness.cli import main
 from harness.ledger import Ledger, RunFilter
+from harness.review import review_frame
 from harness.viewer import export_site, open_server
 from harness.viewer.export import EXPORT_LIST
 from harness.viewer.jsdata import js_value
 from harness.viewer.pages import CONTENT_POLICY, META_POLICY, PAGE_SIZE
 from tests.helpers import (
+    CASSETTES,
     HOSTILE_LABEL,
     HOSTILE_NAME,
     HOSTILE_TEXT,
@@ -42,6 +44,7 @@ from tests.helpers import (
     write_cassette,
 )
 from tests.ledger_builders import SMALL, UNJUDGED_CHECK, add_run, build_unjudged_checks_ledger
+from tests.ledger_tamper import last_run_id, rechain, tamper
 
 
 @contextmanager
@@ -466,5 +469,78 @@ def test_the_failed_checks_cell_counts_what_the_filter_and_the_sort_count(tmp_pa
         by_filter = [c for c in ("str_false", "zero", "null", "empty", "str_true", "false", "missing")
                      if ledger.run_list(RunFilter(failed_check=c))[1]]  # fmt: skip
         ascending = [r["run_id"] for r in ledger.run_list(RunFilter(), sort="failed_checks")[0]]
-    assert row["failed_checks"] == by_filter == ["str_false", "zero", "false"]
+    # one rule (harness.ledger.check_failed): a check passed only when ``passed`` is JSON true
+    assert row["failed_checks"] == by_filter == ["str_false", "zero", "null", "empty", "str_true", "false", "missing"]
     assert ascending == ["none", "odd"]
+
+
+ODD_PASSED = {"true": True, "str_false": "false", "zero": 0, "one": 1, "str_true": "true", "null": None, "false": False}
+"""Edited ``passed`` values of a run's done checks (plus ``missing``, a check without one): only JSON true passed."""
+
+
+def test_the_run_page_the_list_the_review_and_the_export_agree_on_an_edited_passed_value(tmp_path):
+    """A real run whose end row was edited (checks with odd ``passed`` values, the chain recomputed as a careful
+    forger would): the run page's pass/FAIL column showed ``"false"`` as passed (truthiness) while the list counted it
+    failed, and ``null``/missing the other way round; every reader now uses ``harness.ledger.check_failed``."""
+    path = tmp_path / "ledger.sqlite"
+    cassette = CASSETTES / "list_and_report" / "ideal.jsonl"
+    assert main(["run", str(SCENARIO_FILE), "--model", f"replay:{cassette}", "--ledger", str(path), "--repeats", "1",
+                 *RUN_FLAGS]) == 0  # fmt: skip
+    checks = [*({"check": k, "passed": v, "detail": ""} for k, v in ODD_PASSED.items()), {"check": "missing", "detail": ""}]
+    tamper(path, f"UPDATE run_ends SET checks = '{json.dumps(checks)}'")
+    rechain(path, "run_ends")
+    run_id = last_run_id(path)
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.verify().ok and ledger.runs()[0].outcome == "pass"
+        [row], _ = ledger.run_list(RunFilter())
+        by_filter = [c["check"] for c in checks if ledger.run_list(RunFilter(failed_check=c["check"]))[1]]
+        exported = ledger.export_run_rows()[0]
+    with served(path) as client:
+        listed, page = client.get("/").text, client.get(f"/run/{run_id}").text
+    table = page.split('id="checks"', 1)[1].split("</table>", 1)[0]
+    shown = re.findall(r'<tr class="(pass|fail)"><td>([^<]*)</td><td>(pass|FAIL)</td>', table)
+    assert [c for _, c, _ in shown] == [c["check"] for c in checks]
+    seen = {
+        "run page": [c for cls, c, text in shown if (cls, text) == ("fail", "FAIL")],
+        "list cell": _check_cell(listed, run_id)[0].split(", "), "list row": row["failed_checks"], "filter": by_filter,
+        "export": exported["checks_failed"],
+        "review": [c["check"] for c in review_frame(path, run_id)["acceptance"] if not c["passed"]],
+    }  # fmt: skip
+    assert all(names == seen["run page"] for names in seen.values()), seen
+    assert seen["run page"] == [c["check"] for c in checks if c["check"] != "true"]  # only JSON true passed
+    assert exported["checks_passed"] == ["true"] and f"failed checks: {', '.join(seen['run page'])}" in _text(page)
+
+
+def test_a_run_stopped_before_any_check_ran_is_not_judged_in_the_list(tmp_path):
+    """A run interrupted at turn 0 (no check ran) and a run with no end row showed an empty checks cell; like any run
+    whose outcome is not scored they are "not judged" (list.js: tests/test_viewer_browser.py)."""
+    path = build_unjudged_checks_ledger(tmp_path / "l.sqlite")
+    with Ledger(path) as ledger:
+        add_run(ledger, "d-cut0", model=SMALL, repetition=3, outcome="interrupted", turns=[], checks=[])
+        add_run(ledger, "e-open", model=SMALL, repetition=4, outcome=None)
+    with served(path) as client:
+        listed = client.get("/").text
+    title = "checks not judged (the run did not finish)"
+    assert _check_cell(listed, "d-cut0") == _check_cell(listed, "e-open") == ("not judged", title)
+    assert _check_cell(listed, "a-cut") == ("not judged", f"{title}: file_exists, {UNJUDGED_CHECK}")
+    assert _check_cell(listed, "c-pass") == ("", None)
+    with Ledger(path, readonly=True) as ledger:  # what list.js reads from an export's data files
+        rows = {r["run_id"]: r for r in ledger.run_list(RunFilter())[0]}
+    assert [r for r in rows if not rows[r]["judged"]] == ["a-cut", "d-cut0", "e-open"]
+
+
+def test_the_failed_check_filter_offers_only_checks_that_failed_in_a_judged_run(tmp_path):
+    """The filter offered every check name of every end row, among them one that failed only in an interrupted run
+    (not judged) and one that never failed: choosing either showed no run."""
+    path = build_unjudged_checks_ledger(tmp_path / "l.sqlite")
+    with Ledger(path) as ledger:
+        add_run(ledger, "d-pass", model=SMALL, repetition=3, outcome="pass",
+                checks=[{"check": "never_failed", "passed": True, "detail": ""}])  # fmt: skip
+    with Ledger(path, readonly=True) as ledger:
+        offered = ledger.list_choices()["check"]
+        assert [c for c in offered if not ledger.run_list(RunFilter(failed_check=c))[1]] == []  # each finds a run
+    assert offered == ["file_exists"]
+    with served(path) as client:
+        listed = client.get("/").text
+    select = listed.split('id="f-check"', 1)[1].split("</select>", 1)[0]
+    assert re.findall(r'<option value="([^"]*)"', select) == ["", "file_exists"]

@@ -224,13 +224,31 @@ def test_exported_list_does_not_judge_an_unfinished_runs_failed_checks(browser, 
     Select(browser.find_element(By.ID, "f-check")).select_by_value("file_exists")
     browser.find_element(By.ID, "apply").click()
     assert _listed(browser) == ["b-fail"]
-    Select(browser.find_element(By.ID, "f-check")).select_by_value(UNJUDGED_CHECK)
-    browser.find_element(By.ID, "apply").click()
-    assert _listed(browser) == [] and browser.find_element(By.ID, "status").text.startswith("0 runs match")
+    # a check that failed only in the interrupted run is not offered: choosing it showed 0 runs
+    assert [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "f-check")).options] == ["", "file_exists"]
     browser.get((tmp_path / "site" / "runs" / "a-cut.html").as_uri())
     body = _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body")).text
     assert f"checks not judged (the run did not finish): file_exists, {UNJUDGED_CHECK}" in body
     assert "failed checks" not in body and body.count("FAIL (not judged)") == 2
+
+
+def test_exported_list_does_not_judge_a_run_stopped_before_any_check_ran(browser, tmp_path):
+    """list.js showed an empty checks cell for a run interrupted at turn 0 (no check ran) and for a run with no end row;
+    like the served list (tests/test_viewer.py) it says "not judged" for every run whose outcome is not scored."""
+    from selenium.webdriver.common.by import By
+
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        add_run(ledger, "a-cut0", model=SMALL, repetition=0, outcome="interrupted", turns=[], checks=[])
+        add_run(ledger, "b-open", model=SMALL, repetition=1, outcome=None)
+        add_run(ledger, "c-pass", model=SMALL, repetition=2, outcome="pass")
+    export_site(tmp_path / "l.sqlite", tmp_path / "site")
+    browser.get((tmp_path / "site" / "index.html").as_uri())
+    _wait(browser, lambda d: d.find_element(By.ID, "status").text.startswith("3 runs match"))
+    cells = {tr.find_element(By.CSS_SELECTOR, "a.open").text: tr.find_elements(By.TAG_NAME, "td")[8]
+             for tr in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")}  # fmt: skip
+    title = "checks not judged (the run did not finish)"
+    assert [(cells[r].text, cells[r].get_attribute("title")) for r in ("a-cut0", "b-open")] == [("not judged", title)] * 2
+    assert (cells["c-pass"].text, cells["c-pass"].get_attribute("title")) == ("", "")
 
 
 def test_exported_list_names_checks_named_like_object_properties(browser, tmp_path):

@@ -10,6 +10,7 @@ from harness.ledger.anchor import Anchor, LedgerHead, parse_anchor
 from harness.ledger.migrations import CHAINED_TABLES
 from harness.ledger.opening import cannot_create, file_id, swapped
 from harness.ledger.protocol import RunLedger
+from harness.ledger.queries import check_failed
 from harness.ledger.records import (
     Attempt,
     Attestation,
@@ -51,6 +52,7 @@ __all__ = [
     "VerifyResult",
     "cannot_create",
     "canonical_json",
+    "check_failed",
     "file_id",
     "parse_anchor",
     "record_fields",

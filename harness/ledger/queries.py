@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = [
-    "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "export_sql", "model_runs", "runs_frame_sql", "store_template",
-    "template_key",
+    "CHECK_FAILED_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed", "export_sql", "model_runs",
+    "runs_frame_sql", "store_template", "template_key",
 ]  # fmt: skip
 
 SCORED_SQL = "(" + ", ".join(f"'{o}'" for o in SCORED_OUTCOMES) + ")"
@@ -33,6 +33,21 @@ NEWEST_LABELS = (
     " WHERE seq IN (SELECT MAX(seq) FROM labels GROUP BY run_id, turn))"
 )
 """The newest re-classification of each turn (a subquery to LEFT JOIN on run_id, turn)."""
+
+
+def check_failed(check: Mapping[str, Any]) -> bool:
+    """Whether a stored done check (an item of ``run_ends.checks``, :attr:`harness.ledger.RunEnd.checks`) failed: the
+    one rule of every reader (viewer, report, review, console), with :data:`CHECK_FAILED_SQL` its twin in SQL.
+
+    A check passed only when its ``passed`` is JSON ``true`` (what :class:`harness.checks.CheckResult` writes); any
+    other value (``false``, ``0``, ``1``, ``"false"``, ``"true"``, ``null``, missing: a ledger edited by hand) counts as
+    failed, so no verdict the harness did not write shows as a pass. An item that is not an object is no check.
+    """
+    return check.get("passed") is not True
+
+
+CHECK_FAILED_SQL = "(CASE WHEN j.type = 'object' THEN json_type(j.value, '$.passed') IS NOT 'true' ELSE 0 END)"
+""":func:`check_failed` of the item ``j`` of ``json_each`` over a run's checks (1 or 0; an item that is not an object: 0)."""
 
 
 def axis_sql(run_columns: Sequence[str]) -> str:

@@ -202,7 +202,7 @@ class RunEnd:
     error: str | None
     """Infrastructure error message, or null."""
     checks: list[dict[str, Any]]
-    """Done-check results: ``[{"check", "passed", "detail"}]``."""
+    """Done-check results: ``[{"check", "passed", "detail"}]`` (failed: :func:`harness.ledger.queries.check_failed`)."""
     final_answer: str | None
     """Content of the last reply."""
     escape_attempts: list[str]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import LedgerError
 from harness.ledger.blobs import content_length_sql, resolve_rows
 from harness.ledger.migrations import INDEXED_REPLY_CHARS
-from harness.ledger.queries import NEWEST_LABELS, axis_sql, runs_frame_sql
+from harness.ledger.queries import NEWEST_LABELS, axis_sql, check_failed, runs_frame_sql
 from harness.ledger.records import decode_labels
 
 if TYPE_CHECKING:
@@ -275,8 +275,8 @@ class ReportReads:
             row.update(
                 stream="on" if row["stream"] else "off", requires_tool=None if flag is None else bool(flag),
                 turns=int(row["turns"]), prompt_tokens=int(row["prompt_tokens"]), completion_tokens=int(row["completion_tokens"]),
-                latency_ms=float(row["latency_ms"]), checks_passed=[str(c.get("check")) for c in checks if c.get("passed")],
-                checks_failed=[str(c.get("check")) for c in checks if not c.get("passed")],
+                latency_ms=float(row["latency_ms"]), checks_passed=[str(c.get("check")) for c in checks if not check_failed(c)],
+                checks_failed=[str(c.get("check")) for c in checks if check_failed(c)],
                 failure_modes=sorted(modes.get(row["run_id"], [])), final_answer=d.get("final_answer"), error=d.get("error"),
             )  # fmt: skip
             out.append({c: row[c] for c in RUN_EXPORT_COLUMNS})

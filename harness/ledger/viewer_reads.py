@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.ledger.queries import axis_sql
+from harness.ledger.queries import CHECK_FAILED_SQL, axis_sql, check_failed
 from harness.vocab import SCORED_OUTCOMES, is_scored
 
 __all__ = ["LIST_SORTS", "PAIR_COLUMNS", "RunFilter", "ViewerReads"]
@@ -100,7 +100,7 @@ class ViewerReads:
             " r.repetition, COALESCE(e.outcome, 'unfinished') AS outcome, e.turns AS turns,"
             " CASE WHEN e.run_id IS NULL THEN NULL ELSE COALESCE(e.prompt_tokens, 0) + COALESCE(e.completion_tokens, 0) END AS tokens, e.checks AS checks,"
             f" CASE WHEN e.outcome IN {_SCORED} THEN (SELECT COUNT(*) FROM json_each(CASE WHEN json_valid(e.checks)"
-            "  THEN e.checks ELSE '[]' END) j WHERE json_extract(j.value, '$.passed') IN (0, 'false')) ELSE 0 END"
+            f"  THEN e.checks ELSE '[]' END) j WHERE {CHECK_FAILED_SQL}) ELSE 0 END"
             " AS failed_check_count"
             f" FROM runs r LEFT JOIN run_ends e USING (run_id) {where}"
         )
@@ -124,7 +124,7 @@ class ViewerReads:
             clauses.append(f"e.outcome IN {_SCORED} AND e.outcome <> 'pass'")
         if f.failed_check is not None:
             clauses.append(f"e.outcome IN {_SCORED} AND EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
-                           " WHERE json_extract(j.value, '$.check') = ? AND json_extract(j.value, '$.passed') IN (0, 'false'))")  # fmt: skip
+                           f" WHERE json_extract(j.value, '$.check') = ? AND {CHECK_FAILED_SQL})")  # fmt: skip
             params.append(f.failed_check)
         if f.failure_mode is not None:
             clauses.append(
@@ -155,9 +155,10 @@ class ViewerReads:
             ``(rows, total)``: ``total`` runs match; each row has ``seq, run_id, scenario, model, temperature, seed,
             tool_mode, parser, stream`` (0/1), ``think, repetition, outcome`` (``unfinished`` without an end row),
             ``turns`` (None if unfinished), ``tokens`` (prompt + completion; None if unfinished), ``failed_checks`` (names of the failed
-            checks, in check order; empty when the outcome is not scored), ``unjudged_checks`` (the same names when the
-            outcome is not scored, e.g. ``interrupted``: not judged; else empty) and ``failure_modes`` (sorted names
-            shown by any turn, newest labels).
+            checks, in check order; empty when the outcome is not scored), ``judged`` (whether the outcome is scored:
+            :func:`harness.vocab.is_scored`; if not, the checks are not judged, even when none ran), ``unjudged_checks``
+            (the failed names when the outcome is not scored, e.g. ``interrupted``; else empty) and ``failure_modes``
+            (sorted names shown by any turn, newest labels).
 
         Raises:
             ValueError: ``sort`` is not a known key.
@@ -202,7 +203,8 @@ class ViewerReads:
 
     def list_choices(self) -> dict[str, list[Any]]:
         """The values each run-list filter can take, from the runs (sorted): ``scenario, model, temperature, tool_mode,
-        parser, stream, repetition, outcome`` and ``check`` (done-check names of the run ends)."""
+        parser, stream, repetition, outcome`` and ``check`` (the names of done checks that failed in a run whose outcome
+        is scored: what the failed-check filter finds)."""
         stream = self._axis_exprs()[0]
         out: dict[str, list[Any]] = {}
         for column in ("scenario", "model", "temperature", "tool_mode", "parser", "repetition"):
@@ -210,9 +212,10 @@ class ViewerReads:
         out["stream"] = [r["v"] for r in self._query(f"SELECT DISTINCT {stream} AS v FROM runs r ORDER BY 1")]
         out["outcome"] = [r["v"] for r in self._query(
             "SELECT DISTINCT COALESCE(e.outcome, 'unfinished') AS v FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY 1")]  # fmt: skip
-        out["check"] = [r["v"] for r in self._query(
+        out["check"] = [r["v"] for r in self._query(  # what the failed-check filter can find: failed in a judged run
             "SELECT DISTINCT json_extract(j.value, '$.check') AS v FROM run_ends e,"
-            " json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j WHERE v IS NOT NULL ORDER BY 1")]  # fmt: skip
+            " json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
+            f" WHERE e.outcome IN {_SCORED} AND {CHECK_FAILED_SQL} AND v IS NOT NULL ORDER BY 1")]  # fmt: skip
         return out
 
     def run_turns(self, run_id: str) -> list[dict[str, Any]]:
@@ -258,9 +261,10 @@ def _list_row(row: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         checks = []
     checks = checks if isinstance(checks, list) else []
-    # failed as the list's SQL filter and sort count it (``passed`` false, 0 or "false"), so an edited value splits nothing
-    failed = [str(c.get("check")) for c in checks if isinstance(c, dict) and c.get("passed") in (0, "false")]
+    # failed as the list's SQL filter and sort count it (one rule, :func:`check_failed`), so an edited value splits nothing
+    failed = [str(c.get("check")) for c in checks if isinstance(c, dict) and check_failed(c)]
     judged = is_scored(row["outcome"])  # a run that did not finish: its checks say nothing about the model
+    row["judged"] = judged
     row["failed_checks"], row["unjudged_checks"] = (failed, []) if judged else ([], failed)
     row.pop("failed_check_count", None)
     return row

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.ledger import Ledger, decode_labels
+from harness.ledger import Ledger, check_failed, decode_labels
 from harness.report.child import ChildCall, fork_is_safe
 from harness.report.grouping import RunGroups, sort_by_group
 from harness.vocab import SCORED_OUTCOMES
@@ -285,8 +285,8 @@ def _add_details(runs: pd.DataFrame, details: dict[str, list[Any]]) -> tuple[pd.
                 checks = []
             for check in checks if isinstance(checks, list) else []:
                 if isinstance(check, dict) and isinstance(check.get("check"), str):
-                    rows.append((run_id, check["check"], bool(check.get("passed"))))
-                    if not check.get("passed"):
+                    rows.append((run_id, check["check"], not check_failed(check)))
+                    if check_failed(check):
                         names.append(check["check"])
         failed.append(tuple(names))
     runs["requires_tool"] = np.array([f is None or bool(f) for f in details["requires_tool"]], dtype=bool)

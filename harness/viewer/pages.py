@@ -27,7 +27,7 @@ import jinja2
 
 from harness.classifier.types import FAILURE_MODES
 from harness.errors import UsageError
-from harness.ledger import Ledger, RunFilter, RunRow
+from harness.ledger import Ledger, RunFilter, RunRow, check_failed
 from harness.ledger.viewer_reads import LIST_SORTS
 from harness.review import scenario_promise
 from harness.viewer.sandbox_files import sandbox_files
@@ -269,7 +269,7 @@ def run_page(ledger: Ledger, run_id: str, links: Links) -> str:
     start, end = run.start, run.end
     config = start.config if isinstance(start.config, dict) else {}
     turns = [_turn(row) for row in ledger.run_turns(run.run_id)]
-    checks = [{"check": str(c.get("check")), "passed": bool(c.get("passed")), "detail": pretty(c.get("detail", ""))}
+    checks = [{"check": str(c.get("check")), "passed": not check_failed(c), "detail": pretty(c.get("detail", ""))}
               for c in (end.checks if end else [])]  # fmt: skip
     modes = sorted({label["mode"] for t in turns for label in t["labels"]})
     return render("run.html", links=links, run=start, end=end, outcome=end.outcome if end else "unfinished",

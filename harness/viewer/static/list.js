@@ -61,9 +61,9 @@
     tr.className = "outcome-" + String(r.outcome).replace(/[^a-z_]/g, "");
     cell(tr, r.scenario); cell(tr, r.model, "model"); cell(tr, decimal(r.temperature)); cell(tr, r.tool_mode); cell(tr, r.parser);
     cell(tr, r.stream ? "on" : "off"); cell(tr, r.repetition); cell(tr, r.outcome, "outcome");
-    if (r.unjudged_checks.length) {  /* the run did not finish: as the served list and the run line say */
+    if (!r.judged) {  /* the run did not finish (even when no check ran): as the served list and the run line say */
       var td = cell(tr, "not judged", "unjudged");
-      td.title = "checks not judged (the run did not finish): " + counted(r.unjudged_checks);
+      td.title = "checks not judged (the run did not finish)" + (r.unjudged_checks.length ? ": " + counted(r.unjudged_checks) : "");
     } else { cell(tr, counted(r.failed_checks)); }
     cell(tr, r.failure_modes.join(", "));
     cell(tr, r.turns, "num"); cell(tr, r.tokens, "num");
