@@ -544,3 +544,19 @@ def test_the_failed_check_filter_offers_only_checks_that_failed_in_a_judged_run(
         listed = client.get("/").text
     select = listed.split('id="f-check"', 1)[1].split("</select>", 1)[0]
     assert re.findall(r'<option value="([^"]*)"', select) == ["", "file_exists"]
+
+
+def test_a_check_item_that_is_not_an_object_does_not_break_the_list(tmp_path):
+    """helper (this stop): a string among a run's stored checks made ``json_extract`` fail on it, so the run list, its
+    failed-check choices and filter raised 'malformed JSON' and the whole list page failed."""
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "odd", model=SMALL, outcome="task_failed", checks=["abc", {"check": "x", "passed": False, "detail": ""}])
+        add_run(ledger, "plain", model=SMALL, repetition=1, outcome="pass")
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.list_choices()["check"] == ["x"]
+        assert [r["run_id"] for r in ledger.run_list(RunFilter(failed_check="x"))[0]] == ["odd"]
+        assert sorted(r["run_id"] for r in ledger.run_list(RunFilter())[0]) == ["odd", "plain"]
+    with served(path) as client:
+        listed = client.get("/")
+        assert listed.status_code == 200 and _check_cell(listed.text, "odd")[0] == "x"

@@ -17,7 +17,7 @@ from typing import Any
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = [
-    "CHECK_FAILED_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed", "export_sql", "model_runs",
+    "CHECK_FAILED_SQL", "CHECK_NAME_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed", "export_sql", "model_runs",
     "runs_frame_sql", "store_template", "template_key",
 ]  # fmt: skip
 
@@ -48,6 +48,10 @@ def check_failed(check: Mapping[str, Any]) -> bool:
 
 CHECK_FAILED_SQL = "(CASE WHEN j.type = 'object' THEN json_type(j.value, '$.passed') IS NOT 'true' ELSE 0 END)"
 """:func:`check_failed` of the item ``j`` of ``json_each`` over a run's checks (1 or 0; an item that is not an object: 0)."""
+
+CHECK_NAME_SQL = "(CASE WHEN j.type = 'object' THEN json_extract(j.value, '$.check') END)"
+"""The ``check`` name of the item ``j`` of ``json_each`` over a run's checks; NULL for an item that is not an object
+(``json_extract`` on a string item would fail the whole query as malformed JSON)."""
 
 
 def axis_sql(run_columns: Sequence[str]) -> str:

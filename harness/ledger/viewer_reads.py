@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.ledger.queries import CHECK_FAILED_SQL, axis_sql, check_failed
+from harness.ledger.queries import CHECK_FAILED_SQL, CHECK_NAME_SQL, axis_sql, check_failed
 from harness.vocab import SCORED_OUTCOMES, is_scored
 
 __all__ = ["LIST_SORTS", "PAIR_COLUMNS", "RunFilter", "ViewerReads"]
@@ -124,7 +124,7 @@ class ViewerReads:
             clauses.append(f"e.outcome IN {_SCORED} AND e.outcome <> 'pass'")
         if f.failed_check is not None:
             clauses.append(f"e.outcome IN {_SCORED} AND EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
-                           f" WHERE json_extract(j.value, '$.check') = ? AND {CHECK_FAILED_SQL})")  # fmt: skip
+                           f" WHERE {CHECK_NAME_SQL} = ? AND {CHECK_FAILED_SQL})")  # fmt: skip
             params.append(f.failed_check)
         if f.failure_mode is not None:
             clauses.append(
@@ -213,7 +213,7 @@ class ViewerReads:
         out["outcome"] = [r["v"] for r in self._query(
             "SELECT DISTINCT COALESCE(e.outcome, 'unfinished') AS v FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY 1")]  # fmt: skip
         out["check"] = [r["v"] for r in self._query(  # what the failed-check filter can find: failed in a judged run
-            "SELECT DISTINCT json_extract(j.value, '$.check') AS v FROM run_ends e,"
+            f"SELECT DISTINCT {CHECK_NAME_SQL} AS v FROM run_ends e,"
             " json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
             f" WHERE e.outcome IN {_SCORED} AND {CHECK_FAILED_SQL} AND v IS NOT NULL ORDER BY 1")]  # fmt: skip
         return out
