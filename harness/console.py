@@ -6,6 +6,7 @@ and raises on interrupts); the CLI and this module are the only code that does.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import threading
@@ -128,7 +129,10 @@ class Progress(MatrixEvents):
         self.total = todo
         if self.bar is not None:
             self.bar.reset(total=todo)
-        self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {printable(str(self.ledger_path))}")
+        where = printable(str(self.ledger_path))
+        if not todo and not os.path.exists(self.ledger_path):  # every model skipped: no ledger is made (run_matrix)
+            where += " (not created: nothing can run)"
+        self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {where}")
         for model, reason, count in result.skipped:  # the counts' "cannot be planned", explained before any run
             self._note(skipped_sentence(model, reason, count))
         self.skipped_said = True
@@ -298,7 +302,9 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
     if result.running_elsewhere:
         notes.append(f"{result.running_elsewhere} running in another process, skipped")
     done_note = f" ({'; '.join(notes)})" if notes else ""
-    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; ledger: {printable(str(ledger_path))}")
+    made = result.summaries or os.path.exists(ledger_path)  # else every model was skipped: no ledger is made
+    where = f"ledger: {printable(str(ledger_path))}" if made else "no ledger written (nothing could run)"
+    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; {where}")
     _print_skipped(result.skipped, said=skipped_said)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:

@@ -125,7 +125,8 @@ def test_a_run_whose_every_model_is_skipped_makes_no_ledger(tmp_path, capsys):
     rc, out, err = cli(capsys, *_down_openai(tmp_path, port))
     assert rc == 1 and "Traceback" not in err, (out, err)
     assert f"harness: skipped 2 runs of openai:x@http://127.0.0.1:{port}/v1: The server at " in err, err
-    assert "Ledger head" not in out, out
+    assert "Ledger head" not in out and "no ledger written (nothing could run)" in out, out
+    assert "(not created: nothing can run)" in err, err  # the opening line names the path it did not create
     assert list(tmp_path.iterdir()) == [], "a ledger (or its folder) was made though nothing could run"
     # helper (this stop): with --record, it also said "every planned run is already in the ledger", which was not so
     rc, _, err = cli(capsys, *_down_openai(tmp_path, port), "--record", str(tmp_path / "cassettes"))
