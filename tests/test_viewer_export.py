@@ -140,3 +140,19 @@ def test_a_fifo_where_the_export_writes_is_replaced_not_waited_on(ledger, tmp_pa
         pytest.fail("the export waited on a FIFO")
     for where in ("index.html", "data/manifest.js", "runs/run-a.html"):
         assert (out / where).is_file() and (out / where).stat().st_size > 0, where
+
+
+def test_a_hard_link_where_the_export_writes_is_replaced_not_written_through(ledger, tmp_path):
+    """A page or the index hard-linked to a file outside the folder had that file overwritten (the same inode)."""
+    out = tmp_path / "site"
+    export_site(ledger, out)
+    outside = tmp_path / "mine.html"
+    outside.write_text("the user's own page")
+    for where in ("index.html", "runs/run-a.html"):
+        (out / where).unlink()
+        os.link(outside, out / where)
+    export_site(ledger, out)
+    assert outside.read_text() == "the user's own page"
+    assert all(
+        (out / where).stat().st_nlink == 1 and (out / where).stat().st_size > 0 for where in ("index.html", "runs/run-a.html")
+    )

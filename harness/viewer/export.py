@@ -15,6 +15,7 @@ Runs are read in batches by keyset paging, so memory holds one batch, not the le
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,16 +107,17 @@ def _has_manifest(out: Path) -> bool:
 
 
 def _write(path: Path, text: str, *, append: bool = False) -> None:
-    """Write ``path`` whole, or with ``append`` add ``text`` at its end; a symbolic link or another file that is not a
-    regular one (a FIFO would wait for a reader) is replaced, not written through (its target is not ours: the list is
-    written whole before it is appended to).
+    """Write ``path`` whole, or with ``append`` add ``text`` at its end. A file already there is replaced (removed, then
+    made anew), never written through: a symbolic or hard link's target is not ours, and a FIFO would wait for a reader
+    (the list is written whole before it is appended to).
 
     Raises:
         UsageError: the file cannot be written.
     """
     try:
-        if not append and (path.is_symlink() or (path.exists() and not path.is_file() and not path.is_dir())):
-            path.unlink()
+        if not append:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):  # a folder there: the open below says so
+                path.unlink()
         with path.open("a" if append else "w", encoding="utf-8") as file:
             file.write(text)
     except OSError as exc:
