@@ -190,7 +190,7 @@ def test_a_replica_down_at_planning_is_left_out(tmp_path):
     [left_out] = [w for w in result.warnings if "left out" in w]
     assert left_out == (
         f"{spec}: replica {dead} is left out of this matrix and its runs go to the other one: The server "
-        f"at {dead} is not reachable; start it, or check the URL in the model spec (it usually ends in /v1)."
+        f"at {dead} is not reachable; start it, or check the URL in the model spec."
     )
     # named by its first URL even though that one is down: the identity never depends on who answers
     assert {r.start.model for r in runs} == {f"openai:ideal@{dead}"}
@@ -313,7 +313,7 @@ def test_dry_run_says_which_replicas_are_left_out_and_unverified(tmp_path, capsy
     assert rc == 0 and out.endswith("1 run planned, 0 already done, 1 to run.\n")
     assert err.splitlines() == [
         f"harness: warning: {spec}: replica {dead} is left out of this matrix and its runs go to the other one: The server "
-        f"at {dead} is not reachable; start it, or check the URL in the model spec (it usually ends in /v1).",
+        f"at {dead} is not reachable; start it, or check the URL in the model spec.",
         f"harness: warning: {spec}: replica {a.base_url} reports no model digest, so the replicas are checked by model name "
         "only (unverified); make sure they serve the same weights.",
     ]

@@ -333,10 +333,8 @@ class OpenAICompatBackend(Backend):
         return permanent_error(self.base_url, detail)
 
     def _unreachable_message(self) -> str:
-        return (
-            f"The server at {self.base_url} is not reachable; start it, or check the URL "
-            f"in the model spec (it usually ends in /v1)."
-        )
+        hint = "" if self.base_url.rstrip("/").endswith("/v1") else " (it usually ends in /v1)"  # newcomer: said of /v1 too
+        return f"The server at {self.base_url} is not reachable; start it, or check the URL in the model spec{hint}."
 
     def _model_not_found_message(self, detail: str) -> str:
         return (
