@@ -133,7 +133,7 @@ class Progress(MatrixEvents):
         if not todo and not os.path.exists(self.ledger_path):  # every model skipped: no ledger is made (run_matrix)
             where += " (not created: nothing can run)"
         self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {where}")
-        for model, reason, count in result.skipped:  # the counts' "cannot be planned", explained before any run
+        for model, reason, count in result.skipped:  # the counts' "skipped", explained before any run
             self._note(skipped_sentence(model, reason, count))
         self.skipped_said = True
         for warning in result.warnings:  # before the runs, not after the table (nor never, when `| head` stops them)
@@ -227,7 +227,7 @@ def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str
 
     Args:
         result: :func:`~harness.runner.plan_matrix`'s, or :func:`~harness.runner.run_matrix`'s once planned (each
-            :class:`~harness.endpoints.PlannedRun`'s ``done`` and ``running``; ``skipped`` models cannot be planned).
+            :class:`~harness.endpoints.PlannedRun`'s ``done`` and ``running``; ``skipped`` models are not run).
         total: the planned runs, also those of skipped models.
         resume: False for ``--no-resume``: the runs already done are counted as to run again.
     """
@@ -237,7 +237,7 @@ def plan_counts(result: MatrixResult, total: int, *, resume: bool = True) -> str
     to_run = sum(item.to_do(resume=resume) and not item.running for item in result.planned)
     parts = [plural(total, "run") + " planned", f"{done} already done" + ("" if resume else " (run again: --no-resume)")]
     parts += [f"{running} running in another process"] if running else []
-    parts += [f"{unplanned} cannot be planned"] if unplanned else []
+    parts += [f"{unplanned} skipped"] if unplanned else []  # their model's server is not usable: said with the reason
     return ", ".join([*parts, f"{to_run} to run"])
 
 

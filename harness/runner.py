@@ -233,7 +233,7 @@ def plan_matrix(
     """Resolve identities, what is already done and what another process runs now, without running anything (``--dry-run``).
 
     What :func:`run_matrix` would run now (with resume) is every planned run neither ``done`` nor
-    ``running``; the runs of ``skipped`` models cannot be planned (nor run).
+    ``running``; the runs of ``skipped`` models are not run.
 
     Args:
         plans: from :func:`expand_matrix`.

@@ -89,7 +89,7 @@ def test_a_skipped_models_reason_is_said_once_right_after_the_planned_line(tmp_p
     err = proc.stderr.splitlines()
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     planned = next(i for i, line in enumerate(err) if " runs planned, " in line)
-    assert err[planned].startswith("4 runs planned, 0 already done, 2 cannot be planned, 2 to run"), proc.stderr
+    assert err[planned].startswith("4 runs planned, 0 already done, 2 skipped, 2 to run"), proc.stderr
     assert err[planned + 1] == _down("down", port), proc.stderr
     assert sum("Ollama is not running" in line for line in err + proc.stdout.splitlines()) == 1, proc.stderr
     assert "[2/2]" in proc.stdout  # the other model's runs ran after it
@@ -107,7 +107,7 @@ def test_when_every_model_is_skipped_the_reasons_come_before_the_summary(tmp_pat
                           timeout=120)  # fmt: skip
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stdout
-    assert lines[0].startswith("4 runs planned, 0 already done, 4 cannot be planned, 0 to run"), proc.stdout
+    assert lines[0].startswith("4 runs planned, 0 already done, 4 skipped, 0 to run"), proc.stdout
     assert lines[1:3] == [_down("a", ports[0]), _down("b", ports[1])], proc.stdout
     assert sum("Ollama is not running" in line for line in lines) == 2, proc.stdout
     assert "harness: skipped 4 runs of 2 models, for the reasons said above." in lines[3:], proc.stdout

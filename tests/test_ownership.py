@@ -333,7 +333,7 @@ def test_dry_run_with_a_server_down_counts_what_cannot_be_planned_and_fails_like
     rc, out, err = _finish(_harness("run", "--dry-run", *args))
     assert rc == 1, (out, err)
     assert "Traceback" not in err and "skipped 4 runs of openai:m@" in err  # the real run's sentence
-    assert out.strip().endswith("4 runs planned, 0 already done, 4 cannot be planned, 0 to run."), out
+    assert out.strip().endswith("4 runs planned, 0 already done, 4 skipped, 0 to run."), out
     run_rc, _, run_err = _finish(_harness("run", *args))
     assert run_rc == rc and "skipped 4 runs" in run_err
     assert not (tmp_path / "l.sqlite.locks").exists() or not any((tmp_path / "l.sqlite.locks").iterdir())

@@ -149,7 +149,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     """Print the planned runs and what a real run would do with them now (without ``resume``, ``--no-resume``: the
     runs already done run again; ``execution``: ``--executor`` and ``--workers``); never creates a ledger.
 
-    Returns 1 when some runs cannot be planned (their server is down), as the real run would.
+    Returns 1 when some runs are skipped (their server is down), as the real run would.
     """
     from harness.backends import open_backend, replica_specs
     from harness.console import execution_words, plan_counts, plan_label, printable, skipped_sentence
