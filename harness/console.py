@@ -130,7 +130,7 @@ class Progress(MatrixEvents):
         if self.bar is not None:
             self.bar.reset(total=todo)
         where = printable(str(self.ledger_path))
-        if not todo and not os.path.exists(self.ledger_path):  # every model skipped: no ledger is made (run_matrix)
+        if result.skipped and not todo and not os.path.exists(self.ledger_path):  # every run skipped: none made (run_matrix)
             where += " (not created: nothing can run)"
         self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {where}")
         for model, reason, count in result.skipped:  # the counts' "skipped", explained before any run

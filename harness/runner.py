@@ -305,7 +305,7 @@ def run_matrix(  # long: planning, then the ledger (opened only with runs to do)
     matrix: _MatrixRun | ProcessMatrixRun | None = None
     try:
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
-        if opened is None and not any(todos.values()):  # every model skipped (a server down): no empty ledger is made
+        if opened is None and result.skipped and not any(todos.values()):  # every run skipped (a server down): no ledger
             events.planned(result)
             return result
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none

@@ -17,6 +17,7 @@ import pytest
 
 from harness.ledger import Ledger, parse_anchor
 from tests.backend_fakes import FakeServer, closed_port, json_reply
+from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, cli
 from tests.ledger_builders import SMALL, add_run
 from tests.server_fakes import ollama_chat, ollama_show, ollama_tags
@@ -159,3 +160,16 @@ def test_the_dry_run_explains_a_skipped_model_in_the_run_s_own_sentence(tmp_path
     assert "cannot be planned:" not in dry_err, dry_err
     counts = next(line for line in err.splitlines() if " runs planned, " in line)  # the counts were the same already
     assert counts.startswith(dry_out.strip().splitlines()[-1].rstrip(".")), (dry_out, err)
+
+
+def test_every_shard_writes_its_ledger_even_one_holding_no_run(tmp_path, capsys):
+    """red team (this stop): before 89d80c3 a shard holding no planned run wrote an empty ledger (and its head line); then it wrote none, and
+    `harness ledger merge OUT s0 s1` of every shard's ledger fails ("no ledger at ...")."""
+    paths = [tmp_path / f"s{i}.sqlite" for i in range(2)]
+    with FakeAgentServer() as server:
+        for i, path in enumerate(paths):
+            rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"openai:ideal@{server.base_url}", *RUN_FLAGS,
+                             "--repeats", "1", "--ledger", path, "--shard", f"{i}/2")  # fmt: skip
+            assert rc == 0, err
+    rc, _, err = cli(capsys, "ledger", "merge", tmp_path / "merged.sqlite", *paths)
+    assert rc == 0, err

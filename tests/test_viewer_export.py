@@ -142,17 +142,23 @@ def test_a_fifo_where_the_export_writes_is_replaced_not_waited_on(ledger, tmp_pa
         assert (out / where).is_file() and (out / where).stat().st_size > 0, where
 
 
-def test_a_hard_link_where_the_export_writes_is_replaced_not_written_through(ledger, tmp_path):
-    """A page or the index hard-linked to a file outside the folder had that file overwritten (the same inode)."""
-    out = tmp_path / "site"
+@pytest.mark.parametrize("where", ["index.html", "runs/run-a.html", "static/viewer.css", "data/manifest.js", EXPORT_LIST])
+def test_a_hard_link_in_the_export_folder_is_replaced_not_written_through(ledger, tmp_path, where):
+    """red team (this stop): a file of the export that is a hard link to a file outside the folder: the export truncated and rewrote the
+    file outside (``_write`` opened the existing inode with "w")."""
+    out, outside = tmp_path / "site", tmp_path / "notes.txt"
     export_site(ledger, out)
-    outside = tmp_path / "mine.html"
-    outside.write_text("the user's own page")
-    for where in ("index.html", "runs/run-a.html"):
-        (out / where).unlink()
-        os.link(outside, out / where)
+    outside.write_text("the user's own notes\n", encoding="utf-8")
+    (out / where).unlink()
+    (out / where).hardlink_to(outside)
     export_site(ledger, out)
-    assert outside.read_text() == "the user's own page"
-    assert all(
-        (out / where).stat().st_nlink == 1 and (out / where).stat().st_size > 0 for where in ("index.html", "runs/run-a.html")
-    )
+    assert outside.read_text(encoding="utf-8") == "the user's own notes\n" and (out / where).stat().st_nlink == 1
+
+
+def test_an_export_folder_name_too_long_is_one_sentence(ledger, tmp_path, capsys):
+    """red team (this stop): ``out.exists()`` ran outside the try of ``_prepare``: ENAMETOOLONG (or EACCES on a parent) escaped as a
+    traceback."""
+    with pytest.raises(OSError):
+        (tmp_path / ("a" * 300)).exists()  # the platform refuses the name, as the export then does
+    rc, _, err = cli(capsys, "view", "--ledger", ledger, "--export", tmp_path / ("a" * 300))
+    assert_one_sentence_error(rc, err)

@@ -64,9 +64,9 @@ def _prepare(out: Path) -> None:
         UsageError: ``out`` is a file, holds files but no earlier export (they would be overwritten), or cannot be
             created or written.
     """
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--export {out} is a file, not a folder; pass a folder (it is created if missing).")
-    try:
+    try:  # a name too long or a folder above that cannot be read fails any look at it: one sentence, below
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--export {out} is a file, not a folder; pass a folder (it is created if missing).")
         listed = out / EXPORT_LIST
         for sub in ("static", "data", "runs"):  # its pages are removed and written there: never through a link
             if (out / sub).is_symlink() or ((out / sub).exists() and not (out / sub).is_dir()):
@@ -85,7 +85,7 @@ def _prepare(out: Path) -> None:
                 stale.unlink()  # a page of the earlier export: its run may be gone now
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create the export folder {out} ({exc.strerror or exc}); pass another folder.") from None
+        raise UsageError(f"cannot use {out} as the export folder ({exc.strerror or exc}); pass another folder.") from None
     _write(listed, "")  # listed batch by batch, before its files: an export cut short is listed too
     for sub in ("static", "data", "runs"):
         try:
