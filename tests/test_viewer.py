@@ -560,3 +560,27 @@ def test_a_check_item_that_is_not_an_object_does_not_break_the_list(tmp_path):
     with served(path) as client:
         listed = client.get("/")
         assert listed.status_code == 200 and _check_cell(listed.text, "odd")[0] == "x"
+
+
+def test_checks_nested_past_pythons_stack_are_a_sentence_not_a_traceback(tmp_path, capsys):
+    """red team (this stop): an edited ledger whose checks nest 5,000 arrays deep (the chain recomputed) made the served
+    list drop the connection and review, export, report and the static export end in a RecursionError traceback."""
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "deep", model=SMALL, outcome="task_failed")
+        add_run(ledger, "plain", model=SMALL, repetition=1, outcome="pass")
+    deep = '[{"check":"d","passed":false,"detail":' + "[" * 5000 + "]" * 5000 + "}]"
+    tamper(path, f"UPDATE run_ends SET checks = '{deep}' WHERE run_id = 'deep'")
+    rechain(path, "run_ends")
+    with Ledger(path, readonly=True) as ledger:
+        assert ledger.verify().ok and sorted(r["run_id"] for r in ledger.run_list(RunFilter())[0]) == ["deep", "plain"]
+        assert [r["run_id"] for r in ledger.export_run_rows()] == ["deep", "plain"]
+    with served(path) as client:
+        assert client.get("/").status_code == 200 and client.get("/?sort=failed_checks").status_code == 200
+        page = client.get("/run/deep")
+        assert page.status_code == 500 and "checks that is not JSON" in page.text  # the run page's clean refusal
+    assert cli(capsys, "report", "--ledger", path, "--out", tmp_path / "r")[0] == 0
+    for argv in (("review", "deep"), ("view", "--export", tmp_path / "site")):
+        rc, _, err = cli(capsys, *argv, "--ledger", path)
+        assert_one_sentence_error(rc, err)
+        assert "not JSON" in err, err

@@ -447,7 +447,7 @@ def decode(cls: type[_R], row: Mapping[str, Any], *, table: str) -> _R:
         if f.name in _JSON_FIELDS and isinstance(value, str):
             try:
                 value = json.loads(value)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # nested past Python's stack: an edited row too
                 where = f"run {row.get('run_id')}" + (f", turn {row['turn']}" if "turn" in row else "")
                 raise LedgerError(
                     f"the {table} row of {where} has a {f.name} that is not JSON; run `harness ledger verify`."

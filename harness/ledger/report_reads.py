@@ -268,7 +268,7 @@ class ReportReads:
             d = details.get(row["run_id"], {})
             try:
                 checks = json.loads(d["checks"]) if d.get("checks") else []
-            except ValueError:
+            except (ValueError, RecursionError):  # an edited ledger: not JSON, or nested past Python's stack
                 checks = []
             checks = [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
             flag = d.get("requires_tool")

@@ -258,7 +258,7 @@ class ViewerReads:
 def _list_row(row: dict[str, Any]) -> dict[str, Any]:
     try:
         checks = json.loads(row.pop("checks") or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):  # an edited ledger: not JSON, or nested past Python's stack
         checks = []
     checks = checks if isinstance(checks, list) else []
     # failed as the list's SQL filter and sort count it (one rule, :func:`check_failed`), so an edited value splits nothing

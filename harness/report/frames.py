@@ -281,7 +281,7 @@ def _add_details(runs: pd.DataFrame, details: dict[str, list[Any]]) -> tuple[pd.
         if text and text != "[]":
             try:
                 checks = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # an edited ledger: not JSON, or nested past Python's stack
                 checks = []
             for check in checks if isinstance(checks, list) else []:
                 if isinstance(check, dict) and isinstance(check.get("check"), str):
