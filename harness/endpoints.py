@@ -213,13 +213,18 @@ def _slots(count: int) -> str:
 
 def check_memory_together(endpoints: dict[str, Endpoint]) -> None:
     """Every endpoint with runs to do starts its server before the first run and keeps it until the matrix ends, so
-    the embedded models among ``endpoints`` (those with runs to do) must fit in memory together, not only one by one.
+    the embedded models among ``endpoints`` (those with runs to do: a model whose runs are all done is never loaded)
+    must fit in memory, together, not only one by one.
 
     Raises:
-        UsageError: their estimates add up to more than the memory available (:func:`memory.check_fit_together`).
+        UsageError: one model does not fit (:func:`memory.check_fits`), or their estimates add up to more than the
+            memory available (:func:`memory.check_fit_together`).
     """
     needs = [(model, e.backend.model_file, e.backend.num_ctx * e.backend.parallel)
              for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)]  # fmt: skip
+    for _, model_file, n_ctx in needs:
+        if model_file.is_file():  # a planned model not cached yet is checked when it is fetched and started
+            memory.check_fits(model_file, n_ctx)  # one sentence now, not an out-of-memory kill later
     memory.check_fit_together(needs)
 
 

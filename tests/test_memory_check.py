@@ -17,8 +17,9 @@ from harness.backends import memory as mem
 from harness.errors import UsageError
 from harness.ledger import Ledger
 from harness.loop import RunOptions, RunPlan
-from harness.runner import run_matrix
+from harness.runner import plan_matrix, run_matrix
 from tests.helpers import SCENARIO_FILE, assert_one_sentence_error, cli
+from tests.ledger_builders import add_run
 
 SMOLLM2_BYTES = 98_362_432
 GiB = 1024**3
@@ -84,7 +85,7 @@ def test_a_model_larger_than_the_memory_available_is_refused_before_loading(tmp_
     with pytest.raises(
         UsageError, match=r"^huge\.gguf needs about 1126\.\d\d GiB of memory to load .* \(MemAvailable in /proc/meminfo\)"
     ):
-        EmbeddedBackend(str(huge), num_ctx=512)
+        EmbeddedBackend(str(huge), num_ctx=512).start()  # opening it checks nothing: a done matrix never loads it
 
 
 def test_the_cli_says_one_sentence_and_records_nothing_for_a_model_over_the_limit(tmp_path, capsys, monkeypatch):
@@ -227,3 +228,21 @@ def test_a_limit_too_large_for_a_float_is_no_cap_not_a_traceback(tmp_path, capsy
         rc, out, err = cli(capsys, "run", SCENARIO_FILE, "--model", f"embedded:{model}", "--repeats", "1",
                            "--temperature", "0", "--ledger", tmp_path / "l.sqlite", "--dry-run")  # fmt: skip
         assert rc == 0 and "1 run planned" in out, err
+
+
+def test_a_matrix_with_nothing_left_to_run_loads_no_model_so_checks_no_memory(tmp_path, monkeypatch, scenario):
+    """newcomer (this stop): with every run already in the ledger, a low HARNESS_MEMORY_LIMIT still refused the matrix
+    (and its dry run) for a model it would never load: the check ran when the backend was opened, before planning."""
+    model = sparse(tmp_path / "model.gguf", 100 * 1024**2)  # 0.48 GiB with one slot
+    plan = RunPlan(scenario, f"embedded:{model}", 0.0)
+    ident = EmbeddedBackend(str(model)).identity()
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        add_run(ledger, "done", model=plan.model, identity=plan.identity(ident.identity_digest, ident.identity_slots))
+        monkeypatch.setenv(mem.LIMIT_ENV, "50M")
+        planned = plan_matrix([plan], ledger)
+        assert [item.done for item in planned.planned] == [True] and not planned.skipped
+        result = run_matrix([plan], ledger, RunOptions(runs_dir=tmp_path / "runs"))
+        assert (result.summaries, result.already_done) == ([], 1)
+        with pytest.raises(UsageError, match=r"^model\.gguf needs about 0\.48 GiB"):  # a run to do: refused as before
+            run_matrix([plan], ledger, RunOptions(runs_dir=tmp_path / "runs"), resume=False)
+        assert [r.run_id for r in ledger.runs()] == ["done"]

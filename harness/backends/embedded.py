@@ -126,8 +126,9 @@ class EmbeddedBackend(Backend):
             it is fetched if the server is started after all.
 
     Raises:
-        UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference, or it
-            does not fit in the memory available (:func:`harness.backends.memory.check_fits`).
+        UsageError: the model is neither a ``.gguf`` file, a known name nor a valid ``hf:`` reference. Whether it
+            fits in the memory available is checked before its server starts (:meth:`start`), and by a matrix before
+            anything runs for the models it has runs to do (:func:`harness.endpoints.check_memory_together`).
         ModelCacheError: a known model, hub file or shipped template could not be fetched or verified.
     """
 
@@ -154,8 +155,6 @@ class EmbeddedBackend(Backend):
         self._planned = pin is not None
         self.model_file, self._sha256 = pin or resolve_model(name_or_path)
         self.chat_template = chat_template if chat_template is not None else shipped_template(name_or_path)
-        if self.model_file.is_file():  # a planned model not cached yet is checked when it is fetched and started
-            memory.check_fits(self.model_file, num_ctx * parallel)  # one sentence now, not an out-of-memory kill later
         self._server: Any = None
         self._client: OpenAICompatBackend | None = None
         self._lock = threading.Lock()
