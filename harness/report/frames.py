@@ -144,7 +144,7 @@ class LedgerFrames:
         mode_examples: per failure mode (sorted), its shortest reply: ``mode``, ``seq`` (``turns`` row), ``run_id``,
             ``turn`` and ``chars`` (reply length in characters; ties: the earliest turn).
         latencies: the turns' latencies (:class:`TurnLatencies`), for order statistics.
-        turn_count: rows in ``turns`` (those of earlier attempts too: a report counts each run's ``turns_recorded``).
+        turn_count: rows in ``turns`` (those of the other attempts at an identity too: a report counts each run's ``turns_recorded``).
         ledger_path: the file read.
         runs_chain_head: ``row_hash`` of the newest ``runs`` row (identifies the ledger's
             content), or None when empty.
