@@ -584,3 +584,38 @@ def test_checks_nested_past_pythons_stack_are_a_sentence_not_a_traceback(tmp_pat
         rc, _, err = cli(capsys, *argv, "--ledger", path)
         assert_one_sentence_error(rc, err)
         assert "not JSON" in err, err
+
+
+_ODD_CHECKS = {  # run id -> the run_ends.checks text written behind the harness's back (then the chain recomputed)
+    "dup-key": '[{"check":"dk","passed":false,"passed":true,"detail":""}]',
+    "object": '{"a":{"check":"oc","passed":false,"detail":""}}',
+    "nan": '[{"check":"nan","passed":false,"detail":NaN}]',
+    "number": '[{"check":5,"passed":false,"detail":""}]',
+}
+
+
+def test_the_list_cell_the_filter_and_the_dropdown_follow_one_rule(tmp_path):
+    """red team (this stop): ``_list_row`` (Python's json: last duplicate key wins, NaN accepted, a non-list is no checks, names str()-ed)
+    and the SQL of the filter, sort and dropdown (SQLite's json: first key wins, NaN invalid, json_each walks an
+    object's values, names keep their JSON type) disagree: the filter finds runs whose cell names no failed check, a
+    cell names a failure the filter cannot find, and the dropdown offers names that find nothing when picked."""
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as opened:
+        for i, run_id in enumerate(_ODD_CHECKS):
+            add_run(opened, run_id, model=SMALL, repetition=i, outcome="task_failed", checks=[])
+    tamper(path, *(f"UPDATE run_ends SET checks = '{text}' WHERE run_id = '{run_id}'" for run_id, text in _ODD_CHECKS.items()))
+    rechain(path, "run_ends")
+    disagreements = []
+    with Ledger(path, readonly=True) as opened:
+        rows, _ = opened.run_list(RunFilter(), limit=100)
+        cells = {row["run_id"]: row["failed_checks"] for row in rows}
+        for name in opened.list_choices()["check"]:
+            found = [row["run_id"] for row in opened.run_list(RunFilter(failed_check=str(name)))[0]]
+            if not found:
+                disagreements.append(f"the dropdown offers {name!r}, which finds no run")
+            disagreements += [f"{name!r} finds {r}, whose cell says {cells[r]}" for r in found if str(name) not in cells[r]]
+        for run_id, failed in cells.items():
+            for name in failed:
+                if run_id not in [row["run_id"] for row in opened.run_list(RunFilter(failed_check=name))[0]]:
+                    disagreements.append(f"{run_id}'s cell names {name!r}, which the filter does not find")
+    assert disagreements == [], json.dumps(disagreements, indent=1)

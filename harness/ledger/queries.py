@@ -17,7 +17,7 @@ from typing import Any
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = [
-    "CHECK_FAILED_SQL", "CHECK_NAME_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed", "export_sql", "model_runs",
+    "CHECK_FAILED_SQL", "CHECK_NAME_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed", "check_items_sql", "export_sql", "model_runs",
     "runs_frame_sql", "store_template", "template_key",
 ]  # fmt: skip
 
@@ -47,11 +47,18 @@ def check_failed(check: Mapping[str, Any]) -> bool:
 
 
 CHECK_FAILED_SQL = "(CASE WHEN j.type = 'object' THEN json_type(j.value, '$.passed') IS NOT 'true' ELSE 0 END)"
-""":func:`check_failed` of the item ``j`` of ``json_each`` over a run's checks (1 or 0; an item that is not an object: 0)."""
+""":func:`check_failed` of the item ``j`` of :func:`check_items_sql` (1 or 0; an item that is not an object: 0)."""
 
-CHECK_NAME_SQL = "(CASE WHEN j.type = 'object' THEN json_extract(j.value, '$.check') END)"
-"""The ``check`` name of the item ``j`` of ``json_each`` over a run's checks; NULL for an item that is not an object
-(``json_extract`` on a string item would fail the whole query as malformed JSON)."""
+CHECK_NAME_SQL = "COALESCE(CAST(CASE WHEN j.type = 'object' THEN json_extract(j.value, '$.check') END AS TEXT), 'None')"
+"""The ``check`` name of the item ``j`` of :func:`check_items_sql` as text (``None`` when it has none, as Python's ``str``
+of a missing name reads), so the run list's cells, filter and choices compare the same strings. ``json_extract`` is
+never asked of an item that is not an object (on a string item it fails the whole query as malformed JSON)."""
+
+
+def check_items_sql(column: str) -> str:
+    """``json_each`` over the done checks in the SQL expression ``column`` (``run_ends.checks``), as ``j``: the items of
+    a JSON array; none for NULL, text that is not JSON or JSON that is not an array (an edited ledger)."""
+    return f"json_each(CASE WHEN json_valid({column}) AND json_type({column}) = 'array' THEN {column} ELSE '[]' END) j"
 
 
 def axis_sql(run_columns: Sequence[str]) -> str:

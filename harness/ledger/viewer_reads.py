@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.ledger.queries import CHECK_FAILED_SQL, CHECK_NAME_SQL, axis_sql, check_failed
+from harness.ledger.queries import CHECK_FAILED_SQL, CHECK_NAME_SQL, axis_sql, check_items_sql
 from harness.vocab import SCORED_OUTCOMES, is_scored
 
 __all__ = ["LIST_SORTS", "PAIR_COLUMNS", "RunFilter", "ViewerReads"]
@@ -98,10 +98,10 @@ class ViewerReads:
         return (
             f"SELECT r.seq, r.run_id, r.scenario, r.model, r.temperature, r.seed, r.tool_mode, r.parser, {axis_sql(self._columns['runs'])},"
             " r.repetition, COALESCE(e.outcome, 'unfinished') AS outcome, e.turns AS turns,"
-            " CASE WHEN e.run_id IS NULL THEN NULL ELSE COALESCE(e.prompt_tokens, 0) + COALESCE(e.completion_tokens, 0) END AS tokens, e.checks AS checks,"
-            f" CASE WHEN e.outcome IN {_SCORED} THEN (SELECT COUNT(*) FROM json_each(CASE WHEN json_valid(e.checks)"
-            f"  THEN e.checks ELSE '[]' END) j WHERE {CHECK_FAILED_SQL}) ELSE 0 END"
-            " AS failed_check_count"
+            " CASE WHEN e.run_id IS NULL THEN NULL ELSE COALESCE(e.prompt_tokens, 0) + COALESCE(e.completion_tokens, 0) END AS tokens,"
+            f" (SELECT json_group_array({CHECK_NAME_SQL}) FROM {check_items_sql('e.checks')} WHERE {CHECK_FAILED_SQL}) AS failed_names,"
+            f" CASE WHEN e.outcome IN {_SCORED} THEN (SELECT COUNT(*) FROM {check_items_sql('e.checks')} WHERE {CHECK_FAILED_SQL})"
+            " ELSE 0 END AS failed_check_count"
             f" FROM runs r LEFT JOIN run_ends e USING (run_id) {where}"
         )
 
@@ -123,7 +123,7 @@ class ViewerReads:
         if f.only_failed:
             clauses.append(f"e.outcome IN {_SCORED} AND e.outcome <> 'pass'")
         if f.failed_check is not None:
-            clauses.append(f"e.outcome IN {_SCORED} AND EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
+            clauses.append(f"e.outcome IN {_SCORED} AND EXISTS (SELECT 1 FROM {check_items_sql('e.checks')}"
                            f" WHERE {CHECK_NAME_SQL} = ? AND {CHECK_FAILED_SQL})")  # fmt: skip
             params.append(f.failed_check)
         if f.failure_mode is not None:
@@ -213,9 +213,8 @@ class ViewerReads:
         out["outcome"] = [r["v"] for r in self._query(
             "SELECT DISTINCT COALESCE(e.outcome, 'unfinished') AS v FROM runs r LEFT JOIN run_ends e USING (run_id) ORDER BY 1")]  # fmt: skip
         out["check"] = [r["v"] for r in self._query(  # what the failed-check filter can find: failed in a judged run
-            f"SELECT DISTINCT {CHECK_NAME_SQL} AS v FROM run_ends e,"
-            " json_each(CASE WHEN json_valid(e.checks) THEN e.checks ELSE '[]' END) j"
-            f" WHERE e.outcome IN {_SCORED} AND {CHECK_FAILED_SQL} AND v IS NOT NULL ORDER BY 1")]  # fmt: skip
+            f"SELECT DISTINCT {CHECK_NAME_SQL} AS v FROM run_ends e, {check_items_sql('e.checks')}"
+            f" WHERE e.outcome IN {_SCORED} AND {CHECK_FAILED_SQL} ORDER BY 1")]  # fmt: skip
         return out
 
     def run_turns(self, run_id: str) -> list[dict[str, Any]]:
@@ -256,13 +255,9 @@ class ViewerReads:
 
 
 def _list_row(row: dict[str, Any]) -> dict[str, Any]:
-    try:
-        checks = json.loads(row.pop("checks") or "[]")
-    except (ValueError, RecursionError):  # an edited ledger: not JSON, or nested past Python's stack
-        checks = []
-    checks = checks if isinstance(checks, list) else []
-    # failed as the list's SQL filter and sort count it (one rule, :func:`check_failed`), so an edited value splits nothing
-    failed = [str(c.get("check")) for c in checks if isinstance(c, dict) and check_failed(c)]
+    # the failed checks' names as the list's SQL filter, sort and choices read them (one reading of the stored JSON,
+    # SQLite's: an edited ledger's duplicate keys, NaN or non-string names split none of them)
+    failed = [str(name) for name in json.loads(row.pop("failed_names") or "[]")]
     judged = is_scored(row["outcome"])  # a run that did not finish: its checks say nothing about the model
     row["judged"] = judged
     row["failed_checks"], row["unjudged_checks"] = (failed, []) if judged else ([], failed)
