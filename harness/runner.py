@@ -278,7 +278,8 @@ def run_matrix(  # long: planning, then the ledger (opened only with runs to do)
 
     Args:
         plans: from :func:`expand_matrix`.
-        ledger: an open, writable ledger (thread-safe), or a function opening one once runs are to do and fit in memory.
+        ledger: an open, writable ledger (thread-safe), or a function opening one once the models fit in memory (never
+            called when every run is skipped: their servers are down, so no empty ledger is made).
         options: how runs are executed (sandbox folder, concurrency, retries, cache, cassettes);
             its ``stop`` event, when set, stops the matrix (runs in flight end as ``interrupted`` before their next
             call); an error sets it too (a :class:`~harness.run_options.StopEvent`, the default, then says so).

@@ -17,8 +17,8 @@ from typing import Any
 from harness.vocab import SCORED_OUTCOMES
 
 __all__ = [
-    "CHECK_FAILED_SQL", "CHECK_NAME_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed", "check_items_sql", "export_sql", "model_runs",
-    "runs_frame_sql", "store_template", "template_key",
+    "CHECK_FAILED_SQL", "CHECK_NAME_SQL", "NEWEST_LABELS", "RUN_END_COLUMNS", "SCORED_SQL", "axis_sql", "check_failed",
+    "check_items_sql", "export_sql", "model_runs", "runs_frame_sql", "store_template", "template_key",
 ]  # fmt: skip
 
 SCORED_SQL = "(" + ", ".join(f"'{o}'" for o in SCORED_OUTCOMES) + ")"
