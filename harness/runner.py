@@ -251,7 +251,7 @@ def plan_matrix(
         endpoint.backend.close()
     if ledger is not None:
         mark_running(result.planned, ledger.path, resume=resume)
-    check_memory_together({m: e for m, e in endpoints.items() if any(p.to_do(resume=resume) and not p.running for p in e.plans)})
+    check_memory_together({m: e for m, e in endpoints.items() if any(p.to_do(resume=resume) for p in e.plans)})  # as run_matrix
     result.already_done = sum(p.done for p in result.planned)
     result.running_elsewhere = sum(p.running for p in result.planned)
     return result

@@ -18,7 +18,7 @@ import pytest
 from harness.ledger import Ledger, parse_anchor
 from tests.backend_fakes import FakeServer, closed_port, json_reply
 from tests.fake_agent_server import FakeAgentServer
-from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, cli
+from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, assert_one_sentence_error, cli
 from tests.ledger_builders import SMALL, add_run
 from tests.server_fakes import ollama_chat, ollama_show, ollama_tags
 
@@ -173,3 +173,10 @@ def test_every_shard_writes_its_ledger_even_one_holding_no_run(tmp_path, capsys)
             assert rc == 0, err
     rc, _, err = cli(capsys, "ledger", "merge", tmp_path / "merged.sqlite", *paths)
     assert rc == 0, err
+    # red team 2 (this stop): a shard whose every run was skipped (its server down) writes none; merge says why
+    down = tmp_path / "down.sqlite"
+    rc, _, _ = cli(capsys, *_down_openai(tmp_path, closed_port())[:-2], "--ledger", down)
+    assert rc == 1 and not down.exists()
+    rc, _, err = cli(capsys, "ledger", "merge", tmp_path / "merged2.sqlite", paths[0], down)
+    assert_one_sentence_error(rc, err)
+    assert "a shard whose every run was skipped, its server down, writes none" in err, err

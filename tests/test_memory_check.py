@@ -15,8 +15,10 @@ import pytest
 from harness.backends import EmbeddedBackend, open_backend
 from harness.backends import memory as mem
 from harness.errors import UsageError
+from harness.executors.worker import BackendRecipe
 from harness.ledger import Ledger
 from harness.loop import RunOptions, RunPlan
+from harness.ownership import take_lock
 from harness.runner import plan_matrix, run_matrix
 from tests.helpers import SCENARIO_FILE, assert_one_sentence_error, cli
 from tests.ledger_builders import add_run
@@ -246,3 +248,43 @@ def test_a_matrix_with_nothing_left_to_run_loads_no_model_so_checks_no_memory(tm
         with pytest.raises(UsageError, match=r"^model\.gguf needs about 0\.48 GiB"):  # a run to do: refused as before
             run_matrix([plan], ledger, RunOptions(runs_dir=tmp_path / "runs"), resume=False)
         assert [r.run_id for r in ledger.runs()] == ["done"]
+
+
+def test_dry_run_and_real_run_agree_on_memory_for_a_model_whose_runs_another_process_holds(tmp_path, monkeypatch, scenario):
+    """red team (this stop): plan_matrix checked the models with runs ``to_do and not running``; run_matrix those with runs ``to_do``: with the
+    model's only run held by another process, the dry run said it could go on and the real run refused."""
+    model = sparse(tmp_path / "model.gguf", 100 * 1024**2)  # 0.48 GiB with one slot
+    plan = RunPlan(scenario, f"embedded:{model}", 0.0)
+    ident = EmbeddedBackend(str(model)).identity()
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path).close()
+    held = take_lock(path, plan.identity(ident.identity_digest, ident.identity_slots))  # another process runs it now
+    assert held is not None
+    monkeypatch.setenv(mem.LIMIT_ENV, "50M")
+    try:
+        with Ledger(path) as ledger:
+            dry_refused = real_refused = False
+            try:
+                dry = plan_matrix([plan], ledger)
+                assert dry.running_elsewhere == 1
+            except UsageError:
+                dry_refused = True
+            try:
+                run_matrix([plan], ledger, RunOptions(runs_dir=tmp_path / "runs"))
+            except UsageError:
+                real_refused = True
+    finally:
+        held.release()
+    assert dry_refused == real_refused, f"--dry-run refused: {dry_refused}; the real run refused: {real_refused}"
+
+
+def test_a_worker_on_another_machine_refuses_a_model_too_large_for_its_memory_before_any_run(tmp_path, monkeypatch):
+    """red team (this stop): once the check left EmbeddedBackend's constructor, a Ray worker on another node (which
+    loads the model itself) opened it unchecked, and each run became an infra_error called a harness bug."""
+    model = sparse(tmp_path / "model.gguf", 100 * 1024**2)  # 0.48 GiB with one slot
+    monkeypatch.setenv(mem.LIMIT_ENV, "50M")
+    recipe = BackendRecipe(f"embedded:{model}", open_backend)
+    with pytest.raises(UsageError, match=r"^model\.gguf needs about 0\.48 GiB .* \(set by HARNESS_MEMORY_LIMIT\)"):
+        recipe.open(remote=True)
+    monkeypatch.setenv(mem.LIMIT_ENV, "1G")
+    assert isinstance(recipe.open(remote=True), EmbeddedBackend)  # it fits: opened, not started

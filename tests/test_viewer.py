@@ -619,3 +619,28 @@ def test_the_list_cell_the_filter_and_the_dropdown_follow_one_rule(tmp_path):
                 if run_id not in [row["run_id"] for row in opened.run_list(RunFilter(failed_check=name))[0]]:
                     disagreements.append(f"{run_id}'s cell names {name!r}, which the filter does not find")
     assert disagreements == [], json.dumps(disagreements, indent=1)
+
+
+_ODD_NAMES = {
+    "object": '[{"check":{"b":"c"},"passed":false}]',
+    "array": '[{"check":[["a"]],"passed":false}]',
+}
+
+
+def _odd_ledger(path: Path, odd: dict[str, str]) -> None:
+    with Ledger(path) as opened:
+        for i, run_id in enumerate(odd):
+            add_run(opened, run_id, model=SMALL, repetition=i, outcome="task_failed", checks=[])
+    tamper(path, *(f"UPDATE run_ends SET checks = '{text}' WHERE run_id = '{run_id}'" for run_id, text in odd.items()))
+    rechain(path, "run_ends")
+
+
+def test_a_json_object_or_array_name_reads_the_same_in_the_cell_and_the_dropdown(tmp_path):
+    """red team (this stop): CHECK_NAME_SQL's CAST kept json_extract's JSON subtype, so json_group_array embeds the name as JSON and
+    _list_row str()s the decoded dict: the cell said {'b': 'c'} while the dropdown and filter said {"b":"c"}."""
+    path = tmp_path / "l.sqlite"
+    _odd_ledger(path, _ODD_NAMES)
+    with Ledger(path, readonly=True) as opened:
+        cells = {row["run_id"]: row["failed_checks"] for row in opened.run_list(RunFilter())[0]}
+        choices = opened.list_choices()["check"]
+    assert sorted(name for names in cells.values() for name in names) == sorted(choices), (cells, choices)

@@ -132,7 +132,10 @@ def _check_paths(out: Path, inputs: list[Path]) -> None:
     seen: dict[str | tuple[int, int], Path] = {os.path.realpath(out): out}
     for path in inputs:
         if not path.is_file():
-            raise LedgerError(f"no ledger at {path}; pass the ledger files of the shards to merge.")
+            raise LedgerError(
+                f"no ledger at {path}; pass the ledger files of the shards to merge (a shard whose every "
+                "run was skipped, its server down, writes none: run it again once the server is up)."
+            )
         info = path.stat()
         keys = (os.path.realpath(path), (info.st_dev, info.st_ino))  # the inode: one file under two hard links
         for key in keys:

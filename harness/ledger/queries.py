@@ -49,9 +49,10 @@ def check_failed(check: Mapping[str, Any]) -> bool:
 CHECK_FAILED_SQL = "(CASE WHEN j.type = 'object' THEN json_type(j.value, '$.passed') IS NOT 'true' ELSE 0 END)"
 """:func:`check_failed` of the item ``j`` of :func:`check_items_sql` (1 or 0; an item that is not an object: 0)."""
 
-CHECK_NAME_SQL = "COALESCE(CAST(CASE WHEN j.type = 'object' THEN json_extract(j.value, '$.check') END AS TEXT), 'None')"
-"""The ``check`` name of the item ``j`` of :func:`check_items_sql` as text (``None`` when it has none, as Python's ``str``
-of a missing name reads), so the run list's cells, filter and choices compare the same strings. ``json_extract`` is
+CHECK_NAME_SQL = "COALESCE('' || CASE WHEN j.type = 'object' THEN json_extract(j.value, '$.check') END, 'None')"
+"""The ``check`` name of the item ``j`` of :func:`check_items_sql` as plain text (``None`` when it has none, as Python's
+``str`` of a missing name reads; ``'' ||`` drops the JSON subtype, so a name that is an object is its JSON text in the
+cells as in the filter), so the run list's cells, filter and choices compare the same strings. ``json_extract`` is
 never asked of an item that is not an object (on a string item it fails the whole query as malformed JSON)."""
 
 
