@@ -6,7 +6,6 @@ and raises on interrupts); the CLI and this module are the only code that does.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import threading
@@ -130,7 +129,7 @@ class Progress(MatrixEvents):
         if self.bar is not None:
             self.bar.reset(total=todo)
         where = printable(str(self.ledger_path))
-        if result.skipped and not todo and not os.path.exists(self.ledger_path):  # every run skipped: none made (run_matrix)
+        if result.ledger_not_made:
             where += " (not created: nothing can run)"
         self._note(f"{plan_counts(result, self.planned_total, resume=self.resume)}; ledger: {where}")
         for model, reason, count in result.skipped:  # the counts' "skipped", explained before any run
@@ -302,8 +301,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
     if result.running_elsewhere:
         notes.append(f"{result.running_elsewhere} running in another process, skipped")
     done_note = f" ({'; '.join(notes)})" if notes else ""
-    made = result.summaries or os.path.exists(ledger_path)  # else every model was skipped: no ledger is made
-    where = f"ledger: {printable(str(ledger_path))}" if made else "no ledger written (nothing could run)"
+    where = "no ledger written (nothing could run)" if result.ledger_not_made else f"ledger: {printable(str(ledger_path))}"
     print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; {where}")
     _print_skipped(result.skipped, said=skipped_said)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)

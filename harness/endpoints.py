@@ -111,7 +111,7 @@ def open_endpoints(plans: Sequence[RunPlan], ledger: Ledger | None, concurrency:
 
     Raises:
         UsageError: a model cannot think but the matrix asks it to (:func:`check_thinking`), a spec or a ``.gguf``
-            path is bad, or an embedded model does not fit in memory.
+            path is bad. (Memory is checked after, for the models with runs to do: :func:`check_memory_together`.)
         ModelCacheError: an embedded model could not be fetched.
     """
     finished = ledger.finished_identities() if ledger is not None else {}
@@ -217,15 +217,13 @@ def check_memory_together(endpoints: dict[str, Endpoint]) -> None:
     must fit in memory, together, not only one by one.
 
     Raises:
-        UsageError: one model does not fit (:func:`memory.check_fits`), or their estimates add up to more than the
+        UsageError: one model does not fit (:meth:`EmbeddedBackend.check_memory`), or their estimates add up to more than the
             memory available (:func:`memory.check_fit_together`).
     """
-    needs = [(model, e.backend.model_file, e.backend.num_ctx * e.backend.parallel)
-             for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)]  # fmt: skip
-    for _, model_file, n_ctx in needs:
-        if model_file.is_file():  # a planned model not cached yet is checked when it is fetched and started
-            memory.check_fits(model_file, n_ctx)  # one sentence now, not an out-of-memory kill later
-    memory.check_fit_together(needs)
+    embedded = {model: e.backend for model, e in endpoints.items() if isinstance(e.backend, EmbeddedBackend)}
+    for backend in embedded.values():
+        backend.check_memory()
+    memory.check_fit_together([(model, b.model_file, b.num_ctx * b.parallel) for model, b in embedded.items()])
 
 
 def _ollama_num_parallel() -> int:

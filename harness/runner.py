@@ -206,6 +206,7 @@ class MatrixResult:
         running_elsewhere: planned runs skipped because another live run held their identity
             (another process on the ledger); :func:`plan_matrix` counts those it sees running.
         warnings: sentences for the user (e.g. Ollama parallelism).
+        ledger_not_made: every run was skipped (its server down) and no ledger existed, so :func:`run_matrix` made none.
     """
 
     planned: list[PlannedRun] = field(default_factory=list)
@@ -214,6 +215,7 @@ class MatrixResult:
     already_done: int = 0
     running_elsewhere: int = 0
     warnings: list[str] = field(default_factory=list)
+    ledger_not_made: bool = False
 
     def note_taken(self, in_flight: bool) -> None:
         """Count a planned run another process on the ledger took: running it now (``in_flight``) or done since."""
@@ -307,6 +309,7 @@ def run_matrix(  # long: planning, then the ledger (opened only with runs to do)
     try:
         check_memory_together({model: e for model, e in endpoints.items() if todos[model]})  # before anything starts
         if opened is None and result.skipped and not any(todos.values()):  # every run skipped (a server down): no ledger
+            result.ledger_not_made = True
             events.planned(result)
             return result
         db = ledger if isinstance(ledger, Ledger) else ledger()  # created only now: a refused start creates none

@@ -9,8 +9,9 @@ against external servers, and its replies carry the same ``raw`` bodies.
   ``hf:OWNER/REPO/FILE.gguf[@REVISION]`` reference (both fetched into the cache on first use). A known model
   that names a ``chat_template`` gets that template, shipped
   under ``harness/backends/templates/``, instead of the GGUF's own (:func:`shipped_template`).
-* Before loading, the model must fit in the memory available (:func:`harness.backends.memory.check_fits`): checked
-  when the backend is opened and again just before the server starts.
+* Before loading, the model must fit in the memory available (:meth:`EmbeddedBackend.check_memory`): checked by a
+  matrix that has runs for it to do (:func:`harness.endpoints.check_memory_together`) and again just before the server
+  starts.
 * The server starts lazily on the first :meth:`EmbeddedBackend.generate` (or an explicit
   :meth:`EmbeddedBackend.start`), under a lock so parallel workers start it once.
 * ``n_ctx = num_ctx * parallel``: llama.cpp splits the context between its slots, so each of
@@ -159,6 +160,17 @@ class EmbeddedBackend(Backend):
         self._client: OpenAICompatBackend | None = None
         self._lock = threading.Lock()
 
+    def check_memory(self) -> None:
+        """Refuse, before loading, a model that does not fit in the memory available with this server's context (all
+        its slots): :func:`harness.backends.memory.check_fits`. A planned model not in the cache yet is checked when
+        it is fetched and started.
+
+        Raises:
+            UsageError: it does not fit.
+        """
+        if self.model_file.is_file():
+            memory.check_fits(self.model_file, self.num_ctx * self.parallel)  # one sentence now, not an out-of-memory kill
+
     @property
     def fetch_pending(self) -> bool:
         """Opened to plan (``plan_only``) a model that is not in the cache yet: a real run downloads it first."""
@@ -281,7 +293,7 @@ class EmbeddedBackend(Backend):
     def _start_server(self) -> tuple[Any, str]:
         import xllamacpp  # heavy native import: only when a server is really needed
 
-        memory.check_fits(self.model_file, self.num_ctx * self.parallel)
+        self.check_memory()
         params = xllamacpp.CommonParams()
         params.model.path = str(self.model_file)
         params.port = 0

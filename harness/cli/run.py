@@ -213,7 +213,8 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
 
 
 class _LedgerOnDemand:
-    """The ledger at ``path``, opened (created when new) only once the models are open, fit in memory and have runs to do.
+    """The ledger at ``path``, opened (created when new) only once the models are open and fit in memory, and not when
+    every run is skipped.
 
     A start refused by the memory check, a failed download or every model skipped (its server down) thus creates no
     ledger, and nothing is ever deleted:

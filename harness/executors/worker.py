@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from harness.backends import EmbeddedBackend, memory
+from harness.backends import EmbeddedBackend
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply
 from harness.backends.openai_compat import OpenAICompatBackend, openai_request_settings
 from harness.backends.server_facts import EMBEDDED_PER_TOKEN_S
@@ -56,8 +56,8 @@ class BackendRecipe:
         if self.served is not None and not remote:
             return ServedModel(*self.served)
         backend = self.factory(self.model, **self.kwargs)
-        if isinstance(backend, EmbeddedBackend) and backend.model_file.is_file():  # this machine's memory, not the driver's
-            memory.check_fits(backend.model_file, backend.num_ctx * backend.parallel)  # a refusal now, not an infra_error
+        if isinstance(backend, EmbeddedBackend):  # this machine's memory, not the driver's: a refusal now, not an infra_error
+            backend.check_memory()
         return backend
 
 

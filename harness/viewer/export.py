@@ -68,10 +68,10 @@ def _prepare(out: Path) -> None:
         if out.exists() and not out.is_dir():
             raise UsageError(f"--export {out} is a file, not a folder; pass a folder (it is created if missing).")
         listed = out / EXPORT_LIST
-        for sub in ("static", "data", "runs"):  # its pages are removed and written there: never through a link
-            if (out / sub).is_symlink() or ((out / sub).exists() and not (out / sub).is_dir()):
-                kind = "a symbolic link" if (out / sub).is_symlink() else "not a folder"
-                raise UsageError(f"--export {out}: {out / sub} is {kind}, and the export writes only inside its folder; "
+        for folder in (out / "static", out / "data", out / "runs"):  # pages are removed and written there: never via a link
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                kind = "a symbolic link" if folder.is_symlink() else "not a folder"
+                raise UsageError(f"--export {out}: {folder} is {kind}, and the export writes only inside its folder; "
                                  "remove it or pass another folder.")  # fmt: skip
         if out.is_dir() and not (listed.is_file() or _has_manifest(out)) and any(out.iterdir()):
             raise UsageError(
