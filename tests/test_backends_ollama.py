@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from harness.backends import GenerateOptions, OllamaBackend
+from harness.backends import GenerateOptions, OllamaBackend, open_backend
 from harness.backends.ollama import to_ollama_messages
 from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ModelNotFound
 from tests.backend_fakes import FakeServer, closed_port, drop_mid_body, json_reply, raw_reply, slow_json_reply
@@ -160,6 +160,19 @@ def test_not_running():
         assert isinstance(info.value.__cause__, httpx.ConnectError)
         with pytest.raises(BackendUnavailable):
             backend.identity()
+
+
+# stop 31's note: the sentence said "or set OLLAMA_HOST" even when the URL came from the spec, where that cannot help
+def test_not_running_points_at_where_the_url_came_from(monkeypatch):
+    port = closed_port()
+    monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")
+    sentences = []
+    for spec in (f"ollama:{MODEL}", f"ollama:{MODEL}@http://127.0.0.1:{port}"):
+        with open_backend(spec) as backend, pytest.raises(BackendUnavailable) as info:
+            backend.generate([], None, OPTIONS)
+        sentences.append(str(info.value))
+    start = f"Ollama is not running at http://127.0.0.1:{port}; start it with `ollama serve` or "
+    assert sentences == [start + "set OLLAMA_HOST.", start + "correct the URL in the model spec."]
 
 
 def test_identity_digest_is_the_manifest_digest_from_tags():

@@ -76,7 +76,7 @@ def test_planning_warnings_are_said_when_the_output_reader_left(tmp_path, execut
 
 def _down(model: str, port: int) -> str:
     return (f"harness: skipped 2 runs of ollama:{model}@http://127.0.0.1:{port}: Ollama is not running at "
-            f"http://127.0.0.1:{port}; start it with `ollama serve` or set OLLAMA_HOST.")  # fmt: skip
+            f"http://127.0.0.1:{port}; start it with `ollama serve` or correct the URL in the model spec.")  # fmt: skip
 
 
 # finding: with Ollama not running, `harness run` said "4 cannot be planned", then "0 runs in 0.1 s", and only then why

@@ -157,7 +157,9 @@ def open_backend(
     backend: Backend
     if kind == "ollama":
         base = url or _normalize_url(os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, spec=None, default_port=_OLLAMA_PORT)
-        backend = OllamaBackend(model, base, api_key=_api_key(api_key_env, fallback=None), timeout_s=timeout_s)
+        backend = OllamaBackend(
+            model, base, api_key=_api_key(api_key_env, fallback=None), timeout_s=timeout_s, url_from_spec=url is not None
+        )
     elif kind == "openai":
         assert url is not None
         backend = OpenAICompatBackend(model, url, api_key=_api_key(api_key_env, fallback="OPENAI_API_KEY"), timeout_s=timeout_s)

@@ -64,6 +64,8 @@ class OllamaBackend(OpenAICompatBackend):
         api_key: sent as a Bearer token when given (for Ollama behind an auth proxy).
         timeout_s: total deadline of one request, seconds; ``None``: 60 s plus 0.2 s per token of ``max_tokens``.
         client: an ``httpx.Client`` to use instead of a private one.
+        url_from_spec: the URL was written in the model spec (``ollama:MODEL@URL``), not taken from ``OLLAMA_HOST``
+            or the default: the unreachable sentence then points at the spec, not at ``OLLAMA_HOST``.
     """
 
     kind = "ollama"
@@ -76,8 +78,10 @@ class OllamaBackend(OpenAICompatBackend):
         api_key: str | None = None,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         client: httpx.Client | None = None,
+        url_from_spec: bool = False,
     ) -> None:
         super().__init__(model, base_url, api_key=api_key, timeout_s=timeout_s, client=client)
+        self.url_from_spec = url_from_spec
 
     def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: GenerateOptions) -> Reply:
         """Send one ``/api/chat`` request and return the reply (NDJSON chunks assembled when ``options.stream``).
@@ -255,7 +259,8 @@ class OllamaBackend(OpenAICompatBackend):
         return None
 
     def _unreachable_message(self) -> str:
-        return f"Ollama is not running at {self.base_url}; start it with `ollama serve` or set OLLAMA_HOST."
+        where = "correct the URL in the model spec" if self.url_from_spec else "set OLLAMA_HOST"
+        return f"Ollama is not running at {self.base_url}; start it with `ollama serve` or {where}."
 
     def _model_not_found_message(self, detail: str) -> str:
         return f"Ollama has no model '{self.model}'; run `ollama pull {self.model}` first."
