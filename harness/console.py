@@ -21,6 +21,7 @@ from harness.ledger import Attempt, check_failed
 from harness.loop import RunPlan, RunSummary
 from harness.run_options import STOPPED_BY_READER, stop_for
 from harness.runner import MatrixEvents, MatrixResult
+from harness.stdout import say
 from harness.vocab import counted, is_scored, plural, printable
 
 __all__ = [
@@ -290,19 +291,19 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
             if not any(r[key] for r in rows):
                 for row in table:
                     row.pop(key)
-        print()
-        print(tabulate(table, headers="keys", tablefmt="github"))
+        say()
+        say(tabulate(table, headers="keys", tablefmt="github"))
         if result.already_done:  # the table counts this command's runs only: say where the others are
-            print(f"This table counts only this command's {plural(len(result.summaries), 'run')}; "
+            say(f"This table counts only this command's {plural(len(result.summaries), 'run')}; "
                   f"{plural(result.already_done, 'run')} of the matrix done before are in the ledger too: "
                   f"`harness report{_ledger_flag(ledger_path)}` counts them all.")  # fmt: skip
-        print()
+        say()
     notes = [f"{result.already_done} already in the ledger, skipped"] if result.already_done else []
     if result.running_elsewhere:
         notes.append(f"{result.running_elsewhere} running in another process, skipped")
     done_note = f" ({'; '.join(notes)})" if notes else ""
     where = "no ledger written (nothing could run)" if result.ledger_not_made else f"ledger: {printable(str(ledger_path))}"
-    print(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; {where}")
+    say(f"{plural(len(result.summaries), 'run')} in {elapsed_s:.1f} s{done_note}; {where}")
     _print_skipped(result.skipped, said=skipped_said)
     infra = sum(s.outcome == "infra_error" for s in result.summaries)
     if infra:
@@ -313,7 +314,7 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
         print(f"harness: {plural(overflow, 'run')} outgrew the context (context_overflow: excluded from pass rates); "
               "raise the scenario's num_ctx to score them.", file=sys.stderr)  # fmt: skip
     if result.summaries or result.already_done:
-        print(next_steps(ledger_path, sharded=sharded))
+        say(next_steps(ledger_path, sharded=sharded))
 
 
 def _print_skipped(skipped: Sequence[tuple[str, str, int]], *, said: bool) -> None:

@@ -56,6 +56,23 @@ def test_a_reader_that_left_is_exit_0_without_a_traceback():
     assert proc.returncode == 0 and proc.stderr == ""
 
 
+# stop 31's note: `harness run ... | true` with its server down exited 0 and never said why the runs were skipped
+def test_a_run_whose_reader_left_still_says_why_its_runs_were_skipped_and_exits_1(tmp_path):
+    from tests.backend_fakes import closed_port
+
+    read, write = os.pipe()
+    os.close(read)  # `| true`: it never reads
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    argv = [sys.executable, "-m", "harness", "run", "--model", f"openai:x@{url}", "--ledger", str(tmp_path / "l.sqlite")]
+    with os.fdopen(write, "w") as stdout:
+        proc = subprocess.run(argv, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[1].startswith(f"harness: skipped 4 runs of openai:x@{url}: The server at {url} is not reachable"), lines
+    assert lines[-1] == "harness: skipped 4 runs of 1 model, for the reason said above.", lines
+    assert not (tmp_path / "l.sqlite").exists()
+
+
 def test_another_broken_pipe_is_one_sentence_and_exit_1(monkeypatch, capsys):
     """A broken pipe that is not stdout's (e.g. a dead child's) is not `| head` leaving: exit 1, one sentence."""
     read, write = os.pipe()

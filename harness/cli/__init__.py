@@ -15,7 +15,6 @@ import contextlib
 import io
 import logging
 import os
-import select
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
@@ -26,6 +25,7 @@ from harness.cli.reports import add_attest, add_compare, add_report, add_review
 from harness.cli.run import add_run
 from harness.cli.view import add_view
 from harness.errors import HarnessError, UsageError
+from harness.stdout import point_at_devnull, stdout_reader_gone
 from harness.vocab import printable
 
 __all__ = ["build_parser", "error_line", "main"]
@@ -117,7 +117,7 @@ def _command(argv: Sequence[str] | None) -> int:
         return broken_pipe_exit(exc)
     except _OutputFailed as failed:
         print(error_line(failed), file=sys.stderr)
-        _point_at_devnull(sys.stdout)  # the interpreter's last flush must not fail again
+        point_at_devnull(sys.stdout)  # the interpreter's last flush must not fail again
         return 1
 
 
@@ -128,20 +128,9 @@ def _settle(stream: TextIO) -> None:
     try:
         stream.flush()
     except (OSError, ValueError):
-        _point_at_devnull(stream)
+        point_at_devnull(stream)
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-
-
-def _point_at_devnull(stream: TextIO) -> None:
-    """Point ``stream``'s file descriptor at ``/dev/null``, so what it still holds is flushed there without an error
-    (nothing when it has no descriptor)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, stream.fileno())
-        finally:
-            os.close(null)
 
 
 def error_line(exc: BaseException) -> str | None:
@@ -238,22 +227,8 @@ def broken_pipe_exit(exc: BrokenPipeError) -> int:
     if not stdout_reader_gone():  # some other pipe broke: a failure, never taken for `| head` leaving
         print(f"harness: a pipe closed unexpectedly ({printable(str(exc))}); nothing more was written.", file=sys.stderr)
         return 1
-    _point_at_devnull(sys.stdout)
+    point_at_devnull(sys.stdout)
     return 0
-
-
-def stdout_reader_gone() -> bool:
-    """Whether ``sys.stdout`` is a pipe whose reading end is closed (``poll`` reports ``POLLERR`` on it).
-
-    False for a terminal, a file, an open pipe, or a ``sys.stdout`` that has no file descriptor.
-    """
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return False
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 if __name__ == "__main__":  # pragma: no cover

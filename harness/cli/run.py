@@ -195,6 +195,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
     matrix): one sentence on standard error says what was recorded, and nothing more is written to standard output.
     """
     from harness.console import Progress, print_run_summary
+    from harness.stdout import say
 
     started = time.perf_counter()
     ledger = _LedgerOnDemand(path)
@@ -208,7 +209,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
         return None
     print_run_summary(result, time.perf_counter() - started, path, sharded=sharded, skipped_said=progress.skipped_said)
     if ledger.head is not None:  # always, once the matrix got as far as running
-        print(head_line(ledger.head.anchor))
+        say(head_line(ledger.head.anchor))
     return result
 
 
