@@ -37,6 +37,10 @@ OLLAMA_OLD_BODY = json.dumps({"error": "error parsing tool call: invalid charact
 # vLLM parsing a forced call on a first request (no history), verbatim from
 # https://github.com/kubernetes-sigs/inference-perf/issues/695 (Qwen3-30B-A3B-Thinking-2507).
 VLLM_BODY = r"""{"error":{"message":"1 validation error for list[function-wrap[__log_extra_fields__()]]\n  Invalid JSON: EOF while parsing an object at line 1508 column 3 [type=json_invalid, input_value='[  \\t\\t\\t\\t\\t\\t\\n\\t\\t{\\n...t push --force\\\"\\n\\t\\t\\t', input_type=str]\n    For further information visit https://errors.pydantic.dev/2.12/v/json_invalid","type":"BadRequestError","param":null,"code":400}}"""
+# vLLM before its errors moved under "error" (and SGLang): the flat envelope {"object": "error", "message", "type",
+# "param", "code"} as quoted in https://github.com/vllm-project/vllm/issues/21165, around the message above (red team:
+# it was an infra_error)
+VLLM_FLAT_BODY = json.dumps({"object": "error", **json.loads(VLLM_BODY)["error"]})
 # vLLM refusing a client's *history* whose arguments are not JSON, verbatim from
 # https://github.com/vllm-project/vllm/issues/43995: the client's bug, not a refusal of a reply.
 VLLM_HISTORY_BODY = r"""{"error":{"message":"Expecting ',' delimiter: line 1 column 54 (char 53)","type":"BadRequestError","param":null,"code":400}}"""
@@ -84,10 +88,11 @@ def run_on(tmp_path, scenario, server, kind, **options):
     [
         ("openai", 500, LLAMA_BODY, "llama.cpp", None),
         ("openai", 400, VLLM_BODY, "vllm", None),
+        ("openai", 400, VLLM_FLAT_BODY, "vllm", None),
         ("ollama", 500, OLLAMA_BODY, "ollama", "ls -R\n"),
         ("ollama", 500, OLLAMA_OLD_BODY, "ollama", None),
     ],
-    ids=["llama.cpp", "vllm", "ollama", "ollama-0.11"],
+    ids=["llama.cpp", "vllm", "vllm-flat", "ollama", "ollama-0.11"],
 )
 def test_each_backend_returns_its_servers_refusal_as_a_reply(kind, status, body, server, content):
     path = OPENAI_PATH if kind == "openai" else OLLAMA_PATH
@@ -97,7 +102,13 @@ def test_each_backend_returns_its_servers_refusal_as_a_reply(kind, status, body,
             reply = backend.generate(MESSAGES, TOOLS, GenerateOptions())
         assert len(fake.posts(path)) == 1
     parsed = json.loads(body)
-    message = parsed["error"]["message"] if isinstance(parsed["error"], dict) else parsed["error"]
+    message = (
+        parsed["message"]
+        if "error" not in parsed
+        else parsed["error"]["message"]
+        if isinstance(parsed["error"], dict)
+        else parsed["error"]
+    )
     assert reply.rejection == {"server": server, "status": status, "error": message}
     assert (reply.content, reply.tool_calls, reply.finish_reason, reply.raw) == (content, None, None, parsed)
     assert reply.response_dict()["server_rejection"] == reply.rejection  # what a cassette records

@@ -153,15 +153,22 @@ def openai_request_settings(options: GenerateOptions, *, tools: bool) -> dict[st
 
 
 def json_error_detail(response: httpx.Response) -> str | None:
-    """The error text of a JSON error body (OpenAI ``error.message``, Ollama ``error``), or ``None``."""
+    """The error text of a JSON error body, or ``None``: OpenAI's ``error.message``, Ollama's ``error``, or the flat
+    ``{"object": "error", "message": ...}`` of vLLM before its errors moved under ``error`` (and of SGLang), e.g.
+    https://github.com/vllm-project/vllm/issues/21165."""
     try:
         body = response.json()
     except (ValueError, RecursionError):
         return None
-    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return str(error["message"])
-    return error if isinstance(error, str) else None
+    if isinstance(error, str):
+        return error
+    flat = body.get("message")
+    return flat if body.get("object") == "error" and isinstance(flat, str) else None
 
 
 def error_detail(response: httpx.Response) -> str:
