@@ -182,3 +182,42 @@ def test_report_export_view_rescore_and_compare_escape_paths_and_models(tmp_path
         served.send_signal(signal.SIGINT)
         served.communicate(timeout=60)
     assert line.startswith("Serving ") and "l\\x1b[2J.sqlite" in line and "\x1b" not in line, line
+
+
+# red team: a ledger a newer harness wrote (a migration this one does not know) was refused only by `ledger verify`;
+# run, rescore and migrate wrote into it
+@pytest.mark.parametrize(
+    "command",
+    [["rescore"], ["ledger", "migrate"], ["run", "--model", "replay:/dev/null"], ["attest", "r1", "--reviewer", "me"]],
+)
+def test_a_ledger_from_a_newer_harness_is_never_written(tmp_path, capsys, command):
+    from tests.ledger_builders import SMALL
+
+    path = tmp_path / "newer.sqlite"
+    with Ledger(path) as ledger:
+        add_run(ledger, "r1", model=SMALL, turns=[(["raw_json_in_content"], "x")])
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO _migrations VALUES ('m999_future', '2099-01-01T00:00:00.000+00:00')")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    rc, out, err = cli(capsys, *command, "--ledger", path)
+    assert_one_sentence_error(rc, err)
+    assert err == (f"harness: the ledger {path} lists the migration 'm999_future', which this harness does not know: a "
+                   "newer harness wrote it (or the table was edited); upgrade harness to write to it.\n")  # fmt: skip
+    assert path.read_bytes() == before
+    rc, out, err = cli(capsys, "export", "--runs", "--ledger", path)  # reading it still works
+    assert (rc, err, out.count("\n")) == (0, "", 1)
+
+
+# red team: rescore made an empty file into a ledger, and said a missing one with exit 2 where the others say 1
+def test_rescore_refuses_an_empty_or_missing_ledger_as_the_readers_do(tmp_path, capsys):
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    rc, out, err = cli(capsys, "rescore", "--ledger", empty)
+    assert (rc, err) == (1, f"harness: {empty} is empty, not a harness ledger; run `harness run` first.\n")
+    assert empty.read_bytes() == b""
+    missing = tmp_path / "missing.sqlite"
+    rc, out, err = cli(capsys, "rescore", "--ledger", missing)
+    assert (rc, err) == (1, f"harness: no ledger at {missing}; run `harness run` first or pass --ledger PATH.\n")
+    assert not missing.exists()

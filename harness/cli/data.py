@@ -132,8 +132,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from harness.rescore import rescore
 
     path = ledger_path(args)
-    if not path.exists():
-        raise UsageError(f"no ledger at {path}; pass --ledger PATH.")
+    Ledger(path, readonly=True).close()  # the readers' refusals first: no file, an empty file, not a ledger (never made one)
     with Ledger(path) as ledger:
         result = rescore(ledger, force=args.force)
     print(f"{printable(str(path))}: {plural(result.turns, 'turn')} re-classified with classifier {result.version} "

@@ -25,6 +25,7 @@ __all__ = [
     "migration",
     "pending",
     "reference_schema",
+    "unknown",
 ]
 
 CHAINED_TABLES = ("runs", "turns", "run_ends", "labels", "attestations", "attempts", "merge_sources", "merge_rows")
@@ -284,6 +285,12 @@ def applied(db: sqlite3.Connection) -> list[str]:
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone():
         return []
     return [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY rowid")]
+
+
+def unknown(db: sqlite3.Connection) -> str | None:
+    """The first applied migration this harness does not register (a newer harness wrote the ledger), or ``None``."""
+    known = {name for name, _ in MIGRATIONS}
+    return next((name for name in applied(db) if name not in known), None)
 
 
 def pending(db: sqlite3.Connection) -> list[str]:

@@ -67,6 +67,12 @@ class SchemaOps:
         """
         with self._lock:
             try:
+                unknown = migrations.unknown(self._db)
+                if unknown:  # its schema may hold what this harness would write wrong or break: never write to it
+                    raise LedgerError(
+                        f"the ledger {self.path} lists the migration {unknown!r}, which this harness does not know: a newer "
+                        "harness wrote it (or the table was edited); upgrade harness to write to it."
+                    )
                 if migrations.pending(self._db) and (edit := self._edited_migrations()):
                     raise LedgerError(
                         f"the ledger {self.path} is not brought up to date: {edit}; restore it from a copy "
