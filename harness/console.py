@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from harness.ledger import Attempt, check_failed
 from harness.loop import RunPlan, RunSummary
 from harness.run_options import STOPPED_BY_READER, stop_for
 from harness.runner import MatrixEvents, MatrixResult
-from harness.stdout import say
 from harness.vocab import counted, is_scored, plural, printable
 
 __all__ = [
@@ -277,10 +276,12 @@ def skipped_sentence(model: str, reason: str, count: int) -> str:
 
 
 def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path, *, sharded: bool = False,
-                      skipped_said: bool = False) -> None:  # fmt: skip
+                      skipped_said: bool = False, say: Callable[[str], None] = print) -> None:  # fmt: skip
     """After a matrix: a table per cell, the totals, what was skipped and what to retry (the planning's warnings were
     said before the runs: :meth:`Progress.planned`). With ``skipped_said`` (:attr:`Progress.skipped_said`) the skipped
-    models get one line pointing up to why, which was said before the runs; without it, the reason of each."""
+    models get one line pointing up to why, which was said before the runs; without it, the reason of each. ``say``
+    writes each standard-output line (the CLI's drops them once the output's reader has left); standard error's lines
+    (why runs were skipped or failed) are printed whatever it does."""
     rows = summary_rows(result.summaries)
     if rows:
         table = [
@@ -291,13 +292,13 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
             if not any(r[key] for r in rows):
                 for row in table:
                     row.pop(key)
-        say()
+        say("")
         say(tabulate(table, headers="keys", tablefmt="github"))
         if result.already_done:  # the table counts this command's runs only: say where the others are
             say(f"This table counts only this command's {plural(len(result.summaries), 'run')}; "
                   f"{plural(result.already_done, 'run')} of the matrix done before are in the ledger too: "
                   f"`harness report{_ledger_flag(ledger_path)}` counts them all.")  # fmt: skip
-        say()
+        say("")
     notes = [f"{result.already_done} already in the ledger, skipped"] if result.already_done else []
     if result.running_elsewhere:
         notes.append(f"{result.running_elsewhere} running in another process, skipped")

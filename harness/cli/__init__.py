@@ -19,13 +19,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
+from harness.cli._common import point_at_devnull, stdout_reader_gone
 from harness.cli.data import add_export, add_ledger, add_rescore
 from harness.cli.inputs import add_classify, add_models, add_scenarios
 from harness.cli.reports import add_attest, add_compare, add_report, add_review
 from harness.cli.run import add_run
 from harness.cli.view import add_view
 from harness.errors import HarnessError, UsageError
-from harness.stdout import point_at_devnull, stdout_reader_gone
 from harness.vocab import printable
 
 __all__ = ["build_parser", "error_line", "main"]

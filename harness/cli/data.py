@@ -205,7 +205,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _names_stdout(path: str) -> bool:
     """Whether ``path`` is this process's standard output (``/dev/stdout``, ``/proc/self/fd/1``, or the same pipe) and
     that output's reader has gone: the case a reader that stopped reading ends quietly, as for ``| head``."""
-    from harness.stdout import stdout_reader_gone
+    from harness.cli._common import stdout_reader_gone
 
     try:
         here, there = os.fstat(sys.stdout.fileno()), os.stat(path)

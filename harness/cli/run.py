@@ -194,8 +194,8 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
     Returns None when standard output's reader left (``harness run | head``; ``options.stop`` then stopped the
     matrix): one sentence on standard error says what was recorded, and nothing more is written to standard output.
     """
+    from harness.cli._common import say
     from harness.console import Progress, print_run_summary
-    from harness.stdout import say
 
     started = time.perf_counter()
     ledger = _LedgerOnDemand(path)
@@ -207,7 +207,7 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
     if progress.reader_gone:
         print(progress.reader_gone_sentence(result), file=sys.stderr)
         return None
-    print_run_summary(result, time.perf_counter() - started, path, sharded=sharded, skipped_said=progress.skipped_said)
+    print_run_summary(result, time.perf_counter() - started, path, sharded=sharded, skipped_said=progress.skipped_said, say=say)
     if ledger.head is not None:  # always, once the matrix got as far as running
         say(head_line(ledger.head.anchor))
     return result
