@@ -27,7 +27,14 @@ import pytest
 from harness.backends import OllamaBackend, OpenAICompatBackend, open_backend
 from harness.backends.base import GenerateOptions
 from harness.backends.streaming import assemble
-from harness.errors import BackendResponseError, BackendTimeout, BackendUnavailable, ContextOverflow, LedgerError
+from harness.errors import (
+    BackendResponseError,
+    BackendTimeout,
+    BackendUnavailable,
+    ContextOverflow,
+    LedgerError,
+    ServerConfigError,
+)
 from harness.ledger import Ledger
 from harness.ledger.packing import pack_chunks, unpack_chunks
 from harness.loop import RunOptions, RunPlan, run_once
@@ -106,6 +113,44 @@ def test_a_stream_cut_before_its_final_chunk_is_the_servers_failure_not_a_model_
     with raw_server(answer) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
         with pytest.raises(BackendUnavailable, match="ended the stream before its final chunk"):
             backend.generate(USER, None, GenerateOptions(stream=True))
+
+
+def _answer(content_type: bytes, body: bytes) -> Callable[[socket.socket], None]:
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                     % (content_type, len(body), body))  # fmt: skip
+
+    return answer
+
+
+# red team: a stream whose chunk is not JSON, or that held only [DONE], was recorded as the model's turn (task_failed with
+# stream_assembly_error or empty_response) where the same fault unstreamed (a body that is not JSON, no choices) is the
+# server's: infra_error. Both are now the server's failure, retried, no turn recorded.
+@pytest.mark.parametrize(
+    ("events", "why"),
+    [(b"data: {not json}\n\ndata: [DONE]\n\n", "chunk 1 is not JSON: '{not json}'"),
+     (b"data: [1, 2]\n\ndata: [DONE]\n\n", "chunk 1 is not a JSON object"),
+     (b"data: [DONE]\n\n", "no chunk of one")],
+    ids=["not-json", "not-an-object", "only-done"],
+)  # fmt: skip
+def test_a_stream_that_is_not_a_chat_reply_is_the_servers_failure(events, why):
+    with raw_server(_answer(b"text/event-stream", events)) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate(USER, None, GenerateOptions(stream=True))
+    assert str(info.value) == f"The server at {url}/v1 sent a stream that is not a chat reply ({why}); check the server's log."
+    assert info.value.retryable
+
+
+# red team: a server that ignores `stream: true` and answers one whole JSON body was said to have "ended the stream
+# before its final chunk; check that it is still running"
+def test_a_server_that_does_not_stream_is_told_to_run_with_stream_off():
+    body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}]})
+    with raw_server(_answer(b"application/json", body.encode())) as url, OpenAICompatBackend("m", f"{url}/v1") as backend:
+        with pytest.raises(ServerConfigError) as info:
+            backend.generate(USER, None, GenerateOptions(stream=True))
+    assert str(info.value) == (f"The server at {url}/v1/chat/completions answered a streamed request with one JSON body, "
+                               "not an event stream: it does not stream; run with --stream off.")  # fmt: skip
+    assert not info.value.retryable
 
 
 @pytest.mark.parametrize(

@@ -2,20 +2,18 @@
 
 Two wire formats are read (:func:`read_chunks`):
 
-* OpenAI-compatible servers (llama.cpp's ``llama-server``, vLLM, LM Studio) send server-sent events:
-  ``data: {json}`` lines separated by blank lines, ending with ``data: [DONE]``. Each chunk's
-  ``choices[0].delta`` carries a piece of ``content`` / ``reasoning_content`` and pieces of
-  ``tool_calls``, each piece naming the call it belongs to by ``index``: the first piece of a call
-  opens it (``id``, ``function.name``), later pieces append to ``function.arguments``.
+* OpenAI-compatible servers (llama.cpp's ``llama-server``, vLLM, LM Studio) send server-sent events: ``data: {json}``
+  lines separated by blank lines, ending with ``data: [DONE]``. Each chunk's ``choices[0].delta`` carries a piece of
+  ``content`` / ``reasoning_content`` and pieces of ``tool_calls``, each piece naming the call it belongs to by
+  ``index``: the first piece of a call opens it (``id``, ``function.name``), later pieces append to its arguments.
 * Ollama's ``/api/chat`` sends NDJSON: one JSON object per line, ``message.content`` /
   ``message.thinking`` pieces and whole ``message.tool_calls``, the last line with ``done: true``
   (``done_reason``, ``prompt_eval_count``, ``eval_count``, durations in ns).
 
-A stream is kept as the list of its raw chunks, each ``{"t": ms since the request was sent, "data":
-text}`` (the event's ``data`` text, or the NDJSON line), so the reply can be re-derived from what
-the server sent (:func:`assemble`, a pure function of the chunks). Assembly never raises on what the
-server sent: what cannot be assembled into one coherent reply is listed in
-:attr:`Assembly.problems` (the classifier's ``stream_problems`` input, labelled
+A stream is kept as the list of its raw chunks, each ``{"t": ms since the request was sent, "data": text}`` (the
+event's ``data`` text, or the NDJSON line), so the reply can be re-derived from what the server sent (:func:`assemble`,
+a pure function of the chunks). Assembly never raises on what the server sent: what cannot be assembled into one
+coherent reply is listed in :attr:`Assembly.problems` (the classifier's ``stream_problems`` input, labelled
 ``stream_assembly_error``, docs/failure-modes.md#stream_assembly_error):
 
 * a tool call's arguments that, assembled from their deltas, are not JSON while the stream did not
@@ -23,13 +21,12 @@ server sent: what cannot be assembled into one coherent reply is listed in
   server and return them as JSON (or refuse the reply), so only the assembly leaves them broken;
 * deltas for a tool-call ``index`` that no delta opened (no ``id`` and no ``function.name`` first);
 * a delta giving an open tool-call ``index`` a different ``id`` (two calls interleaved on one index);
-* content or calls after the final chunk (after ``[DONE]``, a ``finish_reason``, or Ollama's
-  ``done: true``);
-* a chunk that is not a JSON object, and a stream that ends without its final chunk (stored chunks only: a live
-  stream cut before it is the server's failure, :func:`stream_reply` raises ``BackendUnavailable``).
+* content or calls after the final chunk (after ``[DONE]``, a ``finish_reason``, or Ollama's ``done: true``);
+* a chunk that is not a JSON object, or a stream that ends without its final chunk (stored chunks only: live, they are
+  the server's failure, :func:`stream_reply` raises ``BackendResponseError`` or ``BackendUnavailable``).
 
-An ``error`` object sent inside the stream (llama.cpp and Ollama report errors met after the first
-byte this way) is :attr:`Assembly.error`, for the backend to recognise as a refusal or an error.
+An ``error`` object sent inside the stream (llama.cpp and Ollama report errors met after the first byte this way) is
+:attr:`Assembly.error`, for the backend to recognise as a refusal or an error.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ from typing import Any, TypeVar
 import httpx
 
 from harness.backends.base import BackendIdentity, Reply, rejection_record
-from harness.errors import BackendError, BackendResponseError, BackendUnavailable
+from harness.errors import BackendError, BackendResponseError, BackendUnavailable, ServerConfigError
 
 _Piece = TypeVar("_Piece", str, bytes)
 
@@ -83,6 +80,7 @@ class Assembly:
         error: the message of an ``error`` object sent inside the stream, or ``None``.
         final: the last chunk's JSON object (Ollama's has the timings), for ``raw``.
         whole: a final chunk (``finish_reason``, ``[DONE]``, Ollama's ``done: true``) or an ``error`` object arrived.
+        garbled: the problem of the first chunk that is not a JSON object, or ``None``; replied: some chunk was one.
     """
 
     content: str | None = None
@@ -97,6 +95,8 @@ class Assembly:
     error: str | None = None
     final: dict[str, Any] = field(default_factory=dict)
     whole: bool = False
+    garbled: str | None = None
+    replied: bool = False
 
     def reply(
         self, chunks: list[dict[str, Any]], latency_ms: float, identity: BackendIdentity, rejection: dict[str, Any] | None
@@ -138,10 +138,14 @@ def stream_reply(
 
     Raises:
         ContextOverflow, ServerConfigError: the stream carried an error object that no retry can fix.
-        BackendResponseError: the stream carried another error object that is not a refusal of the model's call.
+        BackendResponseError: the stream carried another error object that is not a refusal of the model's call, a
+            chunk that is not a JSON object, or no chunk that is one (the server's failure, as a body that is not JSON).
         BackendUnavailable: the stream ended before its final chunk (the server or the connection failed mid-reply).
     """
     got = assemble(chunks, sse=sse)
+    if got.garbled is not None or (got.whole and not got.replied):  # the server's failure, as a body that is not JSON
+        raise BackendResponseError(f"The server at {identity.base_url} sent a stream that is not a chat reply "
+                                   f"({got.garbled or 'no chunk of one'}); check the server's log.", status_code=None)  # fmt: skip
     if not got.whole:  # the connection closed mid-reply (a close-delimited body shows no framing error): the server's
         raise BackendUnavailable(
             f"The server at {identity.base_url} ended the stream before its final chunk (no finish_reason, [DONE] or "
@@ -178,8 +182,12 @@ def read_stream(response: httpx.Response, deadline: float, started: float, *, ss
     Raises:
         httpx.ReadTimeout: the stream did not end by ``deadline`` (the caller translates it).
         BackendResponseError: more than ``limit`` characters.
+        ServerConfigError: a JSON body and no event: the server does not stream (``sse`` only).
     """
     chunks = list(chunk_lines(_timed_lines(response, deadline, limit), started, sse=sse))
+    if sse and not chunks and "json" in response.headers.get("content-type", ""):
+        raise ServerConfigError(f"The server at {response.request.url} answered a streamed request with one JSON body, "
+                                "not an event stream: it does not stream; run with --stream off.")  # fmt: skip
     return Streamed(response.status_code, request=response.request, chunks=chunks)
 
 
@@ -273,11 +281,12 @@ def assemble(chunks: list[dict[str, Any]], *, sse: bool) -> Assembly:
         try:
             obj = json.loads(data)
         except (ValueError, RecursionError):
-            state.problem(f"chunk {number} is not JSON: {data[:60]!r}")
+            state.garble(f"chunk {number} is not JSON: {data[:60]!r}")
             continue
         if not isinstance(obj, dict):
-            state.problem(f"chunk {number} is not a JSON object")
+            state.garble(f"chunk {number} is not a JSON object")
             continue
+        state.result.replied = True
         if obj.get("error") is not None:
             error = obj["error"]
             message = error.get("message") if isinstance(error, dict) else error
@@ -329,6 +338,10 @@ class _State:
     def problem(self, text: str) -> None:
         if len(self.result.problems) < 20:
             self.result.problems.append(text[:_MAX_PROBLEM_CHARS])
+
+    def garble(self, text: str) -> None:
+        self.result.garbled = self.result.garbled or text
+        self.problem(text)
 
     def after_end(self, number: int, what: str) -> None:
         self.problem(f"chunk {number} carries {what} after the final chunk")
