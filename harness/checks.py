@@ -30,6 +30,10 @@ Check types (see :data:`CHECK_TYPES` for the parameters of each):
 
 CSV header names are compared with surrounding spaces stripped (``ticket, category`` has the
 columns ``ticket`` and ``category``).
+
+A check that would decide nothing is refused at load time: an empty ``text`` or ``regex`` (in
+every answer and every file), ``tool_call_count`` with ``min = 0`` and no ``max``, and a
+``file_json_field`` ``value`` of ``nan`` or ``inf`` (equal to nothing, and no JSON).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import csv
 import functools
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -136,17 +141,40 @@ def validate_check(check: Any) -> str | None:
             return f"check {kind!r} parameter {key!r} must be a non-empty list of non-empty strings"
         if expected is int and value < 0:
             return f"check {kind!r} parameter {key!r} must be 0 or more"
+        if isinstance(value, float) and not math.isfinite(value):  # nan equals nothing; inf is no JSON a file can hold
+            return f"check {kind!r} parameter {key!r} must be a finite number, got {value}"
     if "\x00" in str(check.get("path", "")):
         return f"check {kind!r} parameter 'path' must not contain NUL bytes"
     if kind == "file_contains" and ("text" in check) == ("regex" in check):
         return "check 'file_contains' needs exactly one of 'text' or 'regex'"
     if kind == "tool_call_count" and check.get("max", check["min"]) < check["min"]:
         return "check 'tool_call_count' parameter 'max' must be at least 'min'"
+    vacuous = _vacuous(kind, check)
+    if vacuous is not None:
+        return vacuous
     if "regex" in check:
         try:
             regex.compile(check["regex"])
         except regex.error as exc:
             return f"check 'file_contains' regex does not compile: {exc}"
+    return None
+
+
+_EMPTY_TEXT = {
+    "final_answer_contains": "every answer contains the empty text, so the check always passes",
+    "final_answer_not_contains": "every answer contains the empty text, so the check never passes",
+    "file_contains": "every file contains the empty text, so the check passes whenever the file exists",
+}
+
+
+def _vacuous(kind: str, check: Mapping[str, Any]) -> str | None:
+    """Why a parameter makes a valid-looking check decide nothing (it always passes or never does), or None."""
+    if check.get("text") == "" and kind in _EMPTY_TEXT:
+        return f"check {kind!r} parameter 'text' is empty: {_EMPTY_TEXT[kind]}; give the text to look for"
+    if check.get("regex") == "":
+        return "check 'file_contains' parameter 'regex' is empty: it matches every file; give the pattern to look for"
+    if kind == "tool_call_count" and check["min"] == 0 and "max" not in check:
+        return "check 'tool_call_count' with 'min' = 0 and no 'max' always passes; raise 'min' or add 'max'"
     return None
 
 

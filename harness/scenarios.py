@@ -2,18 +2,18 @@
 
 A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
 
-    name = "list_and_report"                  # required, [A-Za-z0-9_.-]+
+    name = "list_and_report"                  # required, 1-100 of [A-Za-z0-9_.-], first not '.' or '-'
     what_it_does = "..."                      # required: scope, stated to the model
     what_it_does_not = "..."                  # required: out of scope, stated to the model
     done_looks_like = "..."                   # required: one checkable sentence the checks implement
     system_prompt = "..."                     # required
     task = "..."                              # required: the user message
-    tools = ["list_files", "write_file"]      # required: built-in tool names (may be empty)
+    tools = ["list_files", "write_file"]      # required: built-in tool names, each once (may be empty)
     turn_limit = 8                            # optional, default 8
     token_limit = 32000                       # optional, default 32000
     max_tokens = 256                          # optional, completion cap per reply
     num_ctx = 4096                            # optional, context length
-    api_key_env = "MY_KEY"                    # optional, env var for openai: backends
+    api_key_env = "MY_KEY"                    # optional, env var for openai: backends ([A-Za-z_][A-Za-z0-9_]*)
     requires_tool = true                      # optional, default true: the task cannot be done without a tool
     write_limit_bytes = 16777216              # optional, default 16 MiB: bytes a run's tools may write in total
 
@@ -39,6 +39,13 @@ A scenario is a TOML file (see ``scenarios/list_and_report.toml``)::
 
 Any missing or wrong field raises :class:`~harness.errors.ScenarioError` naming the file, the
 field and what was expected; unknown fields are refused too, since they are usually typos.
+
+The ``name`` is what the ledger stores as each run's scenario, what reports group and pair runs
+by, what ``harness compare --scenario NAME`` selects and what the console's run lines show; no
+file name is made from it. It is 1 to 100 characters from ``A-Z a-z 0-9 _ . -`` and does not
+start with ``.`` or ``-``: so it is one short word on a console line or in a report's table,
+never ``.``/``..`` nor a hidden-file name should it become part of a path, and never read as an
+option when given after ``--scenario``.
 
 ``[tool_data.<tool>]`` holds the fixture data of a tool that answers from data rather than
 files (a :class:`~harness.tools.Tool` with a ``data_schema``). Each table is validated against
@@ -77,7 +84,10 @@ __all__ = [
 ]
 
 DEFAULT_SCENARIO = Path("scenarios") / "list_and_report.toml"
-_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # the whole name (fullmatch): "$" let a final newline through
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")  # the whole name (fullmatch): "$" let a final newline through
+_NAME_RULE = "1 to 100 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell can export (POSIX names)
+_ENV_RULE = "an environment variable name (letters, digits and '_', not starting with a digit)"
 
 
 @dataclass(frozen=True)
@@ -207,9 +217,14 @@ class _Fields:
             return value
         if not isinstance(value, list) or not value:
             raise self.fail(key, f"a non-empty list, each {expected_value(key)}", value)
-        for item in value:
+        for index, item in enumerate(value):  # the first bad entry is named, whatever makes it bad
             if value_problem(key, item) is not None:
-                raise self.fail(key, f"a non-empty list, each {expected_value(key)}", value)
+                raise self.fail(f"{key}[{index}]", expected_value(key), item)
+            if key == "models":
+                try:
+                    parse_model_spec(item)
+                except UsageError as exc:
+                    raise ScenarioError(f"{self.path}: field '{self.prefix}{key}[{index}]': {exc}") from exc
         return tuple(float(v) for v in value) if key == "temperatures" else tuple(value)
 
 
@@ -237,24 +252,17 @@ def load_scenario(path: str | Path) -> Scenario:
     raw, data = _read_toml(path)
     f = _Fields(path, data)
     name = f.text("name")
+    if len(name) > 100:  # not the usual 60-character quote: its length is what is wrong
+        raise ScenarioError(f"{path}: field 'name' must be {_NAME_RULE}, got {len(name)} characters.")
     if not _NAME.fullmatch(name):
-        raise f.fail("name", "letters, digits, '_', '.' or '-' only", name)
-    tool_names = f.string_list("tools", (), nonempty=False) if "tools" in data else None
-    if tool_names is None:
-        raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", missing=True)
-    for tool_name in tool_names:
-        if tool_name not in BUILTIN_TOOLS:
-            raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", tool_name)
+        raise f.fail("name", _NAME_RULE, name)
+    tool_names = _tool_names(f)
     tool_data = _load_tool_data(f, tool_names)
     fixtures, checks = _fixtures_and_checks(f)
-    matrix_data = data.get("matrix", {})
-    if not isinstance(matrix_data, dict):
-        raise f.fail("matrix", "a table", matrix_data)
-    unknown = sorted(set(matrix_data) - _MATRIX)
-    if unknown:
-        raise ScenarioError(f"{path}: unknown field 'matrix.{unknown[0]}'; expected only {', '.join(sorted(_MATRIX))}.")
-    matrix = _load_matrix(path, matrix_data)
+    matrix = _load_matrix(f)
     api_key_env = f.text("api_key_env", required=False) or None
+    if api_key_env is not None and not _ENV_NAME.fullmatch(api_key_env):
+        raise f.fail("api_key_env", _ENV_RULE, api_key_env)
     requires_tool = f.boolean("requires_tool", True)
     if requires_tool and not tool_names:
         raise f.fail("requires_tool", "false when tools = [] (a task that needs a tool must offer one)", True)
@@ -279,6 +287,23 @@ def load_scenario(path: str | Path) -> Scenario:
         requires_tool=requires_tool,
         matrix=matrix,
     )
+
+
+def _tool_names(f: _Fields) -> tuple[str, ...]:
+    """The ``tools`` list: built-in tool names, each named once (a second copy would be offered to the model twice).
+
+    Raises:
+        ScenarioError: ``tools`` is missing, not a list of strings, names an unknown tool or one tool twice.
+    """
+    if "tools" not in f.data:
+        raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", missing=True)
+    tool_names = f.string_list("tools", (), nonempty=False)
+    for index, tool_name in enumerate(tool_names):
+        if tool_name not in BUILTIN_TOOLS:
+            raise f.fail("tools", f"a list of tool names from {sorted(BUILTIN_TOOLS)}", tool_name)
+        if tool_name in tool_names[:index]:
+            raise ScenarioError(f"{f.path}: field 'tools' names {tool_name!r} twice; offer each tool once.")
+    return tool_names
 
 
 def _read_toml(path: Path) -> tuple[bytes, dict[str, Any]]:
@@ -329,21 +354,28 @@ def _fixtures_and_checks(f: _Fields) -> tuple[dict[str, str], list[Any]]:
     return fixtures, checks
 
 
-def _load_matrix(path: Path, table: dict[str, Any]) -> Matrix:
+def _load_matrix(f: _Fields) -> Matrix:
     """The scenario's ``[matrix]`` table, each axis checked with the same rules as the CLI flags.
 
     Raises:
-        ScenarioError: an axis value is wrong or a model spec is malformed.
+        ScenarioError: ``matrix`` is not a table or has an unknown field, an axis value is wrong (the first bad
+            entry is named), a model spec is malformed, or two base seeds send one seed
+            (:meth:`~harness.matrix.Matrix.check_seeds`).
     """
+    path, table = f.path, f.data.get("matrix", {})
+    if not isinstance(table, dict):
+        raise f.fail("matrix", "a table", table)
+    unknown = sorted(set(table) - _MATRIX)
+    if unknown:
+        raise ScenarioError(f"{path}: unknown field 'matrix.{unknown[0]}'; expected only {', '.join(sorted(_MATRIX))}.")
     m = _Fields(path, table, "matrix.")
     matrix = Matrix(
         **{axis: m.axis(axis, getattr(Matrix, axis) if axis == "repeats" else list(getattr(Matrix, axis))) for axis in AXES}
     )
-    for model in matrix.models:
-        try:
-            parse_model_spec(model)
-        except UsageError as exc:
-            raise ScenarioError(f"{path}: field 'matrix.models': {exc}") from exc
+    try:
+        matrix.check_seeds()  # the rule `harness run` applies to the merged matrix, so `scenarios check` agrees with it
+    except UsageError as exc:
+        raise ScenarioError(f"{path}: field 'matrix.seeds': {exc}") from exc
     return matrix
 
 

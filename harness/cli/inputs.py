@@ -32,7 +32,16 @@ def add_scenarios(sub: Subparsers) -> None:
 
 
 def _scenario_files(folder: Path | None) -> list[Path]:
+    """The ``*.toml`` files in ``folder`` (default: the shipped ``scenarios/``), sorted.
+
+    Raises:
+        ScenarioError: the folder does not exist, is not a folder, or holds no ``*.toml`` file.
+    """
     folder = folder or default_scenario().parent
+    if not folder.exists():
+        raise ScenarioError(f"{folder}: no such folder; give a folder that holds scenario files (*.toml).")
+    if not folder.is_dir():
+        raise ScenarioError(f"{folder}: not a folder; give the folder that holds it, or check it with `harness scenarios check`.")
     files = sorted(folder.glob("*.toml"))
     if not files:
         raise ScenarioError(f"{folder}: no scenario files (*.toml) found.")
@@ -40,17 +49,24 @@ def _scenario_files(folder: Path | None) -> list[Path]:
 
 
 def _cmd_scenarios_list(args: argparse.Namespace) -> int:
+    """List every scenario that loads; one sentence on stderr for each file that does not, and exit 1 then."""
     from tabulate import tabulate  # here, not at `harness --help` (about 40 ms)
 
     from harness.scenarios import load_scenario
 
-    rows = []
+    rows, failures = [], 0
     for path in _scenario_files(args.folder):
-        s = load_scenario(path)
+        try:
+            s = load_scenario(path)
+        except ScenarioError as exc:
+            failures += 1
+            print(f"harness: {printable(str(exc))}", file=sys.stderr)
+            continue
         rows.append({"scenario": s.name, "tools": ", ".join(t.name for t in s.tools), "turn_limit": s.turn_limit,
-                     "done looks like": s.done_looks_like, "file": str(path)})  # fmt: skip
-    print(tabulate(rows, headers="keys", tablefmt="github"))
-    return 0
+                     "done looks like": printable(s.done_looks_like), "file": printable(str(path))})  # fmt: skip
+    if rows:
+        print(tabulate(rows, headers="keys", tablefmt="github"))
+    return 1 if failures else 0
 
 
 def _cmd_scenarios_check(args: argparse.Namespace) -> int:
