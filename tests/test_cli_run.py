@@ -395,3 +395,19 @@ def test_the_run_line_of_an_unfinished_run_does_not_judge_its_checks(scenario, t
                           ("infra_error", "; checks not judged (the run did not finish): file_exists;")):  # fmt: skip
         line = format_run_line(1, 1, RunSummary("ab" * 16, plan, outcome, 1, 10, [], checks, tmp_path))  # type: ignore[arg-type]
         assert said in line, line
+
+
+# red-team finding: `--max-attempts 0` (or `--jobs 0`) said "--jobs and --embedded-slots must be from 1 to 256 and
+# --max-attempts from 1 to 100.", not which option was wrong
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-attempts", "0"], "--max-attempts must be from 1 to 100, not 0."),
+        (["--jobs", "0"], "--jobs must be from 1 to 256, not 0."),
+        (["--embedded-slots", "257"], "--embedded-slots must be from 1 to 256, not 257."),
+        (["--max-attempts", "101", "--jobs", "0"], "--jobs must be from 1 to 256, not 0."),
+    ],
+)
+def test_a_count_out_of_range_names_only_its_option(tmp_path, capsys, flags, said):
+    rc, _, err = cli(capsys, "run", SCENARIO_FILE, "--model", "replay:x.jsonl", *flags, "--ledger", tmp_path / "l.sqlite")
+    assert (rc, err) == (2, f"harness: {said}\n") and not (tmp_path / "l.sqlite").exists()

@@ -91,8 +91,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.shards import parse_shard
 
     shard = parse_shard(args.shard) if args.shard is not None else None
-    if not 1 <= args.jobs <= 256 or not 1 <= args.embedded_slots <= 256 or not 1 <= args.max_attempts <= 100:
-        raise UsageError("--jobs and --embedded-slots must be from 1 to 256 and --max-attempts from 1 to 100.")
+    _check_counts(args)
     if args.workers is not None and args.executor == "threads":
         raise UsageError("--workers needs --executor processes or ray.")
     if args.workers is not None and not 1 <= args.workers <= 256:
@@ -133,6 +132,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    """Refuse the first of ``--jobs``, ``--embedded-slots`` and ``--max-attempts`` that is out of its range, by name."""
+    for option, value, top in (("--jobs", args.jobs, 256), ("--embedded-slots", args.embedded_slots, 256),
+                               ("--max-attempts", args.max_attempts, 100)):  # fmt: skip
+        if not 1 <= value <= top:
+            raise UsageError(f"{option} must be from 1 to {top}, not {value}.")
 
 
 def _ray_resources(values: list[str], plans: list[RunPlan]) -> dict[str, dict[str, float]]:
