@@ -6,7 +6,8 @@ is stays what it was:
 * a symlink is written through: its target gets the content and the link stays a link (a
   dangling link creates its target);
 * a FIFO or a character device (``/dev/stdout``, ``/dev/null``, a terminal) is opened and
-  written directly, never replaced; so are the descriptor paths ``/dev/stdout``,
+  written directly, never replaced (a terminal may get a form of the data made for people:
+  ``on_terminal``); so are the descriptor paths ``/dev/stdout``,
   ``/dev/stderr``, ``/dev/fd/N`` and ``/proc/self/fd/N`` whatever they lead to (opened for
   appending, so ``--out /dev/stdout >> all.jsonl`` appends as the shell promised);
 * a regular file (or a path that does not exist yet) is replaced atomically: the content goes
@@ -24,6 +25,7 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UsageError
@@ -34,13 +36,17 @@ _DESCRIPTOR_FOLDERS = ("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/")
 _DESCRIPTOR_PATHS = ("/dev/stdout", "/dev/stderr")
 
 
-def write_output_file(path: str | os.PathLike[str], data: bytes, *, option: str = "--out") -> None:
+def write_output_file(
+    path: str | os.PathLike[str], data: bytes, *, option: str = "--out", on_terminal: Callable[[], bytes] | None = None
+) -> None:
     """Write ``data`` to the user-named file ``path`` under the policy of this module.
 
     Args:
         path: the path as the user gave it (relative to the working folder or absolute).
         data: the complete content, bytes.
         option: the option that named the path, used in error sentences (e.g. ``--out``).
+        on_terminal: what to write instead when the path opens a terminal (``/dev/tty``, ``/dev/stdout`` on one),
+            built only then: people read it, so what a model wrote can be escaped there and only there.
 
     Raises:
         UsageError: the path is a folder, a socket or a block device, its folder does not
@@ -51,14 +57,14 @@ def write_output_file(path: str | os.PathLike[str], data: bytes, *, option: str 
     given = Path(path)
     try:
         if _is_descriptor_path(given):
-            _write_in_place(given, data, os.O_WRONLY | os.O_APPEND)
+            _write_in_place(given, data, os.O_WRONLY | os.O_APPEND, on_terminal)
             return
         try:
             mode = os.stat(given).st_mode  # follows symlinks: what the data will really land in
         except FileNotFoundError:
             mode = None
         if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-            _write_in_place(given, data, os.O_WRONLY)
+            _write_in_place(given, data, os.O_WRONLY, on_terminal)
             return
         if mode is not None and not stat.S_ISREG(mode):
             raise UsageError(
@@ -91,11 +97,12 @@ def _is_descriptor_path(path: Path) -> bool:
     return text in _DESCRIPTOR_PATHS or text.startswith(_DESCRIPTOR_FOLDERS)
 
 
-def _write_in_place(path: Path, data: bytes, flags: int) -> None:
-    """Open an existing FIFO, device or descriptor path and write ``data`` to it; nothing is created or replaced."""
+def _write_in_place(path: Path, data: bytes, flags: int, on_terminal: Callable[[], bytes] | None) -> None:
+    """Open an existing FIFO, device or descriptor path and write ``data`` to it (``on_terminal()`` instead when it is
+    a terminal); nothing is created or replaced."""
     fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+        handle.write(on_terminal() if on_terminal is not None and handle.isatty() else data)
 
 
 def _replace_regular(target: Path, data: bytes, option: str, given: str | os.PathLike[str]) -> None:

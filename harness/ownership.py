@@ -59,6 +59,7 @@ __all__ = [
     "lock_byte",
     "lock_folder",
     "lock_path",
+    "lock_refusal",
     "mark_running",
     "owned_elsewhere",
     "take_lock",
@@ -118,6 +119,17 @@ def lock_path(folder: Path, identity: str) -> Path:
     """The file that holds ``identity``'s lock in the lock ``folder``: :data:`LOCK_FILE` (one for every identity), or
     ``<identity>.lock`` where the platform has no OFD locks."""
     return folder / (LOCK_FILE if _OFD else f"{identity}.lock")
+
+
+def lock_refusal(folder: Path, identity: str, exc: OSError) -> str:
+    """The sentence for ``identity``'s lock that :func:`take_lock` could not take in ``folder`` (``exc``): what is in
+    the way (the lock folder's name taken by a file, the lock file's by a folder, a symlink or a FIFO) and what to do."""
+    if os.path.lexists(folder) and not folder.is_dir():  # e.g. `harness export --out ledger.sqlite.locks`
+        return f"{folder} is not a folder, but the ledger keeps its run locks there; move or remove it and run again."
+    file = lock_path(folder, identity)
+    if file.is_symlink() or (file.exists() and not file.is_file()):
+        return f"{file} is not a lock file (a folder, a symlink or a FIFO); delete it and run again."
+    return f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); check that the ledger's folder is writable."
 
 
 class RunLock:

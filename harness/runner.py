@@ -29,7 +29,7 @@ from harness.executors import check_executor
 from harness.ledger import Attempt, IdentityHolder, Ledger, RunEnd
 from harness.loop import IdentityTaken, RunOptions, RunPlan, RunSummary, run_once
 from harness.matrix import MatrixOverrides
-from harness.ownership import Claim, ClaimTaker, LockFile, lock_path, mark_running
+from harness.ownership import Claim, ClaimTaker, LockFile, lock_refusal, mark_running
 from harness.run_options import QUIT_BY_USER, STOPPED_BY_ERROR, STOPPED_BY_USER, StopEvent, quit_reason, stop_for
 from harness.scenarios import Scenario
 from harness.startup import start_model
@@ -118,13 +118,7 @@ def claim_identity(ledger_path: str | Path, *, resume: bool = True) -> ClaimTake
         try:
             lock = locks.take(identity)
         except OSError as exc:
-            file = lock_path(folder, identity)
-            if file.is_symlink() or (file.exists() and not file.is_file()):
-                raise LedgerError(f"{file} is not a lock file (a folder, a symlink or a FIFO); delete it and run again.") from exc
-            raise LedgerError(
-                f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); "
-                "check that the ledger's folder is writable."
-            ) from exc
+            raise LedgerError(lock_refusal(folder, identity, exc)) from exc
         if lock is None:
             return None
         facts: dict[str, Any] = {"lock": f"{folder.name}/{lock.path.name}"}  # beside the ledger

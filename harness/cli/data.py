@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.cli._common import Subparsers, ledger_option, ledger_path
 from harness.errors import LedgerError, UsageError
@@ -152,54 +154,85 @@ def add_export(sub: Subparsers) -> None:
     p.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="one JSON object per line (default) or CSV with a header"
     )
-    p.add_argument("--out", type=Path, help="output file (default: standard output)")
+    p.add_argument("--out", metavar="FILE", help='output file, or "-" for standard output (the default; ./- names a '
+                   "file called -); on a terminal the model's words are escaped, in a file or a pipe they are exact")  # fmt: skip
     p.add_argument("--runs", action="store_true", help="one record per run (identity, seed, outcome, checks, final answer, "
                    "totals) instead of one per turn; list fields are JSON lists, in CSV too")  # fmt: skip
     p.set_defaults(func=_cmd_export)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    import io
-
     from harness.console import plural
-    from harness.ledger import EXPORT_COLUMNS, RUN_EXPORT_COLUMNS, Ledger
+    from harness.ledger import Ledger
     from harness.outputs import write_output_file
 
     path = ledger_path(args)
-    if args.out is not None:
-        target = Path(os.path.realpath(args.out))  # never raises, even on a symlink loop (written below, refused there)
-        if target in {Path(f"{os.path.realpath(path)}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
-            raise UsageError(f"--out {args.out} is the ledger itself; choose another file.")
-        if target.is_dir():
-            raise UsageError(f"--out {args.out} is a folder; give a file path.")
+    out: str | None = None if args.out == "-" else args.out
+    if out is not None:
+        _check_export_target(out, path)
     with Ledger(path, readonly=True) as ledger:  # read everything before any output file is touched
         rows = ledger.export_run_rows() if args.runs else list(ledger.export_rows())
-    buffer = io.StringIO(newline="")
-    if args.format == "jsonl":
-        buffer.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    elif args.runs:
-        writer = csv.DictWriter(buffer, fieldnames=RUN_EXPORT_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        lists = ("checks_passed", "checks_failed", "failure_modes")
-        writer.writerows({**row, **{k: json.dumps(row[k], ensure_ascii=False) for k in lists},
-                          "requires_tool": "" if row["requires_tool"] is None else str(row["requires_tool"]).lower()} for row in rows)  # fmt: skip
-    else:
-        writer = csv.DictWriter(buffer, fieldnames=EXPORT_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows({**row, "failure_modes": ";".join(row["failure_modes"])} for row in rows)
-    if args.out is None:
+    if out is None:
         from harness.cli import write_machine_output  # the CLI package's: its stdout wrapper guards the write
 
-        write_machine_output(buffer.getvalue())
+        write_machine_output(_export_text(rows, args, terminal=_stdout_is_terminal()))
         return 0
     try:
-        write_output_file(args.out, buffer.getvalue().encode("utf-8"), option="--out")
+        write_output_file(out, _export_text(rows, args, terminal=False).encode("utf-8"), option="--out",
+                          on_terminal=lambda: _export_text(rows, args, terminal=True).encode("utf-8"))  # fmt: skip
     except BrokenPipeError as exc:
-        if _names_stdout(args.out):  # its reader stopped reading (`--out /dev/stdout | head`): as `harness export | head`
+        if _names_stdout(out):  # its reader stopped reading (`--out /dev/stdout | head`): as `harness export | head`
             return 0
-        raise UsageError(f"cannot write --out {args.out}: {exc.strerror or exc}.") from exc  # a FIFO's reader died
-    print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {printable(str(args.out))}.", file=sys.stderr)
+        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}.") from exc  # a FIFO's reader died
+    print(f"Wrote {plural(len(rows), 'run' if args.runs else 'turn')} to {printable(out)}.", file=sys.stderr)
     return 0
+
+
+def _check_export_target(out: str, ledger: Path) -> None:
+    """Refuse an ``--out`` that names the ledger, a file SQLite keeps beside it, the ledger's lock folder (or a file in
+    it: ``harness run`` takes its locks there) or a folder; nothing is read or written before."""
+    from harness.ownership import lock_folder
+
+    target = Path(os.path.realpath(out))  # never raises, even on a symlink loop (written later, refused there)
+    if target in {Path(f"{os.path.realpath(ledger)}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")}:
+        raise UsageError(f"--out {out} is the ledger itself; choose another file.")
+    locks = Path(os.path.realpath(lock_folder(ledger)))
+    if target == locks or locks in target.parents:
+        where = "" if target == locks else "in "
+        raise UsageError(f"--out {out} is {where}the ledger's lock folder {locks.name}, where `harness run` takes its "
+                         "locks; choose another file.")  # fmt: skip
+    if target.is_dir():
+        raise UsageError(f"--out {out} is a folder; give a file path.")
+
+
+def _export_text(rows: list[dict[str, Any]], args: argparse.Namespace, *, terminal: bool) -> str:
+    """The export of ``rows`` in ``args.format``: byte-exact for a file or a pipe; for a ``terminal``, what a model wrote
+    is escaped (JSONL: JSON's own ASCII escapes, the same values; CSV: each field as :func:`printable` shows it)."""
+    from harness.ledger import EXPORT_COLUMNS, RUN_EXPORT_COLUMNS
+
+    buffer = io.StringIO(newline="")
+    if args.format == "jsonl":
+        buffer.writelines(json.dumps(row, ensure_ascii=terminal) + "\n" for row in rows)
+        return buffer.getvalue()
+    if args.runs:
+        lists = ("checks_passed", "checks_failed", "failure_modes")
+        records = [{**row, **{k: json.dumps(row[k], ensure_ascii=False) for k in lists},
+                    "requires_tool": "" if row["requires_tool"] is None else str(row["requires_tool"]).lower()} for row in rows]  # fmt: skip
+    else:
+        records = [{**row, "failure_modes": ";".join(row["failure_modes"])} for row in rows]
+    writer = csv.DictWriter(buffer, fieldnames=RUN_EXPORT_COLUMNS if args.runs else EXPORT_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    if terminal:
+        records = [{k: printable(v) if isinstance(v, str) else v for k, v in record.items()} for record in records]
+    writer.writerows(records)
+    return buffer.getvalue()
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, OSError, ValueError):  # a closed or detached stream: not a terminal
+        return False
 
 
 def _names_stdout(path: str) -> bool:
