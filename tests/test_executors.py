@@ -393,3 +393,46 @@ def test_workers_out_of_range_says_so_alone(tmp_path, capsys):
     rc, _, err = cli(capsys, "run", str(SCENARIO_FILE), "--model", "replay:x.jsonl", "--executor", "processes",
                      "--workers", "0", "--ledger", str(tmp_path / "l.sqlite"))  # fmt: skip
     assert rc == 2 and err.strip() == "harness: --workers must be from 1 to 256, not 0." and not (tmp_path / "l.sqlite").exists()
+
+
+def _allowed_cpus(pid: int) -> list[set[int]]:
+    """The CPUs each thread of process ``pid`` may run on (``Cpus_allowed_list`` of /proc/PID/task/*/status)."""
+    sets = []
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        line = next(x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list:"))
+        cpus: set[int] = set()
+        for part in line.split(":", 1)[1].strip().split(","):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+        sets.append(cpus)
+    return sets
+
+
+@pytest.mark.parametrize("one_per_cpu", [True, False], ids=["as-many-workers-as-cpus", "fewer-workers"])
+def test_workers_are_pinned_one_per_cpu_only_when_there_are_as_many_as_cpus(tmp_path, one_per_cpu):
+    """Issue 14: a worker pinned to its CPU keeps its caches (about a tenth less CPU per turn); with fewer workers than
+    CPUs none is pinned, so two harness processes never stack theirs on the first CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if one_per_cpu and len(cpus) < 2:
+        pytest.skip("one CPU: pinning changes nothing")
+    workers = len(cpus) if one_per_cpu else max(1, len(cpus) - 1)
+    with FakeAgentServer(delay_s=0.5, slots=2 * workers) as server:
+        plans = _plans([f"openai:ideal@{server.base_url}"], repeats=workers, tool_modes=("native",))
+        options = RunOptions(runs_dir=tmp_path / "runs", jobs=2 * workers, executor="processes", workers=workers)
+        with Ledger(tmp_path / "ledger.sqlite") as ledger:
+            outcome: dict[str, object] = {}
+            runner = threading.Thread(target=lambda: outcome.update(result=run_matrix(plans, ledger, options)))
+            runner.start()
+            deadline = time.monotonic() + 60
+            while server.requests < workers:  # every worker's run threads are up and waiting on a reply
+                assert time.monotonic() < deadline, "the matrix did not start"
+                time.sleep(0.02)
+            seen = {pid: _allowed_cpus(pid) for pid in _workers()}
+            runner.join(120)
+    assert len(seen) == workers and all(len(threads) >= 2 for threads in seen.values())  # the main and a run thread
+    if one_per_cpu:
+        assert all(all(t == threads[0] and len(t) == 1 for t in threads) for threads in seen.values()), seen
+        assert sorted(next(iter(threads[0])) for threads in seen.values()) == cpus
+    else:
+        assert all(t == set(cpus) for threads in seen.values() for t in threads), seen
+    assert {s.outcome for s in outcome["result"].summaries} == {"pass"}  # type: ignore[attr-defined]

@@ -46,7 +46,7 @@ from typing import Any, cast
 
 from harness.endpoints import BackendFactory, Endpoint, PlannedRun
 from harness.errors import HarnessError, LedgerError, LedgerSwapped
-from harness.executors import worker_count
+from harness.executors import worker_count, worker_cpu
 from harness.executors.channel import RunTask
 from harness.executors.worker import BackendRecipe, recipe_for, unpack_sandbox, worker_main
 from harness.ledger import Attempt, Ledger, RunEnd, RunStart, TurnRecord
@@ -76,6 +76,7 @@ class Worker:
         models: the model specs it serves (None: every one).
         runs: the run ids it has now.
         heard: it has sent something.
+        cpu: the CPU it is pinned to (:func:`~harness.executors.worker_cpu`), or None.
     """
 
     process: Any
@@ -83,6 +84,7 @@ class Worker:
     models: frozenset[str] | None = None
     runs: set[str] = field(default_factory=set)
     heard: bool = False
+    cpu: int | None = None
 
 
 @dataclass
@@ -390,15 +392,16 @@ class ProcessMatrixRun:
     def _start_workers(self, runs: int) -> list[Worker]:
         """The workers for ``runs`` runs to do: ``--workers`` processes (default: the CPU count), no more than can run
         at once."""
-        return [self._spawn() for _ in range(worker_count(self.options.workers, runs, self.options.jobs, len(self.queues)))]
+        count = worker_count(self.options.workers, runs, self.options.jobs, len(self.queues))
+        return [self._spawn(worker_cpu(index, count)) for index in range(count)]
 
     def _replace(self, dead: Worker) -> Worker:
-        """A worker to take the place of ``dead``."""
-        return self._spawn()
+        """A worker to take the place of ``dead`` (on its CPU)."""
+        return self._spawn(dead.cpu)
 
-    def _spawn(self) -> Worker:
+    def _spawn(self, cpu: int | None = None) -> Worker:
         with _held():  # Ctrl-C in the middle of a spawn left a child reading half its start-up data (a traceback)
-            return _spawn(self.recipes, self.options.jobs * len(self.recipes))
+            return _spawn(self.recipes, self.options.jobs * len(self.recipes), cpu)
 
     def _shut_down(self) -> None:
         for worker in self.workers:
@@ -442,13 +445,14 @@ def _fail(text: str) -> None:
     raise WorkerFailed(f"a run failed in a worker process; this is a harness bug, please report it:\n{text}")
 
 
-def _spawn(recipes: dict[str, BackendRecipe], max_runs: int) -> Worker:
+def _spawn(recipes: dict[str, BackendRecipe], max_runs: int, cpu: int | None) -> Worker:
     context = multiprocessing.get_context("spawn")
     driver_end, worker_end = context.Pipe(duplex=True)
-    process = context.Process(target=worker_main, args=(worker_end, recipes, max_runs), name="harness-worker", daemon=True)
+    process = context.Process(target=worker_main, args=(worker_end, recipes, max_runs), kwargs={"cpu": cpu},
+                              name="harness-worker", daemon=True)  # fmt: skip
     process.start()
     worker_end.close()
-    return Worker(process, driver_end)
+    return Worker(process, driver_end, cpu=cpu)
 
 
 def _send(worker: Worker, message: tuple[Any, ...]) -> None:

@@ -8,6 +8,7 @@ to handle, which tells the worker to stop (its runs end as ``interrupted`` befor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -123,7 +124,8 @@ class _Backends:
                 backend.close()
 
 
-def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: int, *, ship_sandboxes: bool = False) -> None:
+def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: int, *, ship_sandboxes: bool = False,
+                cpu: int | None = None) -> None:  # fmt: skip
     """The worker process: serve the driver's messages until it says ``quit`` or goes away.
 
     When the driver goes away (killed), the process exits at once (``os._exit``): its runs in flight cannot be
@@ -137,9 +139,14 @@ def worker_main(conn: Connection, recipes: dict[str, BackendRecipe], max_runs: i
             client and its connection per thread, :class:`~harness.backends.clients.ThreadClients`).
         ship_sandboxes: the worker is on another machine than the driver: it cannot see this machine's files (each
             run's sandbox is sent to it at the run's end) nor reach its embedded servers (it starts its own).
+        cpu: the CPU to run on (:func:`~harness.executors.worker_cpu`), taken before any thread starts so that every
+            thread runs there; None: wherever the scheduler puts it.
     """
     if threading.current_thread() is threading.main_thread():  # Ctrl-C reaches the process group: the driver's to handle
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cpu is not None:
+        with contextlib.suppress(OSError):  # the CPU went offline meanwhile: run where the scheduler puts it
+            os.sched_setaffinity(0, {cpu})
     link, stop, backends = WorkerLink(conn), StopEvent(), _Backends(recipes, remote=ship_sandboxes)
     pool = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="run")
     orphaned = False
