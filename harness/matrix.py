@@ -120,9 +120,15 @@ class Matrix:
         """Refuse base seeds whose repetitions overlap: two cells sending one seed are one sample counted twice.
 
         Raises:
-            UsageError: e.g. base seeds 0 and 1 with 2 repeats both send seed 1.
+            UsageError: e.g. base seeds 0 and 1 with 2 repeats both send seed 1; or the last repetition of the highest
+                seed would send a seed above :data:`MAX_SEED`.
         """
         ordered = sorted(self.seeds)
+        if ordered and ordered[-1] + self.repeats - 1 > MAX_SEED:
+            raise UsageError(
+                f"the base seed {ordered[-1]} with {self.repeats} repeats sends seed {ordered[-1] + self.repeats - 1}, "
+                f"above {MAX_SEED} (repetition r sends seed + r); use a base seed of at most {MAX_SEED - self.repeats + 1}."
+            )
         for low, high in zip(ordered, ordered[1:], strict=False):
             if high - low < self.repeats:
                 raise UsageError(

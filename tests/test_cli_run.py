@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from harness.ledger import Ledger
+from harness.matrix import MAX_SEED
 from tests.fake_agent_server import FakeAgentServer
 from tests.helpers import REPO, RUN_FLAGS, SCENARIO_FILE, assert_one_sentence_error, cli, scenario_toml, text_line, write_cassette
 
@@ -183,6 +184,21 @@ def test_base_seeds_whose_repetitions_overlap_are_refused(tmp_path, capsys, seed
     rc, _, err = cli(capsys, *argv, "--dry-run")
     assert_one_sentence_error(rc, err)
     assert "both send seed" in err and not (tmp_path / "l.sqlite").exists()
+
+
+# a helper's finding: the base seed is checked against MAX_SEED, but repetition r sends seed + r, past it
+@pytest.mark.parametrize(("seed", "ok"), [(MAX_SEED - 2, True), (MAX_SEED - 1, False)], ids=["last-fits", "one-over"])
+def test_no_repetition_sends_a_seed_above_the_largest(tmp_path, capsys, seed, ok):
+    (tmp_path / "c.jsonl").write_text('{"content": "hi"}\n', encoding="utf-8")
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{tmp_path / 'c.jsonl'}", "--repeats", "3", "--seed", str(seed),
+            "--ledger", tmp_path / "l.sqlite", "--dry-run"]  # fmt: skip
+    rc, out, err = cli(capsys, *argv)
+    if ok:
+        assert rc == 0 and f"seed={MAX_SEED} " in out, (out, err)
+        return
+    assert_one_sentence_error(rc, err)
+    assert err == (f"harness: the base seed {seed} with 3 repeats sends seed {MAX_SEED + 1}, above {MAX_SEED} (repetition r "
+                   f"sends seed + r); use a base seed of at most {MAX_SEED - 2}.\n")  # fmt: skip
 
 
 # newcomer finding: a request that timed out twice showed only "Running 1 of 1 planned runs" for 11 minutes
