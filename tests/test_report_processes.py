@@ -47,9 +47,9 @@ def test_frames_read_with_a_child_equal_frames_read_alone(varied):
         pd.testing.assert_frame_equal(getattr(shared, name), getattr(alone, name), check_exact=True)
     for name in ("run_pos", "counts", "recorded", "values"):
         assert getattr(shared.latencies, name).tobytes() == getattr(alone.latencies, name).tobytes()
-    assert (shared.turn_count, shared.runs_chain_head, shared.model_runs) == (
+    assert (shared.turn_count, shared.ledger_head, shared.model_runs) == (
         alone.turn_count,
-        alone.runs_chain_head,
+        alone.ledger_head,
         alone.model_runs,
     )
 

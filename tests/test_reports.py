@@ -225,6 +225,19 @@ def test_report_markdown_plots_and_csv(two, tmp_path):
     assert image.std() > 0.05  # not blank
 
 
+# newcomer finding: the report's header named a "runs chain head" beside the "Ledger head" line `harness report` printed,
+# two different heads; the header now carries that same anchor
+def test_the_report_header_carries_the_ledger_head_the_command_prints(two, tmp_path, capsys):
+    from tests.helpers import cli
+
+    rc, out, err = cli(capsys, "report", "--ledger", two, "--out", tmp_path / "r", "--format", "md")
+    anchor = out.splitlines()[-1].removeprefix("Ledger head (check later with `harness ledger verify --anchor`): ")
+    assert (rc, err) == (0, "") and anchor.startswith("hl1:") and len(anchor) > 70
+    header = (tmp_path / "r" / "report.md").read_text().splitlines()[2]
+    assert header.endswith(f"; ledger head `{anchor}` (as `harness report` prints it last).")
+    assert cli(capsys, "ledger", "verify", "--ledger", two, "--anchor", anchor)[0] == 0
+
+
 def test_report_is_byte_identical(two, tmp_path):
     write_report(two, tmp_path / "a", formats=["md", "png", "csv"])
     write_report(two, tmp_path / "b", formats=["md", "png", "csv"])

@@ -146,8 +146,8 @@ class LedgerFrames:
         latencies: the turns' latencies (:class:`TurnLatencies`), for order statistics.
         turn_count: rows in ``turns`` (those of the other attempts at an identity too: a report counts each run's ``turns_recorded``).
         ledger_path: the file read.
-        runs_chain_head: ``row_hash`` of the newest ``runs`` row (identifies the ledger's
-            content), or None when empty.
+        ledger_head: the ledger's head anchor when read (:meth:`harness.ledger.Ledger.head`: the line `harness run`
+            and `harness report` print last, which `harness ledger verify --anchor` checks), identifying its content.
         model_runs: what the model header shows, once per distinct run configuration in the order of its newest run
             (:meth:`harness.ledger.Ledger.model_runs`: ``model``, ``backend``, ``digest``, ``tool_mode``, ``provenance``,
             ``warmup_ms`` in ms, ``template``).
@@ -160,7 +160,7 @@ class LedgerFrames:
     latencies: TurnLatencies
     turn_count: int
     ledger_path: Path
-    runs_chain_head: str | None
+    ledger_head: str
     model_runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -242,7 +242,7 @@ def load_frames(ledger_path: str | Path, *, processes: bool = False) -> LedgerFr
     turn_reads = ChildCall(_read_turns, path) if processes and fork_is_safe() and path.is_file() else None
     try:
         with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
-            head = ledger.chain_head("runs")
+            head = ledger.head().anchor
             runs = ledger.runs_frame()
             details = ledger.run_detail_columns()
             model_runs = ledger.model_runs()

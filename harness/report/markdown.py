@@ -311,7 +311,7 @@ def _header_lines(frames: LedgerFrames) -> list[str]:
         f"Ledger `{frames.ledger_path.name}`: {plural(len(runs), 'run')}{again} ({n_scored} scored, {int(outcome_counts.get('infra_error', 0))} infra_error, "
         f"{int(outcome_counts.get('interrupted', 0) + outcome_counts.get('unfinished', 0))} interrupted or unfinished, "
         f"{int(outcome_counts.get('context_overflow', 0))} context_overflow), {plural(turns, 'turn')}; "
-        f"newest run end {frames.newest_end or 'none'}; runs chain head `{(frames.runs_chain_head or 'none')[:16]}`.",
+        f"newest run end {frames.newest_end or 'none'}; ledger head `{frames.ledger_head}` (as `harness report` prints it last).",
         "",
     ]  # fmt: skip
 
