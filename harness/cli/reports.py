@@ -32,7 +32,6 @@ def add_report(sub: Subparsers) -> None:
 
 
 def _cmd_report_write(args: argparse.Namespace) -> int:
-    from harness.ledger import Ledger
     from harness.outputs import check_output_folder
     from harness.report import parse_axes, write_report
     from harness.vocab import plural  # not harness.console: that imports the run loop, 0.4 s a report does not need
@@ -40,10 +39,8 @@ def _cmd_report_write(args: argparse.Namespace) -> int:
     check_output_folder(args.out, option="--out")
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     written = write_report(ledger_path(args), args.out, by=parse_axes(args.by), formats=formats)
-    with Ledger(ledger_path(args), readonly=True) as ledger:  # read after the report: the head covers every row it used
-        head = ledger.head()
     print(f"Wrote {plural(len(written), 'file')} to {printable(str(args.out))}: {', '.join(p.name for p in written)}")
-    print(head_line(head.anchor))
+    print(head_line(written.ledger_head))  # read after every row the report used: the one its header carries
     return 0
 
 

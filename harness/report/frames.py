@@ -146,8 +146,8 @@ class LedgerFrames:
         latencies: the turns' latencies (:class:`TurnLatencies`), for order statistics.
         turn_count: rows in ``turns`` (those of the other attempts at an identity too: a report counts each run's ``turns_recorded``).
         ledger_path: the file read.
-        ledger_head: the ledger's head anchor when read (:meth:`harness.ledger.Ledger.head`: the line `harness run`
-            and `harness report` print last, which `harness ledger verify --anchor` checks), identifying its content.
+        ledger_head: the ledger's head anchor read after the rest (:meth:`harness.ledger.Ledger.head`: the line
+            `harness run` and `harness report` print last, which `harness ledger verify --anchor` checks).
         model_runs: what the model header shows, once per distinct run configuration in the order of its newest run
             (:meth:`harness.ledger.Ledger.model_runs`: ``model``, ``backend``, ``digest``, ``tool_mode``, ``provenance``,
             ``warmup_ms`` in ms, ``template``).
@@ -242,11 +242,11 @@ def load_frames(ledger_path: str | Path, *, processes: bool = False) -> LedgerFr
     turn_reads = ChildCall(_read_turns, path) if processes and fork_is_safe() and path.is_file() else None
     try:
         with Ledger(path, readonly=True) as ledger:  # validates the file and says what is wrong in one sentence
-            head = ledger.head().anchor
             runs = ledger.runs_frame()
             details = ledger.run_detail_columns()
             model_runs = ledger.model_runs()
             (modes, examples), (totals, values) = _read_turns(path, ledger) if turn_reads is None else turn_reads.result()
+            head = ledger.head().anchor  # last: it covers every row read (and a row another process appended meanwhile)
     finally:
         if turn_reads is not None:
             turn_reads.close()

@@ -37,7 +37,7 @@ from harness.report.tables import (
 )
 from harness.vocab import plural
 
-__all__ = ["MAX_PASS_K_COLUMNS", "cell_text", "write_csv", "write_report"]
+__all__ = ["MAX_PASS_K_COLUMNS", "ReportFiles", "cell_text", "write_csv", "write_report"]
 
 MAX_PASS_K_COLUMNS = 10
 """The summary table shows pass^k for k = 1 .. min(repeats, this); the CSV and plot show all k."""
@@ -155,13 +155,22 @@ def _summary_markdown(table: pd.DataFrame, by: list[str]) -> str:
     return _md_table(rows)
 
 
+class ReportFiles(list[Path]):
+    """The files :func:`write_report` wrote, in writing order (a list), and ``ledger_head``: the ledger's head anchor
+    read after every row the report used (:meth:`harness.ledger.Ledger.head`), which its header carries."""
+
+    def __init__(self, paths: list[Path], ledger_head: str) -> None:
+        super().__init__(paths)
+        self.ledger_head = ledger_head
+
+
 def write_report(
     ledger_path: str | Path,
     out_dir: str | Path,
     *,
     by: Sequence[str] = CELL_AXES,
     formats: Sequence[str] = ("md", "png"),
-) -> list[Path]:
+) -> ReportFiles:
     """Write the comparison report for a ledger into ``out_dir``.
 
     Files: ``report.md`` (format ``md``); ``pass_rate.png``, ``failure_modes.png``,
@@ -177,7 +186,7 @@ def write_report(
         formats: any of ``md``, ``png``, ``csv``.
 
     Returns:
-        Paths written, in writing order.
+        Paths written, in writing order (:class:`ReportFiles`, with the ledger head the header carries).
 
     Raises:
         LedgerError: the ledger cannot be read.
@@ -211,7 +220,9 @@ def _large(ledger_path: str | Path) -> bool:
         return False
 
 
-def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequence[str], worker: PlotWorker | None) -> list[Path]:
+def _write_files(
+    frames: LedgerFrames, out: Path, by: list[str], formats: Sequence[str], worker: PlotWorker | None
+) -> ReportFiles:
     """:func:`write_report`'s files from the frames read; the plots by ``worker`` when given (drawn meanwhile)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +255,7 @@ def _write_files(frames: LedgerFrames, out: Path, by: list[str], formats: Sequen
         text = _markdown(frames, summary, by, figures, (grouped, failures))
         (out / "report.md").write_text(text, encoding="utf-8", newline="\n")
         written.append(out / "report.md")
-    return [out / name for name in figures] + written
+    return ReportFiles([out / name for name in figures] + written, frames.ledger_head)
 
 
 def _summary_axes(frames: LedgerFrames, by: list[str]) -> list[str]:
