@@ -162,3 +162,17 @@ def test_an_export_folder_name_too_long_is_one_sentence(ledger, tmp_path, capsys
         (tmp_path / ("a" * 300)).exists()  # the platform refuses the name, as the export then does
     rc, _, err = cli(capsys, "view", "--ledger", ledger, "--export", tmp_path / ("a" * 300))
     assert_one_sentence_error(rc, err)
+
+
+# stop 31's note: index.html being a folder was said only after every run page was written (and listed)
+@pytest.mark.parametrize("page", ["index.html", "pair.html", "data/manifest.js", EXPORT_LIST])
+def test_a_folder_where_the_export_writes_a_file_is_refused_before_anything_is_written(ledger, tmp_path, capsys, page):
+    out = tmp_path / "site"
+    export_site(ledger, out)
+    (out / page).unlink()
+    (out / page).mkdir()
+    before = _files(out)
+    rc, _, err = cli(capsys, "view", "--ledger", ledger, "--export", out)
+    assert_one_sentence_error(rc, err)
+    assert f"{out / page} is a folder where the export writes a file; remove it or pass another folder." in err
+    assert _files(out) == before  # nothing removed, nothing written

@@ -73,6 +73,10 @@ def _prepare(out: Path) -> None:
                 kind = "a symbolic link" if folder.is_symlink() else "not a folder"
                 raise UsageError(f"--export {out}: {folder} is {kind}, and the export writes only inside its folder; "
                                  "remove it or pass another folder.")  # fmt: skip
+        for page in (out / "index.html", out / "pair.html", out / "data" / "manifest.js", listed):  # a folder: said first
+            if page.is_dir() and not page.is_symlink():
+                raise UsageError(f"--export {out}: {page} is a folder where the export writes a file; remove it or "
+                                 "pass another folder.")  # fmt: skip
         if out.is_dir() and not (listed.is_file() or _has_manifest(out)) and any(out.iterdir()):
             raise UsageError(
                 f"--export {out} holds files that are not an earlier export, which it could overwrite; "
