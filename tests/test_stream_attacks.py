@@ -125,13 +125,15 @@ def _answer(content_type: bytes, body: bytes) -> Callable[[socket.socket], None]
 
 # red team: a stream whose chunk is not JSON, or that held only [DONE], was recorded as the model's turn (task_failed with
 # stream_assembly_error or empty_response) where the same fault unstreamed (a body that is not JSON, no choices) is the
-# server's: infra_error. Both are now the server's failure, retried, no turn recorded.
+# server's: infra_error. Both are now the server's failure, retried, no turn recorded (red team 2: so are JSON objects
+# that are no chat chunk; a cut in the middle of a chunk is a stream ended early)
 @pytest.mark.parametrize(
     ("events", "why"),
     [(b"data: {not json}\n\ndata: [DONE]\n\n", "chunk 1 is not JSON: '{not json}'"),
      (b"data: [1, 2]\n\ndata: [DONE]\n\n", "chunk 1 is not a JSON object"),
-     (b"data: [DONE]\n\n", "no chunk of one")],
-    ids=["not-json", "not-an-object", "only-done"],
+     (b"data: [DONE]\n\n", "no chat chunk"),
+     (b'data: {}\n\ndata: {"foo": 1}\n\ndata: [DONE]\n\n', "no chat chunk")],
+    ids=["not-json", "not-an-object", "only-done", "objects-that-are-no-chat-chunk"],
 )  # fmt: skip
 def test_a_stream_that_is_not_a_chat_reply_is_the_servers_failure(events, why):
     with raw_server(_answer(b"text/event-stream", events)) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
@@ -141,16 +143,52 @@ def test_a_stream_that_is_not_a_chat_reply_is_the_servers_failure(events, why):
     assert info.value.retryable
 
 
+def test_a_connection_cut_inside_a_chunk_is_a_stream_ended_early_not_a_garbled_one():
+    good = json.dumps(openai_chunk({"content": "The capital"}))
+    events = f"data: {good}\n\ndata: {good[:30]}".encode()  # the close is the only framing: no length, no chunk end
+    with raw_server(_answer(b"text/event-stream", events)) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
+        with pytest.raises(BackendUnavailable, match="ended the stream before its final chunk"):
+            backend.generate(USER, None, GenerateOptions(stream=True))
+
+
+# red team 2: an error object inside the stream is the server's word on the reply whatever else the stream held: a
+# refusal of the model's call followed by a garbled chunk is still the model's server_rejected_call, not infra_error
+def test_a_refusal_inside_a_stream_is_read_before_a_garbled_chunk_after_it():
+    refusal = json.dumps({"error": {"message": "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101]"}})
+    events = f"data: {refusal}\n\ndata: garbage!!\n\n".encode()
+    with raw_server(_answer(b"text/event-stream", events)) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
+        reply = backend.generate(USER, None, GenerateOptions(stream=True))
+    assert reply.rejection is not None and reply.rejection["server"] == "llama.cpp"
+    assert reply.rejection["error"].startswith("Failed to parse tool call arguments as JSON")
+
+
 # red team: a server that ignores `stream: true` and answers one whole JSON body was said to have "ended the stream
-# before its final chunk; check that it is still running"
+# before its final chunk; check that it is still running" (red team 2: and an empty or error body is no whole reply)
 def test_a_server_that_does_not_stream_is_told_to_run_with_stream_off():
     body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}]})
     with raw_server(_answer(b"application/json", body.encode())) as url, OpenAICompatBackend("m", f"{url}/v1") as backend:
         with pytest.raises(ServerConfigError) as info:
             backend.generate(USER, None, GenerateOptions(stream=True))
-    assert str(info.value) == (f"The server at {url}/v1/chat/completions answered a streamed request with one JSON body, "
-                               "not an event stream: it does not stream; run with --stream off.")  # fmt: skip
+    assert str(info.value) == (f"The server at {url}/v1/chat/completions answered a streamed request with one whole JSON "
+                               "reply, not an event stream: it does not stream; run with --stream off.")  # fmt: skip
     assert not info.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "said"),
+    [(b"application/json", b"", "with JSON that is not a reply (no body), not an event stream; check the server's log."),
+     (b"application/json; charset=utf-8", b'{"error": {"message": "model overloaded"}}',
+      "with JSON that is not a reply (model overloaded), not an event stream; check the server's log."),
+     (b"text/plain", b'{"choices": []}',
+      "with text/plain and no event, not an event stream; check the URL and the server's log.")],
+    ids=["empty-json", "json-error", "text-plain"],
+)  # fmt: skip
+def test_a_body_that_is_no_event_stream_and_no_reply_is_the_servers_failure_in_its_words(content_type, body, said):
+    with raw_server(_answer(content_type, body)) as url, OpenAICompatBackend("m", f"{url}/v1", timeout_s=5) as backend:
+        with pytest.raises(BackendResponseError) as info:
+            backend.generate(USER, None, GenerateOptions(stream=True))
+    assert str(info.value) == f"The server at {url}/v1/chat/completions answered a streamed request {said}"
+    assert info.value.retryable
 
 
 @pytest.mark.parametrize(

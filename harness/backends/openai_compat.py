@@ -54,7 +54,8 @@ from harness.backends.server_words import is_model_not_found as _is_model_not_fo
 from harness.backends.server_words import json_error_detail as _json_error_detail
 from harness.backends.server_words import openai_request_settings, parse_retry_after, permanent_error, server_timings
 from harness.backends.server_words import parent_url as _parent_url
-from harness.backends.streaming import Streamed, bounded_reads, read_stream, reply_speed, stream_reply
+from harness.backends.streaming import reply_speed, stream_reply
+from harness.backends.wire import Streamed, bounded_reads, read_stream
 from harness.errors import (
     BackendError,
     BackendResponseError,
@@ -357,7 +358,7 @@ class OpenAICompatBackend(Backend):
         hold a run past it), translating every ``httpx`` error into a :class:`BackendError`.
 
         With ``stream_from`` (the ``time.perf_counter()`` the request was sent at), a success status is read as a
-        stream: the result is a :class:`~harness.backends.streaming.Streamed` holding the raw chunks with their arrival times.
+        stream: the result is a :class:`~harness.backends.wire.Streamed` holding the raw chunks with their arrival times.
 
         Raises:
             BackendTimeout: no complete body within the timeout.

@@ -1,6 +1,6 @@
 """Streamed replies: reading the chunks off the wire, and assembling them into one reply.
 
-Two wire formats are read (:func:`read_chunks`):
+Two wire formats are read (:func:`harness.backends.wire.read_stream`, :func:`chunk_lines`):
 
 * OpenAI-compatible servers (llama.cpp's ``llama-server``, vLLM, LM Studio) send server-sent events: ``data: {json}``
   lines separated by blank lines, ending with ``data: [DONE]``. Each chunk's ``choices[0].delta`` carries a piece of
@@ -32,26 +32,18 @@ An ``error`` object sent inside the stream (llama.cpp and Ollama report errors m
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import httpx
+from typing import Any
 
 from harness.backends.base import BackendIdentity, Reply, rejection_record
-from harness.errors import BackendError, BackendResponseError, BackendUnavailable, ServerConfigError
-
-_Piece = TypeVar("_Piece", str, bytes)
+from harness.errors import BackendError, BackendResponseError, BackendUnavailable
 
 __all__ = [
     "Assembly",
-    "Streamed",
     "assemble",
-    "bounded_reads",
     "chunk_lines",
-    "read_stream",
     "rederive",
     "reply_speed",
     "response_of",
@@ -59,7 +51,6 @@ __all__ = [
 ]
 
 _MAX_PROBLEM_CHARS = 160
-_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -80,7 +71,8 @@ class Assembly:
         error: the message of an ``error`` object sent inside the stream, or ``None``.
         final: the last chunk's JSON object (Ollama's has the timings), for ``raw``.
         whole: a final chunk (``finish_reason``, ``[DONE]``, Ollama's ``done: true``) or an ``error`` object arrived.
-        garbled: the problem of the first chunk that is not a JSON object, or ``None``; replied: some chunk was one.
+        garbled: the problem of the first chunk that is not a JSON object, or ``None``; replied: some chunk was a chat
+            chunk (``choices``; Ollama's ``message`` or ``done``).
     """
 
     content: str | None = None
@@ -110,14 +102,6 @@ class Assembly:
         )  # fmt: skip
 
 
-class Streamed(httpx.Response):
-    """A streamed success response, already read: its raw chunks (:func:`chunk_lines`) instead of a body."""
-
-    def __init__(self, status_code: int, *, request: httpx.Request, chunks: list[dict[str, Any]]) -> None:
-        super().__init__(status_code, content=b"", request=request)
-        self.chunks = chunks
-
-
 def stream_reply(
     chunks: list[dict[str, Any]],
     latency_ms: float,
@@ -138,21 +122,23 @@ def stream_reply(
 
     Raises:
         ContextOverflow, ServerConfigError: the stream carried an error object that no retry can fix.
-        BackendResponseError: the stream carried another error object that is not a refusal of the model's call, a
-            chunk that is not a JSON object, or no chunk that is one (the server's failure, as a body that is not JSON).
+        BackendResponseError: the stream carried another error object that is not a refusal of the model's call; or,
+            with no error object, a chunk that is not a JSON object, or no chat chunk (the server's failure, as an
+            unstreamed body that is not JSON is).
         BackendUnavailable: the stream ended before its final chunk (the server or the connection failed mid-reply).
     """
     got = assemble(chunks, sse=sse)
-    if got.garbled is not None or (got.whole and not got.replied):  # the server's failure, as a body that is not JSON
-        raise BackendResponseError(f"The server at {identity.base_url} sent a stream that is not a chat reply "
-                                   f"({got.garbled or 'no chunk of one'}); check the server's log.", status_code=None)  # fmt: skip
-    if not got.whole:  # the connection closed mid-reply (a close-delimited body shows no framing error): the server's
-        raise BackendUnavailable(
-            f"The server at {identity.base_url} ended the stream before its final chunk (no finish_reason, [DONE] or "
-            "done: true); check that it is still running and try again."
-        )
     rejection = None
-    if got.error is not None:
+    if got.error is None:  # an error object is the server's own word on the reply: it is read whatever else came
+        if not got.whole:  # the connection closed mid-reply (a close-delimited body shows no framing error): the server's
+            raise BackendUnavailable(
+                f"The server at {identity.base_url} ended the stream before its final chunk (no finish_reason, [DONE] or "
+                "done: true); check that it is still running and try again."
+            )
+        if got.garbled is not None or not got.replied:  # the server's failure, as an unstreamed body that is not JSON
+            raise BackendResponseError(f"The server at {identity.base_url} sent a stream that is not a chat reply "
+                                       f"({got.garbled or 'no chat chunk'}); check the server's log.", status_code=None)  # fmt: skip
+    else:
         refusal, permanent = recognisers
         found = refusal(500, got.error)
         fatal = permanent(500, got.error) if found is None else None
@@ -167,68 +153,6 @@ def stream_reply(
         rejection = rejection_record(found[0], 200, got.error)
         got.content = found[1] if found[1] is not None else got.content  # the model's text, where the error quotes it
     return got.reply(chunks, latency_ms, identity, rejection)
-
-
-def read_stream(response: httpx.Response, deadline: float, started: float, *, sse: bool, limit: int) -> Streamed:
-    """Read a streamed ``response`` to its end as raw chunks.
-
-    Args:
-        response: an open streamed success response.
-        deadline: ``time.monotonic()`` by which the whole stream must have arrived.
-        started: ``time.perf_counter()`` when the request was sent (chunk times count from it).
-        sse: server-sent events rather than NDJSON.
-        limit: the most characters of body text accepted.
-
-    Raises:
-        httpx.ReadTimeout: the stream did not end by ``deadline`` (the caller translates it).
-        BackendResponseError: more than ``limit`` characters.
-        ServerConfigError: a JSON body and no event: the server does not stream (``sse`` only).
-    """
-    chunks = list(chunk_lines(_timed_lines(response, deadline, limit), started, sse=sse))
-    if sse and not chunks and "json" in response.headers.get("content-type", ""):
-        raise ServerConfigError(f"The server at {response.request.url} answered a streamed request with one JSON body, "
-                                "not an event stream: it does not stream; run with --stream off.")  # fmt: skip
-    return Streamed(response.status_code, request=response.request, chunks=chunks)
-
-
-def bounded_reads(response: httpx.Response, pieces: Iterable[_Piece], deadline: float, limit: int) -> Iterator[_Piece]:
-    """``pieces`` of ``response``'s body (its ``iter_bytes()`` or ``iter_text()``), checking the total size and the
-    deadline at every read, so a server that trickles bytes or sends an endless body outlasts neither.
-
-    Raises:
-        BackendResponseError: more than ``limit`` bytes or characters.
-        httpx.ReadTimeout: ``time.monotonic()`` passed ``deadline`` before the body ended.
-    """
-    size = 0
-    for piece in pieces:
-        size += len(piece)
-        if size > limit:
-            raise BackendResponseError(
-                f"The server at {response.request.url} sent more than {limit // 2**20} MiB for one reply; "
-                "check the URL and the server's log.",
-                status_code=response.status_code,
-            )
-        if time.monotonic() > deadline:
-            raise httpx.ReadTimeout("the whole reply did not arrive in time", request=response.request)
-        yield piece
-
-
-def _timed_lines(response: httpx.Response, deadline: float, limit: int) -> Iterator[str]:
-    """The body's lines (split at ``\r\n``, ``\n`` or ``\r``, as server-sent events allow), checking the deadline
-    and the size at every read (:func:`bounded_reads`)."""
-    pending: list[str] = []  # the pieces of the unfinished line (kept apart: joining each read would be quadratic)
-    for text in bounded_reads(response, response.iter_text(), deadline, limit):
-        if "\n" not in text and "\r" not in text:
-            pending.append(text)
-            continue
-        buffer = "".join(pending) + text
-        lines = _LINE_END.split(buffer)
-        pending = [lines.pop()]
-        if buffer.endswith("\r"):  # perhaps the first half of a \r\n split between two reads
-            pending = [lines.pop() + "\r"]
-        yield from lines
-    if last := "".join(pending).removesuffix("\r"):
-        yield last
 
 
 def chunk_lines(lines: Iterator[str], started: float, *, sse: bool) -> Iterator[dict[str, Any]]:
@@ -286,7 +210,7 @@ def assemble(chunks: list[dict[str, Any]], *, sse: bool) -> Assembly:
         if not isinstance(obj, dict):
             state.garble(f"chunk {number} is not a JSON object")
             continue
-        state.result.replied = True
+        state.result.replied |= ("choices" in obj) if sse else ("message" in obj or "done" in obj)  # a chat chunk
         if obj.get("error") is not None:
             error = obj["error"]
             message = error.get("message") if isinstance(error, dict) else error
