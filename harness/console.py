@@ -190,12 +190,14 @@ class Progress(MatrixEvents):
         """What became of the matrix once standard output's reader left (``reader_gone``), for standard error: the
         runs recorded (``result.summaries``: each has its end row), how many were interrupted, how many are left."""
         again = [s.outcome for s in result.summaries if not is_scored(s.outcome)]  # resume runs these again
-        left = self.total - self.done + len(again)
+        skipped = sum(count for _, _, count in result.skipped)  # their server was down: never planned, still to do
+        left = self.total - self.done + len(again) + skipped
         how = f" ({', '.join(f'{again.count(outcome)} {outcome}' for outcome in dict.fromkeys(again))})" if again else ""
         if not self.resume:
             rest = f"the same command runs all {self.total} again (--no-resume)"
         else:
-            rest = f"{plural(left, 'run')} left to do, which the same command runs" if left else "nothing is left to run"
+            down = f" ({skipped} skipped: {'its' if skipped == 1 else 'their'} server was down)" if skipped else ""
+            rest = f"{plural(left, 'run')} left to do{down}, which the same command runs" if left else "nothing is left to run"
         return (f"harness: the output's reader stopped reading, so the matrix stopped: {plural(len(result.summaries), 'run')} "
                 f"recorded in {printable(str(self.ledger_path))}{how}; {rest}.")  # fmt: skip
 

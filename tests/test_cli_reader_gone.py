@@ -122,6 +122,23 @@ def test_the_reader_gone_sentence_of_a_no_resume_run_counts_what_the_same_comman
     assert said.endswith("(1 interrupted); the same command runs all 4 again (--no-resume)."), said
 
 
+# red team 2: with one model's server down and another model run, `| true` exited 0 and said "nothing is left to run"
+def test_a_reader_gone_run_with_a_model_skipped_counts_its_runs_as_left_and_exits_1(tmp_path):
+    from tests.backend_fakes import closed_port
+
+    down = f"openai:m@http://127.0.0.1:{closed_port()}/v1"
+    argv = [sys.executable, "-m", "harness", "run", str(SCENARIO_FILE), "--model", down, "--model", f"replay:{CASSETTE}",
+            "--tool-mode", "native", "--temperature", "0", "--ledger", str(tmp_path / "l.sqlite")]  # fmt: skip
+    read, write = os.pipe()
+    os.close(read)  # `| true`: it never reads
+    proc = subprocess.Popen(argv, stdout=write, stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
+    os.close(write)
+    _, err = proc.communicate(timeout=120)
+    [said] = [line for line in err.splitlines() if "stopped reading" in line]
+    assert proc.returncode == 1, err
+    assert said.endswith("; 3 runs left to do (2 skipped: their server was down), which the same command runs."), said
+
+
 QUIT_AS_THE_MATRIX_STOPS = """
 import os, signal, sys
 from harness.cli import main

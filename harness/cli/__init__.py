@@ -105,7 +105,10 @@ def _command(argv: Sequence[str] | None) -> int:
             raise
         _show_library_messages()
         code = int(args.func(args) or 0)
-        sys.stdout.flush()  # here, not at the interpreter's exit: a failure is still one sentence
+        try:
+            sys.stdout.flush()  # here, not at the interpreter's exit: a failure is still one sentence
+        except BrokenPipeError as exc:  # what the command left unwritten met a reader gone: its own result stands
+            return max(code, broken_pipe_exit(exc))
         return code
     except HarnessError as exc:  # escaped: a server's or a file's words may be in the sentence
         print(error_line(exc), file=sys.stderr)

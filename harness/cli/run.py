@@ -123,14 +123,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          retry=RetryPolicy(max_attempts=args.max_attempts), use_cache=args.cache, record_dir=args.record,
                          executor=args.executor, workers=args.workers, ray_address=args.ray_address,
                          ray_resources=resources, stop=StopEvent())  # fmt: skip
-    result = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout, sharded=shard is not None)
-    if result is None:  # standard output's reader left (`| head`): stopped, said on stderr; exit 0 as any `| head`
-        return 0
-    if args.record is not None and not result.summaries and not result.skipped:  # a skipped model said why already
+    result, reader_left = _run(plans, path, options, resume=not args.no_resume, timeout_s=args.timeout, sharded=shard is not None)
+    if args.record is not None and not reader_left and not result.summaries and not result.skipped:  # skipped: said why
         print(
             "harness: nothing was recorded: every planned run is already in the ledger; add --no-resume to run them again.",
             file=sys.stderr,
         )
+    # standard output's reader leaving (`| head`) stops the matrix and is no failure; a run its server failed or skipped is
     return 1 if result.skipped or any(s.outcome == "infra_error" for s in result.summaries) else 0
 
 
@@ -195,11 +194,13 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
 
 
 def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool, timeout_s: float | None,
-         sharded: bool = False) -> MatrixResult | None:  # fmt: skip
+         sharded: bool = False) -> tuple[MatrixResult, bool]:  # fmt: skip
     """Run the matrix and print its summary; a refused start leaves no new ledger behind.
 
-    Returns None when standard output's reader left (``harness run | head``; ``options.stop`` then stopped the
-    matrix): one sentence on standard error says what was recorded, and nothing more is written to standard output.
+    Returns:
+        The result, and whether standard output's reader left (``harness run | head``; ``options.stop`` then stopped
+        the matrix): one sentence on standard error then says what was recorded, and nothing more is written to
+        standard output.
     """
     from harness.cli._common import say
     from harness.console import Progress, print_run_summary
@@ -213,11 +214,11 @@ def _run(plans: list[RunPlan], path: Path, options: RunOptions, *, resume: bool,
         ledger.close()
     if progress.reader_gone:
         print(progress.reader_gone_sentence(result), file=sys.stderr)
-        return None
+        return result, True
     print_run_summary(result, time.perf_counter() - started, path, sharded=sharded, skipped_said=progress.skipped_said, say=say)
     if ledger.head is not None:  # always, once the matrix got as far as running
         say(head_line(ledger.head.anchor))
-    return result
+    return result, False
 
 
 class _LedgerOnDemand:
