@@ -260,8 +260,8 @@ def load_scenario(path: str | Path) -> Scenario:
     tool_data = _load_tool_data(f, tool_names)
     fixtures, checks = _fixtures_and_checks(f)
     matrix = _load_matrix(f)
-    api_key_env = f.text("api_key_env", required=False) or None
-    if api_key_env is not None and not _ENV_NAME.fullmatch(api_key_env):
+    api_key_env = f.text("api_key_env", required=False) if "api_key_env" in data else None
+    if api_key_env is not None and not _ENV_NAME.fullmatch(api_key_env):  # "" too: it named no variable, silently
         raise f.fail("api_key_env", _ENV_RULE, api_key_env)
     requires_tool = f.boolean("requires_tool", True)
     if requires_tool and not tool_names:

@@ -188,7 +188,13 @@ def test_report_export_view_rescore_and_compare_escape_paths_and_models(tmp_path
 # run, rescore and migrate wrote into it
 @pytest.mark.parametrize(
     "command",
-    [["rescore"], ["ledger", "migrate"], ["run", "--model", "replay:/dev/null"], ["attest", "r1", "--reviewer", "me"]],
+    [
+        ["rescore"],
+        ["ledger", "migrate"],
+        ["run", "--model", "replay:/dev/null"],
+        ["attest", "r1", "--reviewer", "me"],
+        ["run", "--model", "replay:/dev/null", "--dry-run"],
+    ],  # red team 2: the dry run said "1 to run"
 )
 def test_a_ledger_from_a_newer_harness_is_never_written(tmp_path, capsys, command):
     from tests.ledger_builders import SMALL

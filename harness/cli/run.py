@@ -156,9 +156,13 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
     runs already done run again; ``execution``: ``--executor`` and ``--workers``); never creates a ledger.
 
     Returns 1 when some runs are skipped (their server is down), as the real run would.
+
+    Raises:
+        LedgerError: the real run would not write to the ledger (a newer harness wrote it).
     """
     from harness.backends import open_backend, replica_specs
     from harness.console import execution_words, plan_counts, plan_label, printable, skipped_sentence
+    from harness.errors import LedgerError
     from harness.ledger import Ledger, cannot_create
     from harness.runner import plan_matrix
 
@@ -168,6 +172,9 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
         return 1
     ledger = Ledger(path, readonly=True) if path.exists() else None
     try:
+        newer = ledger.newer_schema() if ledger is not None else None
+        if newer is not None:  # the real run refuses to write to it
+            raise LedgerError(newer)
         factory = functools.partial(open_backend, plan_only=True)
         planned = plan_matrix(plans, ledger, jobs=jobs, embedded_slots=slots, backend_factory=factory, resume=resume)
     finally:

@@ -69,10 +69,7 @@ class SchemaOps:
             try:
                 unknown = migrations.unknown(self._db)
                 if unknown:  # its schema may hold what this harness would write wrong or break: never write to it
-                    raise LedgerError(
-                        f"the ledger {self.path} lists the migration {unknown!r}, which this harness does not know: a newer "
-                        "harness wrote it (or the table was edited); upgrade harness to write to it."
-                    )
+                    raise LedgerError(newer_ledger_sentence(self.path, unknown))
                 if migrations.pending(self._db) and (edit := self._edited_migrations()):
                     raise LedgerError(
                         f"the ledger {self.path} is not brought up to date: {edit}; restore it from a copy "
@@ -106,6 +103,17 @@ class SchemaOps:
         finally:
             self._db.execute("COMMIT")  # a read: nothing to write
 
+    def newer_schema(self) -> str | None:
+        """Why this harness never writes to the ledger, in one sentence, or None: it lists a migration this harness does
+        not know (a newer harness wrote it). ``harness run --dry-run`` says it as the real run would.
+
+        Raises:
+            LedgerError: ``_migrations`` cannot be read.
+        """
+        with self._lock:
+            unknown = self._read_migrations(lambda db: [name] if (name := migrations.unknown(db)) else [])
+        return newer_ledger_sentence(self.path, unknown[0]) if unknown else None
+
     def _read_migrations(self, read: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
         try:
             return read(self._db)
@@ -113,3 +121,9 @@ class SchemaOps:
             raise LedgerError(
                 f"the _migrations table of {self.path} cannot be read ({exc}); it was edited: restore the ledger from a copy."
             ) from exc
+
+
+def newer_ledger_sentence(path: Path, migration: str) -> str:
+    """Why the ledger at ``path``, listing ``migration`` that this harness does not know, is never written to."""
+    return (f"the ledger {path} lists the migration {migration!r}, which this harness does not know: a newer harness wrote "
+            "it (or the table was edited); upgrade harness to write to it.")  # fmt: skip
