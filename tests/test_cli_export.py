@@ -98,6 +98,7 @@ def test_export_to_a_terminal_escapes_the_models_words_and_a_pipe_gets_them_exac
     rc, shown, err = _on_a_terminal(["export", "--ledger", ledger, *fmt, *out], tmp_path)
     assert rc == 0 and b"Traceback" not in err, err
     assert not any(seq in shown for seq in (b"\x1b", b"\x07", b"\xe2\x80\xae", b"\xc2\x9b")), shown  # U+202E, U+009B
+    assert b"\r\r\n" not in shown  # red team 2: CSV's \r\n line ends became \r\r\n on the terminal
     text = shown.decode("utf-8").replace("\r\n", "\n")
     if "jsonl" in fmt:  # JSON's own escapes: the same values as the pipe's
         assert [json.loads(line) for line in text.splitlines()] == [json.loads(line) for line in piped.stdout.splitlines()]

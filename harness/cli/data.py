@@ -220,7 +220,8 @@ def _export_text(rows: list[dict[str, Any]], args: argparse.Namespace, *, termin
                     "requires_tool": "" if row["requires_tool"] is None else str(row["requires_tool"]).lower()} for row in rows]  # fmt: skip
     else:
         records = [{**row, "failure_modes": ";".join(row["failure_modes"])} for row in rows]
-    writer = csv.DictWriter(buffer, fieldnames=RUN_EXPORT_COLUMNS if args.runs else EXPORT_COLUMNS, extrasaction="ignore")
+    columns = RUN_EXPORT_COLUMNS if args.runs else EXPORT_COLUMNS  # a terminal ends lines with \r itself (\r\r\n: red team 2)
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n" if terminal else "\r\n")
     writer.writeheader()
     if terminal:
         records = [{k: printable(v) if isinstance(v, str) else v for k, v in record.items()} for record in records]
