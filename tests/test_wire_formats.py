@@ -144,7 +144,7 @@ def test_think_is_a_matrix_key_and_a_flag(tmp_path, capsys):
     assert [p.think for p in plans] == ["off", "on"]
     bad = scenario_toml(tmp_path, matrix='[matrix]\nthink = ["maybe"]\n', name="bad.toml")
     rc, _out, err = cli(capsys, "scenarios", "check", bad)
-    assert rc != 0 and "field 'matrix.think'" in err and "one of default, on, off" in err
+    assert rc != 0 and "field 'matrix.think[0]' must be one of default, on, off" in err
 
 
 def test_a_ledger_recorded_before_think_resumes_without_redoing_its_runs(tmp_path, capsys, monkeypatch):
