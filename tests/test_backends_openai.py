@@ -301,3 +301,57 @@ def test_each_thread_keeps_its_own_connection_and_close_ends_them():
     assert errors == []
     assert sorted(peers.values()) == [calls] * threads  # one connection per thread, reused for all its calls
     assert after not in peers
+
+
+class _RecordingProxy:
+    """A forward HTTP proxy on 127.0.0.1 that answers every request itself with a chat reply and records the request
+    line's target (a proxied request names the whole URL)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import json
+
+        seen: list[str] = []
+        body = json.dumps(TEXT_BODY).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's method name
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                seen.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.seen = seen
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# a chat request goes to the client's own transport directly only when no proxy is set: with HTTP_PROXY it still goes
+# through the proxy the environment names, as httpx.Client routes it
+def test_a_proxy_set_in_the_environment_still_carries_the_chat_requests(monkeypatch):
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    target = f"http://127.0.0.1:{closed_port()}/v1"  # nothing listens there: only the proxy can answer
+    proxy = _RecordingProxy()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        with OpenAICompatBackend("m1", target) as backend:
+            assert backend.generate(MESSAGES, None, OPTIONS).content == "done"
+        assert proxy.seen == [f"{target}/chat/completions"]
+        monkeypatch.delenv("HTTP_PROXY")
+        with OpenAICompatBackend("m1", target) as backend, pytest.raises(BackendUnavailable):
+            backend.generate(MESSAGES, None, OPTIONS)  # without it the request goes straight to the target
+        assert len(proxy.seen) == 1
+    finally:
+        proxy.close()

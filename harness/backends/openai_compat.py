@@ -3,13 +3,12 @@
 Design:
 
 * One ``httpx.Client`` per backend and run thread (:class:`~harness.backends.clients.ThreadClients`), so each run
-  thread reuses its own connection and runs in flight share no connection pool; the timeout is set once.
-* Every ``httpx`` error is translated at this boundary into the :mod:`harness.errors` tree,
-  keeping the original as ``__cause__``: connection problems become
-  :class:`~harness.errors.BackendUnavailable`, timeouts :class:`~harness.errors.BackendTimeout`,
-  HTTP error statuses and bodies that are not the expected JSON
-  :class:`~harness.errors.BackendResponseError`, and a 404 that names a missing model
-  :class:`~harness.errors.ModelNotFound`.
+  thread reuses its own connection and runs in flight share no connection pool; the timeout is set once. Without a
+  proxy in the environment a chat request goes to the client's transport directly (:meth:`ThreadClients.direct`).
+* Every ``httpx`` error is translated at this boundary into the :mod:`harness.errors` tree, keeping the original as
+  ``__cause__``: connection problems become :class:`~harness.errors.BackendUnavailable`, timeouts
+  :class:`~harness.errors.BackendTimeout`, HTTP error statuses and bodies that are not the expected JSON
+  :class:`~harness.errors.BackendResponseError`, and a 404 that names a missing model :class:`~harness.errors.ModelNotFound`.
 * Replies are reported exactly as the server gave them: ``tool_calls`` is not repaired or
   normalised, and ``raw`` holds the whole parsed body.
 * A server whose own tool-call parser refuses the model's reply answers with an error status,
@@ -377,13 +376,19 @@ class OpenAICompatBackend(Backend):
             headers = {**headers, "Connection": "close"}
         try:
             client = self._client or self._clients.get()  # one per run thread (harness.backends.clients)
+            direct = None if self._client is not None else self._clients.direct()  # no proxy: without its sending layers
             parsed = self._urls.get(url)
             if parsed is None:  # parsed once: httpx parses a str URL again on every request
                 parsed = self._urls[url] = httpx.URL(url)
-            with client.stream(method, parsed, content=content, headers=headers, timeout=httpx.Timeout(seconds)) as response:
+            request = client.build_request(method, parsed, content=content, headers=headers, timeout=httpx.Timeout(seconds))
+            response = client.send(request, stream=True) if direct is None else direct.handle_request(request)
+            response.request = request
+            try:
                 if stream_from is not None and response.status_code < 300:
                     return read_stream(response, deadline, stream_from, sse=self._sse, limit=MAX_BODY_BYTES)
                 return self._read_whole(response, deadline)
+            finally:
+                response.close()
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
                 f"The server at {self.base_url} did not answer completely within {seconds:g} s; "
