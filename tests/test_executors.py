@@ -408,14 +408,14 @@ def _allowed_cpus(pid: int) -> list[set[int]]:
     return sets
 
 
-@pytest.mark.parametrize("one_per_cpu", [True, False], ids=["as-many-workers-as-cpus", "fewer-workers"])
-def test_workers_are_pinned_one_per_cpu_only_when_there_are_as_many_as_cpus(tmp_path, one_per_cpu):
-    """Issue 14: a worker pinned to its CPU keeps its caches (about a tenth less CPU per turn); with fewer workers than
-    CPUs none is pinned, so two harness processes never stack theirs on the first CPUs."""
+@pytest.mark.parametrize("one_per_cpu", [True, False], ids=["as-many-workers-as-cpus", "one-more-worker"])
+def test_workers_are_pinned_one_per_cpu_only_when_they_are_a_multiple_of_the_cpus(tmp_path, one_per_cpu):
+    """Issue 14: a worker pinned to its CPU keeps its caches (about a tenth less CPU per turn); a count that is no
+    multiple of the CPUs is not pinned (red team: 3 workers on 2 CPUs stacked two on the first and ran 40 % slower)."""
     cpus = sorted(os.sched_getaffinity(0))
     if one_per_cpu and len(cpus) < 2:
         pytest.skip("one CPU: pinning changes nothing")
-    workers = len(cpus) if one_per_cpu else max(1, len(cpus) - 1)
+    workers = len(cpus) if one_per_cpu else (len(cpus) + 1 if len(cpus) > 1 else 1)  # no multiple of the CPUs
     with FakeAgentServer(delay_s=0.5, slots=2 * workers) as server:
         plans = _plans([f"openai:ideal@{server.base_url}"], repeats=workers, tool_modes=("native",))
         options = RunOptions(runs_dir=tmp_path / "runs", jobs=2 * workers, executor="processes", workers=workers)

@@ -15,13 +15,22 @@ client, which routes it as the environment says.
 
 from __future__ import annotations
 
+import http.cookiejar
 import ssl
 import threading
 import urllib.request
 
 import httpx
 
+from harness.errors import UsageError
+
 __all__ = ["ThreadClients"]
+
+
+def _NO_COOKIES() -> http.cookiejar.CookieJar:  # noqa: N802 - a factory named as the constant it stands for
+    """A cookie jar whose policy keeps no cookie (red team: a chat request sent directly, :meth:`ThreadClients.direct`,
+    kept none while one sent through the client kept a load balancer's, so a proxy setting changed the requests)."""
+    return http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 class ThreadClients:
@@ -53,7 +62,11 @@ class ThreadClients:
             with self._lock:
                 if self._tls is None:
                     self._tls = httpx.create_ssl_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR like httpx's default
-                client = httpx.Client(timeout=self._timeout, verify=self._tls)
+                try:  # a cookie policy that keeps none: a request is what its run sent, whichever way it goes
+                    client = httpx.Client(timeout=self._timeout, verify=self._tls, cookies=_NO_COOKIES())
+                except (ImportError, ValueError) as exc:  # a proxy the environment names that httpx cannot use
+                    raise UsageError(f"the proxy set in the environment cannot be used ({exc}); correct or unset "
+                                     "HTTP_PROXY, HTTPS_PROXY and ALL_PROXY.") from exc  # fmt: skip
                 self._clients.append(client)
             self._local.client = client
         return client

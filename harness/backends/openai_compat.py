@@ -376,10 +376,10 @@ class OpenAICompatBackend(Backend):
             headers = {**headers, "Connection": "close"}
         try:
             client = self._client or self._clients.get()  # one per run thread (harness.backends.clients)
-            direct = None if self._client is not None else self._clients.direct()  # no proxy: without its sending layers
             parsed = self._urls.get(url)
             if parsed is None:  # parsed once: httpx parses a str URL again on every request
                 parsed = self._urls[url] = httpx.URL(url)
+            direct = None if self._client is not None or parsed.userinfo else self._clients.direct()  # a URL's user: auth
             request = client.build_request(method, parsed, content=content, headers=headers, timeout=httpx.Timeout(seconds))
             response = client.send(request, stream=True) if direct is None else direct.handle_request(request)
             response.request = request

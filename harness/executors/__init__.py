@@ -56,14 +56,17 @@ def worker_count(workers: int | None, runs: int, jobs: int, models: int) -> int:
 def worker_cpu(index: int, workers: int) -> int | None:
     """The CPU the ``processes`` executor pins its ``index``-th worker process to (0-based), or None: not pinned.
 
-    With at least as many ``workers`` as CPUs this process may run on (``os.sched_getaffinity``), worker ``index``
+    When ``workers`` is a multiple of the CPUs this process may run on (``os.sched_getaffinity``), worker ``index``
     runs on the ``index mod n``-th of them: it keeps its CPU's caches instead of following the scheduler from CPU to
-    CPU between its socket and pipe waits, which measured 9-12 % less CPU per turn and 8-13 % more turns per second
-    at 64 and 256 runs in flight on 2 CPUs (``benchmarks/concurrency.py --baseline``). With fewer workers none is
-    pinned: two harness processes would each stack theirs on the first CPUs. None too where the platform cannot pin.
+    CPU between its socket and pipe waits, which measured 4-12 % less CPU per turn and 3-13 % more turns per second
+    at 64 and 256 runs in flight on 2 CPUs (``benchmarks/concurrency.py --baseline``). Any other count is not pinned:
+    fewer workers would stack on the first CPUs (two harness processes on the same ones), and a count that is no
+    multiple would put more workers on some CPUs than on others (red team: 3 workers on 2 CPUs ran 40 % slower
+    pinned). None too where the platform cannot pin. A pinned worker cannot move off a CPU that another job keeps
+    busy: on a machine shared that way, ``--workers`` with a count that is no multiple of the CPUs leaves them free.
     """
     affinity = getattr(os, "sched_getaffinity", None)
     if affinity is None:
         return None
     cpus = sorted(affinity(0))
-    return cpus[index % len(cpus)] if cpus and workers >= len(cpus) else None
+    return cpus[index % len(cpus)] if cpus and workers % len(cpus) == 0 else None
