@@ -143,7 +143,9 @@ def test_a_writer_killed_loses_only_its_deferred_turns(ledger_path):
 
 @pytest.mark.parametrize(("delay_s", "seen_at_requests"), [(0.0, [0, 0, 0]), (GROUP_COMMIT_S + 0.03, [0, 1, 2])])
 def test_the_loop_defers_quick_turns_and_commits_slow_ones_at_once(scenario, ledger_path, tmp_path, delay_s,
-                                                                   seen_at_requests):  # fmt: skip
+                                                                   seen_at_requests, monkeypatch):  # fmt: skip
+    if delay_s == 0.0:  # on a busy machine an unhurried reply outlasted 50 ms 1 time in 4 (newcomer): quick is < 5 s here
+        monkeypatch.setattr("harness.loop.GROUP_COMMIT_S", 5.0)
     seen: list[int] = []
     with FakeAgentServer(delay_s=delay_s, faults=lambda n: seen.append(_committed(ledger_path)) or None) as server:
         with open_backend(f"openai:ideal@{server.base_url}") as backend, Ledger(ledger_path) as ledger:
