@@ -66,7 +66,9 @@ def add_review(sub: Subparsers) -> None:
     p.add_argument("run_id", metavar="RUN_ID", help="run id or a unique prefix")
     ledger_option(p)
     p.add_argument(
-        "--verify", action="store_true", help="say whether the frame changed since its newest attestation (exit 1 if so)"
+        "--verify",
+        action="store_true",
+        help="say whether the frame changed since its newest attestation (exit 1 if so, or if it has none)",
     )
     p.set_defaults(func=_cmd_review_show)
 
