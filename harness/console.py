@@ -298,8 +298,8 @@ def print_run_summary(result: MatrixResult, elapsed_s: float, ledger_path: Path,
         say(tabulate(table, headers="keys", tablefmt="github"))
         if result.already_done:  # the table counts this command's runs only: say where the others are
             say(f"This table counts only this command's {plural(len(result.summaries), 'run')}; "
-                  f"{plural(result.already_done, 'run')} of the matrix done before are in the ledger too: "
-                  f"`harness report{_ledger_flag(ledger_path)}` counts them all.")  # fmt: skip
+                f"{plural(result.already_done, 'run')} of the matrix done before are in the ledger too: "
+                f"`harness report{_ledger_flag(ledger_path)}` counts them all.")  # fmt: skip
         say("")
     notes = [f"{result.already_done} already in the ledger, skipped"] if result.already_done else []
     if result.running_elsewhere:
