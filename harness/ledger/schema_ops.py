@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.errors import LedgerError
 from harness.ledger import migrations
@@ -16,6 +16,8 @@ from harness.ledger.integrity import migrations_edited
 from harness.ledger.opening import not_writable
 
 __all__ = ["SchemaOps"]
+
+_T = TypeVar("_T")
 
 
 class SchemaOps:
@@ -111,10 +113,10 @@ class SchemaOps:
             LedgerError: ``_migrations`` cannot be read.
         """
         with self._lock:
-            unknown = self._read_migrations(lambda db: [name] if (name := migrations.unknown(db)) else [])
-        return newer_ledger_sentence(self.path, unknown[0]) if unknown else None
+            unknown = self._read_migrations(migrations.unknown)
+        return newer_ledger_sentence(self.path, unknown) if unknown else None
 
-    def _read_migrations(self, read: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
+    def _read_migrations(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
             return read(self._db)
         except sqlite3.Error as exc:
