@@ -634,6 +634,29 @@ def test_a_lock_file_that_is_a_fifo_is_refused_by_a_run_and_never_blocks_a_dry_r
         assert len(ledger.runs_frame()) == 1
 
 
+def test_a_lock_folder_that_is_a_file_refuses_a_dry_run_as_it_refuses_the_run(tmp_path, capsys):
+    """Red team: with `<ledger>.locks` a regular file the run refused (lock_refusal) but the dry run said "1 to run"."""
+    from tests.helpers import IDEAL, assert_one_sentence_error, cli, write_cassette
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    cassette = tmp_path / "c.jsonl"
+    write_cassette(cassette, IDEAL)
+    argv = ["run", SCENARIO_FILE, "--model", f"replay:{cassette}", *ARGS, "--ledger", ledger_path, "--repeats"]
+    assert cli(capsys, *argv, 1)[0] == 0
+    folder = lock_folder(ledger_path)
+    shutil.rmtree(folder)
+    folder.write_bytes(b"")  # e.g. `harness export --out ledger.sqlite.locks`
+    sentence = f"harness: {folder} is not a folder, but the ledger keeps its run locks there; move or remove it and run again.\n"
+    rc, out, err = cli(capsys, *argv, 2, "--dry-run")
+    assert_one_sentence_error(rc, err)
+    assert (rc, out, err) == (1, "", sentence)  # before any plan line
+    rc, _out, err = cli(capsys, *argv, 2)  # the real run: the same sentence and exit code
+    assert (rc, err.splitlines(keepends=True)[-1]) == (1, sentence)
+    rc, out, err = cli(capsys, *argv, 1, "--dry-run")  # nothing to run: no lock taken, as the real run takes none
+    assert (rc, err) == (0, "") and "0 to run" in out
+    assert folder.is_file() and folder.read_bytes() == b""
+
+
 def _progress(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("[")]
 

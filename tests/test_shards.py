@@ -248,6 +248,23 @@ def test_merge_refuses_a_tampered_input(built, capsys, tmp_path):
     assert f"{copy} fails verification (turns row seq=1" in err
 
 
+def test_merge_refuses_a_shard_a_newer_harness_wrote_as_the_other_commands_do(built, capsys, tmp_path):
+    """Red team: a shard listing a migration this harness does not know "fails verification (... (... upgrade
+    harness)); restore it or re-run its shard": the shard is sound, this harness is too old, and the brackets nested."""
+    newer = tmp_path / "shard-1.sqlite"
+    shutil.copyfile(built["shard1"], newer)
+    db = sqlite3.connect(newer)  # as the run/rescore/migrate refusals build one (tests/test_cli_data.py)
+    db.execute("INSERT INTO _migrations VALUES ('m999_future', '2099-01-01T00:00:00.000+00:00')")
+    db.commit()
+    db.close()
+    before = newer.read_bytes()
+    out = tmp_path / "out.sqlite"
+    err = _merge_refused(capsys, out, built["shard0"], newer)  # the later shard refused: no OUT, no half-written file
+    assert err == (f"harness: the ledger {newer} lists the migration 'm999_future', which this harness does not know: a "
+                   "newer harness wrote it (or the table was edited); upgrade harness to merge it.\n")  # fmt: skip
+    assert newer.read_bytes() == before
+
+
 def test_merge_refuses_shards_of_different_scenario_files(tmp_path, capsys):
     other = scenario_toml(tmp_path, head_replace=[("write a file named report.txt", "write a file called report.txt")])
     _run(tmp_path / "a.sqlite", "--shard", "0/2")

@@ -2,7 +2,8 @@
 
 What the merge does, in order (nothing is written until every check passed; OUT appears whole or not at all):
 
-1. **Refuses** an OUT that exists (a merge writes a new ledger, never into one), an input named twice, and any input
+1. **Refuses** an OUT that exists (a merge writes a new ledger, never into one), an input named twice, an input a
+   newer harness wrote (:meth:`harness.ledger.Ledger.newer_schema`: upgrade harness to merge it), and any input
    that is not a fully migrated harness ledger whose checks pass (:meth:`harness.ledger.Ledger.verify`: schema, hash
    chains, row counters, blobs, templates).
 2. **Refuses inputs that would not add up**: one scenario (by name) recorded with different content hashes in two
@@ -151,6 +152,9 @@ def _open_source(index: int, path: Path) -> MergeSource:
     so an input a ``harness run`` is still appending to merges as it was at that moment.
     """
     with Ledger(path, readonly=True) as ledger:
+        newer = ledger.newer_schema(to="merge it")  # before verify: its sentence would say to restore a sound file
+        if newer:
+            raise LedgerError(newer)
         pending = ledger.pending_migrations()
         if pending:
             raise LedgerError(

@@ -105,16 +105,17 @@ class SchemaOps:
         finally:
             self._db.execute("COMMIT")  # a read: nothing to write
 
-    def newer_schema(self) -> str | None:
+    def newer_schema(self, to: str = "write to it") -> str | None:
         """Why this harness never writes to the ledger, in one sentence, or None: it lists a migration this harness does
-        not know (a newer harness wrote it). ``harness run --dry-run`` says it as the real run would.
+        not know (a newer harness wrote it). ``harness run --dry-run`` says it as the real run would; ``to``: what the
+        upgrade would let this command do (``harness ledger merge``: "merge it").
 
         Raises:
             LedgerError: ``_migrations`` cannot be read.
         """
         with self._lock:
             unknown = self._read_migrations(migrations.unknown)
-        return newer_ledger_sentence(self.path, unknown) if unknown else None
+        return newer_ledger_sentence(self.path, unknown, to) if unknown else None
 
     def _read_migrations(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
@@ -125,7 +126,8 @@ class SchemaOps:
             ) from exc
 
 
-def newer_ledger_sentence(path: Path, migration: str) -> str:
-    """Why the ledger at ``path``, listing ``migration`` that this harness does not know, is never written to."""
+def newer_ledger_sentence(path: Path, migration: str, to: str = "write to it") -> str:
+    """Why the ledger at ``path``, listing ``migration`` that this harness does not know, is never written to (``to``:
+    what upgrading harness lets the command do with it)."""
     return (f"the ledger {path} lists the migration {migration!r}, which this harness does not know: a newer harness wrote "
-            "it (or the table was edited); upgrade harness to write to it.")  # fmt: skip
+            f"it (or the table was edited); upgrade harness to {to}.")  # fmt: skip
