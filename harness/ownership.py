@@ -58,10 +58,10 @@ __all__ = [
     "RunLock",
     "lock_byte",
     "lock_folder",
+    "lock_in_the_way",
     "lock_path",
     "lock_refusal",
     "mark_running",
-    "not_a_lock_folder",
     "owned_elsewhere",
     "take_lock",
 ]
@@ -124,22 +124,22 @@ def lock_path(folder: Path, identity: str) -> Path:
 
 def lock_refusal(folder: Path, identity: str, exc: OSError) -> str:
     """The sentence for ``identity``'s lock that :func:`take_lock` could not take in ``folder`` (``exc``): what is in
-    the way (the lock folder's name taken by a file, the lock file's by a folder, a symlink or a FIFO) and what to do."""
-    problem = not_a_lock_folder(folder)
-    if problem:
-        return problem
+    the way (:func:`lock_in_the_way`) and what to do, else that the folder is not writable."""
+    return lock_in_the_way(folder, identity) or (
+        f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); check that the ledger's folder is writable."
+    )
+
+
+def lock_in_the_way(folder: Path, identity: str) -> str | None:
+    """The sentence of :func:`lock_refusal` when something that is no lock holds the name of the lock ``folder`` (a
+    file, a FIFO, a dangling symlink) or of ``identity``'s lock file in it (a folder, a symlink or a FIFO), else None.
+    Only ``stat`` calls, nothing opened: ``--dry-run`` asks it to say what the real run would, and a FIFO never makes
+    it wait."""
+    if os.path.lexists(folder) and not folder.is_dir():  # e.g. `harness export --out ledger.sqlite.locks`
+        return f"{folder} is not a folder, but the ledger keeps its run locks there; move or remove it and run again."
     file = lock_path(folder, identity)
     if file.is_symlink() or (file.exists() and not file.is_file()):
         return f"{file} is not a lock file (a folder, a symlink or a FIFO); delete it and run again."
-    return f"cannot lock run {identity[:12]} in {folder} ({exc.strerror or exc}); check that the ledger's folder is writable."
-
-
-def not_a_lock_folder(folder: Path) -> str | None:
-    """The sentence of :func:`lock_refusal` when the lock ``folder``'s name is taken by something that is not a folder
-    (a file, a FIFO, a dangling symlink), else None. Only ``stat`` calls, nothing opened: ``--dry-run`` asks it and says
-    what the real run would, and a FIFO there never makes it wait."""
-    if os.path.lexists(folder) and not folder.is_dir():  # e.g. `harness export --out ledger.sqlite.locks`
-        return f"{folder} is not a folder, but the ledger keeps its run locks there; move or remove it and run again."
     return None
 
 

@@ -159,13 +159,13 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
 
     Raises:
         LedgerError: the real run would not write to the ledger (a newer harness wrote it) or would not lock a run to
-            do (``<ledger>.locks`` is not a folder).
+            do (``<ledger>.locks`` is not a folder, or its lock file is not a file).
     """
     from harness.backends import open_backend, replica_specs
     from harness.console import execution_words, plan_counts, plan_label, printable, skipped_sentence
     from harness.errors import LedgerError
     from harness.ledger import Ledger, cannot_create
-    from harness.ownership import lock_folder, not_a_lock_folder
+    from harness.ownership import lock_folder, lock_in_the_way
     from harness.runner import plan_matrix
 
     problem = cannot_create(path)
@@ -183,7 +183,7 @@ def _dry_run(plans: list[RunPlan], path: Path, *, jobs: int, slots: int, resume:
         if ledger is not None:
             ledger.close()
     settled = [item for item in planned.planned if item.to_do(resume=resume)]  # the real run counts its lines to these
-    if settled and (locks := not_a_lock_folder(lock_folder(path))):  # the real run's first lock refuses (a stat: no FIFO waits)
+    if settled and (locks := lock_in_the_way(lock_folder(path), settled[0].identity)):  # as the real run's first lock (stats)
         raise LedgerError(locks)
     for item in planned.planned:  # first: the runs to do stay in sight above the counts
         if not item.to_do(resume=resume):
