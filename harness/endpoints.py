@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from harness.backends import EmbeddedBackend, memory, parse_model_spec, replica_specs
 from harness.backends.base import Backend, BackendIdentity
 from harness.backends.hub import hub_offline
-from harness.errors import BackendError, BackendUnavailable, ModelNotFound, UsageError
+from harness.errors import BackendError, BackendUnavailable, ModelNotFound, ServerConfigError, UsageError
 from harness.ledger import Ledger
 from harness.loop import RunPlan
 from harness.replicas import ReplicaSet, open_replicas
@@ -162,7 +162,7 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
     ident: BackendIdentity | None
     try:
         ident = backend.identity()  # preflight: a dead server is one message, not N runs
-    except (BackendUnavailable, ModelNotFound) as exc:
+    except (BackendUnavailable, ModelNotFound, ServerConfigError) as exc:  # ServerConfigError: a certificate not verified
         result.skipped.append((model, str(exc), len(plans)))
         backend.close()
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +33,12 @@ class Recorded:
 
 
 class FakeServer:
-    """ThreadingHTTPServer on an ephemeral port, serving scripted routes; a context manager."""
+    """ThreadingHTTPServer on an ephemeral port, serving scripted routes; a context manager.
 
-    def __init__(self, routes: dict[tuple[str, str], Responder] | None = None) -> None:
+    With ``tls`` (a server-side context holding the certificate) it speaks HTTPS and :attr:`url` is ``https://``.
+    """
+
+    def __init__(self, routes: dict[tuple[str, str], Responder] | None = None, *, tls: ssl.SSLContext | None = None) -> None:
         self.routes: dict[tuple[str, str], Responder] = dict(routes or {})
         self.requests: list[Recorded] = []
         self.release = threading.Event()  # set on stop, so slow responders return early
@@ -60,12 +64,15 @@ class FakeServer:
             do_GET = do_POST = _serve
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._scheme = "http" if tls is None else "https"
+        if tls is not None:  # the handshake runs at accept; a client refusing the certificate only fails its own accept
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self._scheme}://{host}:{port}"
 
     def posts(self, path: str) -> list[Any]:
         """JSON bodies of the POST requests received on ``path``."""

@@ -157,12 +157,14 @@ def open_backend(
     backend: Backend
     if kind == "ollama":
         base = url or _normalize_url(os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_URL, spec=None, default_port=_OLLAMA_PORT)
-        backend = OllamaBackend(
-            model, base, api_key=_api_key(api_key_env, fallback=None), timeout_s=timeout_s, url_from_spec=url is not None
-        )
+        key, key_env = _api_key(api_key_env, fallback=None)
+        backend = OllamaBackend(model, base, api_key=key, timeout_s=timeout_s, url_from_spec=url is not None)
+        backend.key_env = key_env
     elif kind == "openai":
         assert url is not None
-        backend = OpenAICompatBackend(model, url, api_key=_api_key(api_key_env, fallback="OPENAI_API_KEY"), timeout_s=timeout_s)
+        key, key_env = _api_key(api_key_env, fallback="OPENAI_API_KEY")
+        backend = OpenAICompatBackend(model, url, api_key=key, timeout_s=timeout_s)
+        backend.key_env = key_env
     elif kind == "embedded":
         backend = EmbeddedBackend(model, parallel=parallel, num_ctx=num_ctx, timeout_s=timeout_s, plan_only=plan_only)
     else:
@@ -224,12 +226,14 @@ def _normalize_url(url: str, *, spec: str | None, default_port: int | None) -> s
     return full
 
 
-def _api_key(env_name: str | None, *, fallback: str | None) -> str | None:
+def _api_key(env_name: str | None, *, fallback: str | None) -> tuple[str | None, str | None]:
+    """``(the key, the variable it was read from)``: the one ``env_name`` names (it must be set), else ``fallback``'s
+    (the key ``None`` when it is not set), else ``(None, None)``."""
     if env_name:
         value = os.environ.get(env_name)
         if not value:
             raise UsageError(
                 f"Environment variable {env_name} (named by the scenario's api_key_env) is not set; export it first."
             )
-        return value
-    return os.environ.get(fallback) if fallback else None
+        return value, env_name
+    return (os.environ.get(fallback) or None, fallback) if fallback else (None, None)

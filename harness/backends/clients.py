@@ -16,12 +16,14 @@ client, which routes it as the environment says.
 from __future__ import annotations
 
 import http.cookiejar
+import os
 import ssl
 import threading
 import urllib.request
 
 import httpx
 
+from harness.backends.server_words import environment_proxy
 from harness.errors import UsageError
 
 __all__ = ["ThreadClients"]
@@ -87,6 +89,14 @@ class ThreadClients:
                 self._transports.append(transport)
             self._local.transport = transport
         return transport
+
+    def proxy_for(self, url: httpx.URL) -> tuple[str, str] | None:
+        """``(variable, proxy URL without user name or password)`` of the environment's proxy a request for ``url`` goes
+        through (:func:`~harness.backends.server_words.environment_proxy`), or ``None``: no proxy was set when these
+        clients were made, or ``NO_PROXY`` names the host. For the sentence of a request that could not connect."""
+        if not self._proxied:
+            return None
+        return environment_proxy(url, urllib.request.getproxies(), os.environ)
 
     def close(self) -> None:
         """Close every client and transport made so far (their connections); a thread calling :meth:`get` or

@@ -6,7 +6,8 @@ Design:
   thread reuses its own connection and runs in flight share no connection pool; the timeout is set once. Without a
   proxy in the environment a chat request goes to the client's transport directly (:meth:`ThreadClients.direct`).
 * Every ``httpx`` error is translated at this boundary into the :mod:`harness.errors` tree, keeping the original as
-  ``__cause__``: connection problems become :class:`~harness.errors.BackendUnavailable`, timeouts
+  ``__cause__``: connection problems become :class:`~harness.errors.BackendUnavailable` (but a certificate that does not
+  verify: :class:`~harness.errors.ServerConfigError`; wording in :func:`~harness.backends.server_words.connect_error`), timeouts
   :class:`~harness.errors.BackendTimeout`, HTTP error statuses and bodies that are not the expected JSON
   :class:`~harness.errors.BackendResponseError`, and a 404 that names a missing model :class:`~harness.errors.ModelNotFound`.
 * Replies are reported exactly as the server gave them: ``tool_calls`` is not repaired or
@@ -40,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from harness.backends import server_words as _words
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
 from harness.backends.clients import ThreadClients
 from harness.backends.server_facts import (
@@ -48,11 +50,13 @@ from harness.backends.server_facts import (
     default_request_timeout_s,
     llamacpp_facts,
 )
+from harness.backends.server_words import SNIPPET_CHARS as _SNIPPET_CHARS
 from harness.backends.server_words import error_detail as _error_detail
 from harness.backends.server_words import is_model_not_found as _is_model_not_found
 from harness.backends.server_words import json_error_detail as _json_error_detail
 from harness.backends.server_words import openai_request_settings, parse_retry_after, permanent_error, server_timings
 from harness.backends.server_words import parent_url as _parent_url
+from harness.backends.server_words import snippet as _snippet
 from harness.backends.streaming import reply_speed, stream_reply
 from harness.backends.wire import Streamed, bounded_reads, read_stream
 from harness.errors import (
@@ -75,8 +79,6 @@ MAX_BODY_BYTES = 256 * 1024 * 1024
 """The most a reply body may hold; a server sending more is refused (a reply is kilobytes)."""
 #: seconds to wait for best-effort metadata requests (``/props``, ``/api/version``)
 _METADATA_TIMEOUT_S = 5.0
-#: characters of an unexpected body quoted in error messages
-_SNIPPET_CHARS = 200
 
 
 class OpenAICompatBackend(Backend):
@@ -99,6 +101,7 @@ class OpenAICompatBackend(Backend):
 
     #: backend kind recorded in :class:`BackendIdentity`
     kind = "openai"
+    key_env: str | None = None  # the variable the API key was read from (no key: looked in), set by open_backend
 
     def __init__(
         self,
@@ -139,7 +142,7 @@ class OpenAICompatBackend(Backend):
             server's ``timings`` when it sends them.
 
         Raises:
-            BackendUnavailable: the server cannot be reached or dropped the connection.
+            BackendUnavailable: the server (or the proxy in between) cannot be reached or dropped the connection.
             BackendTimeout: no complete answer within the request's deadline (``timeout_s``, else 60 s + 0.2 s per token).
             ModelNotFound: HTTP 404 whose body says the model does not exist.
             BackendResponseError: any other HTTP status >= 400 (but a refusal of the model's tool
@@ -333,8 +336,7 @@ class OpenAICompatBackend(Backend):
         return permanent_error(self.base_url, detail)
 
     def _unreachable_message(self) -> str:
-        hint = "" if self.base_url.rstrip("/").endswith("/v1") else " (it usually ends in /v1)"  # newcomer: said of /v1 too
-        return f"The server at {self.base_url} is not reachable; start it, or check the URL in the model spec{hint}."
+        return _words.unreachable_sentence(self.base_url)
 
     def _model_not_found_message(self, detail: str) -> str:
         return (
@@ -394,8 +396,9 @@ class OpenAICompatBackend(Backend):
                 f"The server at {self.base_url} did not answer completely within {seconds:g} s; "
                 f"raise --request-timeout or use a smaller model or prompt."
             ) from exc
-        except httpx.ConnectError as exc:
-            raise BackendUnavailable(self._unreachable_message()) from exc
+        except httpx.ConnectError as exc:  # a certificate not verified, a proxy or the server not there
+            proxy = None if self._client is not None else self._clients.proxy_for(httpx.URL(url))
+            raise _words.connect_error(self.base_url, exc, proxy, self._unreachable_message()) from exc
         except httpx.TransportError as exc:
             raise BackendUnavailable(
                 f"The server at {self.base_url} broke the connection before answering completely "
@@ -427,6 +430,9 @@ class OpenAICompatBackend(Backend):
         if status < 400:
             return
         detail = _error_detail(response)
+        if status in (401, 403):  # not retried (BackendResponseError.retryable): no retry fixes a key
+            key = self._headers.get("Authorization", "").removeprefix("Bearer ") or None
+            raise BackendResponseError(_words.refused_key(self.base_url, status, detail, key, self.key_env), status_code=status)
         if status == 404 and _is_model_not_found(detail):
             raise ModelNotFound(self._model_not_found_message(detail))
         permanent = self._permanent_error(status, detail)
@@ -481,20 +487,14 @@ class OpenAICompatBackend(Backend):
         :data:`MAX_BODY_BYTES`; ``{}`` on an error status, a timeout, a broken connection or another body.
 
         Raises:
-            BackendUnavailable: nothing listens at the URL (connection refused).
+            BackendUnavailable: nothing listens at the URL (connection refused), or the proxy it goes through.
+            ServerConfigError: the server's TLS certificate does not verify.
         """
         try:
             response = self._request("GET", url, timeout_s=min(self.timeout_s or _METADATA_TIMEOUT_S, _METADATA_TIMEOUT_S))
             data = response.json() if response.status_code == 200 else None
-        except BackendUnavailable as exc:
-            if isinstance(exc.__cause__, httpx.ConnectError):
+        except (BackendError, ValueError, RecursionError) as exc:
+            if isinstance(exc.__cause__, httpx.ConnectError):  # refused, a dead proxy, or a certificate not verified
                 raise
             return {}
-        except (BackendError, ValueError, RecursionError):
-            return {}
         return data if isinstance(data, dict) else {}
-
-
-def _snippet(obj: Any) -> str:
-    text = repr(obj)
-    return text if len(text) <= _SNIPPET_CHARS else text[:_SNIPPET_CHARS] + "..."

@@ -1,4 +1,6 @@
-"""What the servers' own words mean: refusals no retry can fix, the server's own timing of a reply, and when to retry.
+"""What the servers' own words mean: refusals no retry can fix, the server's own timing of a reply, and when to retry;
+and the sentences for a request that never reached the server (a certificate not verified, a proxy not reachable) or
+whose credentials it refused.
 
 Each wording is quoted from the server's source (cited beside it), so a backend can tell a server that
 was started without a setting the request needs (:class:`~harness.errors.ServerConfigError`, one
@@ -14,18 +16,22 @@ Sources read (see the README, "Wire formats"): llama.cpp ``tools/server/server-c
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import math
+import ssl
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 from harness.backends.base import GenerateOptions
-from harness.errors import BackendError, ContextOverflow, ServerConfigError
+from harness.errors import BackendError, BackendUnavailable, ContextOverflow, ServerConfigError
 
 __all__ = [
-    "error_detail", "is_context_overflow", "is_model_not_found", "json_error_detail", "openai_request_settings", "parent_url",
-    "parse_retry_after", "permanent_error", "server_timings",
+    "connect_error", "environment_proxy", "error_detail", "is_context_overflow", "is_model_not_found", "json_error_detail",
+    "openai_request_settings", "parent_url", "parse_retry_after", "permanent_error", "refused_key", "server_timings",
+    "snippet", "unreachable_sentence",
 ]  # fmt: skip
 
 _CONTEXT_OVERFLOW_WORDINGS = (
@@ -191,3 +197,169 @@ def parent_url(base_url: str) -> str:
     path = url.path.rstrip("/")
     parent = path.rsplit("/", 1)[0] if path else ""
     return str(url.copy_with(path=parent or "/")).rstrip("/")
+
+
+def snippet(obj: Any) -> str:
+    """``repr(obj)``, cut to :data:`SNIPPET_CHARS` characters (and ``...``)."""
+    text = repr(obj)
+    return text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "..."
+
+
+def unreachable_sentence(base_url: str) -> str:
+    """The sentence for an OpenAI-compatible server that nothing answers at (connection refused, no such host)."""
+    hint = "" if base_url.rstrip("/").endswith("/v1") else " (it usually ends in /v1)"  # newcomer: said of /v1 too
+    return f"The server at {base_url} is not reachable; start it, or check the URL in the model spec{hint}."
+
+
+def connect_error(base_url: str, exc: BaseException, proxy: tuple[str, str] | None, unreachable: str) -> BackendError:
+    """The error for a request that could not connect (``httpx.ConnectError``), in the order the causes are told apart.
+
+    * The TLS handshake failed because ssl could not verify the server's certificate (a
+      :class:`ssl.SSLCertVerificationError` in ``exc``'s chain, e.g. ``self-signed certificate``): a
+      :class:`ServerConfigError` (no retry verifies it) naming ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``, which the
+      backends' TLS context reads (:class:`~harness.backends.clients.ThreadClients`); for a certificate out of its
+      dates or made for another host name, what fixes that instead.
+    * The request went through a proxy from the environment (``proxy``, :func:`environment_proxy`): a proxy that
+      cannot be reached is what refused, so a :class:`BackendUnavailable` naming the proxy and its variable.
+    * Else ``unreachable``, the backend's own sentence for a server that is not running, as a :class:`BackendUnavailable`.
+
+    Args:
+        base_url: the server's URL, quoted in the message.
+        exc: the ``httpx.ConnectError``.
+        proxy: ``(variable, proxy URL without user name or password)`` the request was sent through, or ``None``.
+        unreachable: the sentence for a server that is not running.
+    """
+    failure = _certificate_failure(exc)
+    if failure is not None:
+        code, reason = failure
+        fix = _CERTIFICATE_FIXES.get(code) or (
+            "set SSL_CERT_FILE to a PEM file holding the certificate of the CA that signed it (or SSL_CERT_DIR to a "
+            "folder of them, with SSL_CERT_FILE unset)"
+        )
+        return ServerConfigError(f"The TLS certificate of the server at {base_url} could not be verified ({reason}); {fix}.")
+    if proxy is not None:
+        variable, url = proxy
+        host = httpx.URL(base_url).host
+        return BackendUnavailable(
+            f"The proxy at {url} named by {variable}, through which requests to the server at {base_url} go, is not "
+            f"reachable; start it, or correct or unset {variable} (or add {host} to NO_PROXY to reach the server directly)."
+        )
+    return BackendUnavailable(unreachable)
+
+
+_CERTIFICATE_FIXES = {
+    9: "check the clocks of this machine and the server, or renew the certificate",  # X509_V_ERR_CERT_NOT_YET_VALID
+    10: "renew the server's certificate (or check this machine's clock)",  # X509_V_ERR_CERT_HAS_EXPIRED
+    62: "give the URL with a host name the certificate is for",  # X509_V_ERR_HOSTNAME_MISMATCH
+    64: "give the URL with a host name the certificate is for",  # X509_V_ERR_IP_ADDRESS_MISMATCH
+}
+"""What fixes a certificate failure no trust store fixes, by OpenSSL's verify code (``x509_vfy.h``)."""
+
+
+def _certificate_failure(exc: BaseException | None) -> tuple[int, str] | None:
+    """OpenSSL's verify code and what ssl says of a certificate it could not verify (``self-signed certificate``),
+    found in ``exc``'s chain."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return exc.verify_code, str(exc.verify_message or exc.reason or exc).rstrip(".")
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def environment_proxy(url: httpx.URL, proxies: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The proxy ``httpx`` sends a request for ``url`` through, as its client reads the environment, or ``None``.
+
+    Mirrors ``httpx``'s ``get_environment_proxies`` and the ``URLPattern`` order its client matches mounts in (0.28,
+    0.29): ``http``/``https``/``all`` proxies, ``NO_PROXY`` hosts (``*``: none at all; an IP or ``localhost``
+    exactly; a domain and its subdomains) that bypass them, the most specific pattern first.
+
+    Args:
+        url: the request's URL.
+        proxies: ``urllib.request.getproxies()`` (what ``httpx`` reads).
+        environ: ``os.environ``, for the variable's name (the lower-case one wins, as in ``urllib``).
+
+    Returns:
+        ``(variable, proxy URL without its user name or password)``, e.g. ``("HTTPS_PROXY", "http://proxy:3128")``;
+        ``None`` when no proxy applies or ``NO_PROXY`` bypasses it.
+    """
+    mounts: dict[str, str | None] = {f"{key}://": proxies[key] for key in ("http", "https", "all") if proxies.get(key)}
+    for host in (name.strip() for name in proxies.get("no", "").split(",")):
+        if host == "*":
+            return None
+        if "://" in host:
+            mounts[host] = None
+        elif host:
+            mounts[f"all://{_no_proxy_host(host)}"] = None
+    for pattern, proxy in sorted(mounts.items(), key=lambda item: _priority(httpx.URL(item[0]))):
+        if _matches(httpx.URL(pattern), url):
+            if proxy is None:
+                return None
+            key = pattern.split("://")[0]
+            variable = f"{key}_proxy" if environ.get(f"{key}_proxy") else f"{key.upper()}_PROXY"
+            shown = httpx.URL(proxy if "://" in proxy else f"http://{proxy}").copy_with(userinfo=b"")
+            return variable, str(shown).rstrip("/")
+    return None
+
+
+def _no_proxy_host(host: str) -> str:
+    """A ``NO_PROXY`` entry's host pattern as ``httpx`` writes it: an IP or ``localhost`` exactly, else with subdomains."""
+    for kind in (ipaddress.IPv4Address, ipaddress.IPv6Address):
+        try:
+            kind(host.split("/")[0])
+        except ValueError:
+            continue
+        return f"[{host}]" if kind is ipaddress.IPv6Address else host
+    return host if host.lower() == "localhost" else f"*{host}"
+
+
+def _priority(pattern: httpx.URL) -> tuple[int, int, int]:
+    """``httpx``'s ``URLPattern.priority``: a port first, then the longer host, then the longer scheme."""
+    host = "" if pattern.host == "*" else pattern.host
+    scheme = "" if pattern.scheme == "all" else pattern.scheme
+    return (0 if pattern.port is not None else 1, -len(host), -len(scheme))
+
+
+def _matches(pattern: httpx.URL, url: httpx.URL) -> bool:
+    """``httpx``'s ``URLPattern.matches``."""
+    if pattern.scheme != "all" and pattern.scheme != url.scheme:
+        return False
+    host = pattern.host
+    if host and host != "*":
+        if host.startswith("*."):
+            if not (url.host.endswith(host[1:]) and len(url.host) > len(host) - 1):
+                return False
+        elif host.startswith("*"):
+            if url.host != host[1:] and not url.host.endswith(f".{host[1:]}"):
+                return False
+        elif url.host != host:
+            return False
+    return pattern.port is None or pattern.port == url.port
+
+
+def refused_key(base_url: str, status: int, detail: str, key: str | None, key_env: str | None) -> str:
+    """The sentence for HTTP 401 or 403: the server refused the credentials (never retried: no retry fixes a key).
+
+    Args:
+        base_url: the server's URL, quoted in the message.
+        status: 401 or 403.
+        detail: the server's error message (the key, should the server quote it, is blanked out).
+        key: the API key sent as a Bearer token, or ``None`` when none was sent; never printed.
+        key_env: the environment variable the key was read from (or, with no key, looked for), when known.
+    """
+    if key:
+        detail = detail.replace(key, "<the key>")
+    said = f"The server at {base_url} answered HTTP {status} ({detail})"
+    if key and key_env:
+        return f"{said}: it refused the API key read from the environment variable {key_env}; set {key_env} to a key it accepts."
+    if key:
+        return (
+            f"{said}: it refused the API key it was sent; give a key it accepts (in the environment variable the "
+            "scenario's api_key_env names, else OPENAI_API_KEY for openai: models)."
+        )
+    unset = f" ({key_env} is not set)" if key_env else ""
+    return (
+        f"{said}: it wants an API key, and none was sent{unset}; export the key and name its variable in the "
+        f"scenario's api_key_env{f', or export it as {key_env}' if key_env else ''}."
+    )
