@@ -10,7 +10,8 @@ Each thread also has a transport of its own (:meth:`ThreadClients.direct`), whic
 directly when no proxy is set in the environment: the client's sending layers (authentication, redirects, cookies,
 event hooks), of which these requests use none, cost 0.13-0.27 ms of CPU a request, a tenth or more of a turn against a
 server that answers at once (``benchmarks/concurrency.py --baseline``). With a proxy set, every request goes through the
-client, which routes it as the environment says.
+client, which routes it as the environment says. Either way, the connections' every socket wait ends by the deadline
+of the request in flight (:func:`harness.backends.deadline.bind`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import urllib.request
 
 import httpx
 
+from harness.backends.deadline import bind
 from harness.backends.server_words import environment_proxy
 from harness.errors import UsageError
 
@@ -69,6 +71,7 @@ class ThreadClients:
                 except (ImportError, ValueError) as exc:  # a proxy the environment names that httpx cannot use
                     raise UsageError(f"the proxy set in the environment cannot be used ({exc}); correct or unset "
                                      "HTTP_PROXY, HTTPS_PROXY and ALL_PROXY.") from exc  # fmt: skip
+                bind(client)  # every socket wait of a request ends by its deadline (harness.backends.deadline)
                 self._clients.append(client)
             self._local.client = client
         return client
@@ -86,6 +89,7 @@ class ThreadClients:
             assert self._tls is not None
             with self._lock:
                 transport = httpx.HTTPTransport(verify=self._tls)
+                bind(transport)
                 self._transports.append(transport)
             self._local.transport = transport
         return transport

@@ -44,6 +44,7 @@ import httpx
 from harness.backends import server_words as _words
 from harness.backends.base import Backend, BackendIdentity, GenerateOptions, Reply, rejection_record
 from harness.backends.clients import ThreadClients
+from harness.backends.deadline import bind, hold
 from harness.backends.server_facts import (
     REQUEST_TIMEOUT_BASE_S,
     REQUEST_TIMEOUT_PER_TOKEN_S,
@@ -58,7 +59,7 @@ from harness.backends.server_words import openai_request_settings, parse_retry_a
 from harness.backends.server_words import parent_url as _parent_url
 from harness.backends.server_words import snippet as _snippet
 from harness.backends.streaming import reply_speed, stream_reply
-from harness.backends.wire import Streamed, bounded_reads, read_stream
+from harness.backends.wire import Streamed, read_stream, read_whole
 from harness.errors import (
     BackendError,
     BackendResponseError,
@@ -74,7 +75,6 @@ DEFAULT_TIMEOUT_S: float | None = None
 ``max_tokens`` (60 s plus 0.2 s per token), unless ``--request-timeout`` gives one."""
 WARM_UP_MESSAGES = ({"role": "user", "content": "Hi"},)
 """The conversation of the warm-up request (:meth:`OpenAICompatBackend.warm_up`), sent with ``max_tokens`` 1."""
-_BODY_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
 MAX_BODY_BYTES = 256 * 1024 * 1024
 """The most a reply body may hold; a server sending more is refused (a reply is kilobytes)."""
 #: seconds to wait for best-effort metadata requests (``/props``, ``/api/version``)
@@ -96,7 +96,7 @@ class OpenAICompatBackend(Backend):
         timeout_s: total deadline of one request, seconds (the whole body must arrive within it); ``None``: 60 s plus
             0.2 s per token of the request's ``max_tokens`` (:func:`~harness.backends.server_facts.default_request_timeout_s`).
         client: an ``httpx.Client`` to use instead of a private one; it is not closed by
-            :meth:`close`.
+            :meth:`close`. Its connections' socket waits in this backend's requests end by their deadline (:func:`bind`).
     """
 
     #: backend kind recorded in :class:`BackendIdentity`
@@ -120,6 +120,8 @@ class OpenAICompatBackend(Backend):
         self.spec = f"{self.kind}:{model}@{self.base_url}"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client
+        if client is not None:
+            bind(client)  # its every socket wait in a request here ends by the request's deadline; unbounded otherwise
         self._clients = ThreadClients(httpx.Timeout(timeout_s or REQUEST_TIMEOUT_BASE_S))
         self._server_version: str | None = None
         self._identity: BackendIdentity | None = None
@@ -355,8 +357,8 @@ class OpenAICompatBackend(Backend):
     def _request(
         self, method: str, url: str, *, json_body: Any = None, timeout_s: float | None = None, stream_from: float | None = None
     ) -> httpx.Response:
-        """Send one request and read its whole body within ``timeout_s`` in total (a server trickling bytes cannot
-        hold a run past it), translating every ``httpx`` error into a :class:`BackendError`.
+        """Send one request and read its whole body within ``timeout_s`` in total, every socket wait included (a server
+        trickling bytes, headers too, cannot hold a run past it), translating every ``httpx`` error into a :class:`BackendError`.
 
         With ``stream_from`` (the ``time.perf_counter()`` the request was sent at), a success status is read as a
         stream: the result is a :class:`~harness.backends.wire.Streamed` holding the raw chunks with their arrival times.
@@ -368,8 +370,7 @@ class OpenAICompatBackend(Backend):
         """
         seconds = timeout_s if timeout_s is not None else (self.timeout_s or REQUEST_TIMEOUT_BASE_S)
         deadline = time.monotonic() + seconds
-        content = None
-        headers = self._headers
+        content, headers = None, self._headers
         if json_body is not None:
             # ASCII JSON: text UTF-8 cannot hold (a lone surrogate echoed from a model or a file) is sent as \u escapes
             content = json.dumps(json_body, ensure_ascii=True, allow_nan=False).encode("ascii")
@@ -377,6 +378,7 @@ class OpenAICompatBackend(Backend):
         if stream_from is not None:  # llama.cpp closed kept-alive connections after streams unannounced: one per stream
             headers = {**headers, "Connection": "close"}
         try:
+            hold(deadline)  # every socket wait of the request, its headers' too, ends by then (harness.backends.deadline)
             client = self._client or self._clients.get()  # one per run thread (harness.backends.clients)
             parsed = self._urls.get(url)
             if parsed is None:  # parsed once: httpx parses a str URL again on every request
@@ -388,7 +390,7 @@ class OpenAICompatBackend(Backend):
             try:
                 if stream_from is not None and response.status_code < 300:
                     return read_stream(response, deadline, stream_from, sse=self._sse, limit=MAX_BODY_BYTES)
-                return self._read_whole(response, deadline)
+                return read_whole(response, deadline, MAX_BODY_BYTES)
             finally:
                 response.close()
         except httpx.TimeoutException as exc:
@@ -410,12 +412,8 @@ class OpenAICompatBackend(Backend):
                 f"({type(exc).__name__}: {exc}); check the URL and the server's log.",
                 status_code=None,
             ) from exc
-
-    def _read_whole(self, response: httpx.Response, deadline: float) -> httpx.Response:
-        """The streamed ``response`` read to its end by ``deadline`` and at most :data:`MAX_BODY_BYTES`, as a plain response."""
-        chunks = list(bounded_reads(response, response.iter_bytes(), deadline, MAX_BODY_BYTES))
-        decoded = [(k, v) for k, v in response.headers.raw if k.lower() not in _BODY_FRAMING]  # the chunks are decoded already
-        return httpx.Response(response.status_code, headers=decoded, content=b"".join(chunks), request=response.request)
+        finally:
+            hold(None)
 
     def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code

@@ -1,7 +1,8 @@
 """Reading a reply's body off the wire within its deadline and size: whole bodies and streams.
 
 :func:`bounded_reads` checks the size and the deadline at every read, so a server that trickles bytes or sends an
-endless body outlasts neither; :func:`read_stream` reads a stream into the raw chunks :mod:`harness.backends.streaming`
+endless body outlasts neither (each read itself waits at most until the deadline: :mod:`harness.backends.deadline`);
+:func:`read_whole` reads a whole body; :func:`read_stream` reads a stream into the raw chunks :mod:`harness.backends.streaming`
 assembles (:class:`Streamed`), and says what a body that is no event stream is.
 """
 
@@ -19,9 +20,10 @@ from harness.backends.server_words import error_detail
 from harness.backends.streaming import chunk_lines
 from harness.errors import BackendError, BackendResponseError, ServerConfigError
 
-__all__ = ["Streamed", "bounded_reads", "read_stream"]
+__all__ = ["Streamed", "bounded_reads", "read_stream", "read_whole"]
 
 _Piece = TypeVar("_Piece", str, bytes)
+_BODY_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
@@ -56,6 +58,18 @@ def read_stream(response: httpx.Response, deadline: float, started: float, *, ss
         raise BackendResponseError(f"The server at {response.request.url} answered a streamed request with {media} "
                                    "and no event, not an event stream; check the URL and the server's log.", status_code=None)  # fmt: skip
     return Streamed(response.status_code, request=response.request, chunks=chunks)
+
+
+def read_whole(response: httpx.Response, deadline: float, limit: int) -> httpx.Response:
+    """The streamed ``response`` read to its end by ``deadline`` and at most ``limit`` bytes, as a plain response.
+
+    Raises:
+        httpx.ReadTimeout: the body did not end by ``deadline``.
+        BackendResponseError: more than ``limit`` bytes.
+    """
+    chunks = list(bounded_reads(response, response.iter_bytes(), deadline, limit))
+    decoded = [(k, v) for k, v in response.headers.raw if k.lower() not in _BODY_FRAMING]  # the chunks are decoded already
+    return httpx.Response(response.status_code, headers=decoded, content=b"".join(chunks), request=response.request)
 
 
 def _not_a_stream(response: httpx.Response, body: bytes) -> BackendError:
