@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeServer", "Recorded", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "slow_json_reply"]
+__all__ = [
+    "FakeServer", "Recorded", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "read_http_request", "slow_json_reply",
+]  # fmt: skip
 
 Responder = Callable[[BaseHTTPRequestHandler, Any], None]
 
@@ -161,3 +163,15 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def read_http_request(conn: socket.socket) -> bytes:
+    """One HTTP/1.1 request read off a raw socket: its head, the blank line and a body of its ``Content-Length``."""
+    data = b""
+    while b"\r\n\r\n" not in data and (piece := conn.recv(65536)):
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0)
+    while len(body) < length and (piece := conn.recv(65536)):
+        body += piece
+    return head + b"\r\n\r\n" + body

@@ -26,6 +26,7 @@ import pytest
 from harness.backends import OllamaBackend, OpenAICompatBackend
 from harness.backends.base import GenerateOptions
 from harness.errors import BackendTimeout
+from tests.backend_fakes import read_http_request
 from tests.stream_fakes import ollama_lines, openai_chunk
 
 USER = [{"role": "user", "content": "hi"}]
@@ -53,17 +54,6 @@ class _Threads:
         assert not any(t.is_alive() for t in self.threads), "a fake's thread outlived the test"
 
 
-def _read_request(conn: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data and (piece := conn.recv(65536)):
-        data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0)
-    while len(body) < length and (piece := conn.recv(65536)):
-        body += piece
-    return head + b"\r\n\r\n" + body
-
-
 def _accept(listener: socket.socket, threads: _Threads, handle: Callable[[socket.socket], None]) -> None:
     listener.settimeout(0.1)
     while not threads.stop.is_set():
@@ -86,7 +76,7 @@ def server(answers: list[_Answer]) -> Iterator[str]:
     def handle(conn: socket.socket) -> None:
         with conn:
             try:
-                _read_request(conn)
+                read_http_request(conn)
                 answers[min(next(count), len(answers) - 1)](conn, threads.stop)
             except OSError:
                 pass  # the client gave up
@@ -106,7 +96,7 @@ def forwarding_proxy() -> Iterator[tuple[str, list[str]]]:
 
     def handle(conn: socket.socket) -> None:
         with conn:
-            request = _read_request(conn)
+            request = read_http_request(conn)
             seen.append(request.split(b" ", 2)[1].decode())
             target = seen[-1].split("/")[2]  # http://HOST:PORT/path
             host, _, port = target.rpartition(":")

@@ -38,6 +38,7 @@ from harness.errors import (
 from harness.ledger import Ledger
 from harness.ledger.packing import pack_chunks, unpack_chunks
 from harness.loop import RunOptions, RunPlan, run_once
+from tests.backend_fakes import read_http_request
 from tests.helpers import assert_one_sentence_error, cli
 from tests.ledger_tamper import tamper
 from tests.stream_fakes import Turn, openai_chunk, scripted, sse_chunks
@@ -53,13 +54,7 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
 
     def handle(conn: socket.socket) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data and (piece := conn.recv(65536)):
-                data += piece
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0)
-            while len(body) < length and (piece := conn.recv(65536)):
-                body += piece
+            read_http_request(conn)
             try:
                 answer(conn)
             except OSError:
