@@ -68,9 +68,9 @@ class ThreadClients:
                     self._tls = httpx.create_ssl_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR like httpx's default
                 try:  # a cookie policy that keeps none: a request is what its run sent, whichever way it goes
                     client = httpx.Client(timeout=self._timeout, verify=self._tls, cookies=_NO_COOKIES())
-                except (ImportError, ValueError) as exc:  # a proxy the environment names that httpx cannot use
+                except (ImportError, ValueError, httpx.InvalidURL) as exc:  # a proxy setting httpx cannot use
                     raise UsageError(f"the proxy set in the environment cannot be used ({exc}); correct or unset "
-                                     "HTTP_PROXY, HTTPS_PROXY and ALL_PROXY.") from exc  # fmt: skip
+                                     "HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY.") from exc  # fmt: skip
                 bind(client)  # every socket wait of a request ends by its deadline (harness.backends.deadline)
                 self._clients.append(client)
             self._local.client = client
