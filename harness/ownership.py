@@ -132,14 +132,17 @@ def lock_refusal(folder: Path, identity: str, exc: OSError) -> str:
 
 def lock_in_the_way(folder: Path, identity: str) -> str | None:
     """The sentence of :func:`lock_refusal` when something that is no lock holds the name of the lock ``folder`` (a
-    file, a FIFO, a dangling symlink) or of ``identity``'s lock file in it (a folder, a symlink or a FIFO), else None.
-    Only ``stat`` calls, nothing opened: ``--dry-run`` asks it to say what the real run would, and a FIFO never makes
+    file, a FIFO, a dangling symlink) or of ``identity``'s lock file in it (a folder, a symlink or a FIFO), or that this
+    user cannot look into the folder; else None. Only ``stat`` calls, nothing opened: ``--dry-run`` asks it to say what the real run would, and a FIFO never makes
     it wait."""
-    if os.path.lexists(folder) and not folder.is_dir():  # e.g. `harness export --out ledger.sqlite.locks`
-        return f"{folder} is not a folder, but the ledger keeps its run locks there; move or remove it and run again."
-    file = lock_path(folder, identity)
-    if file.is_symlink() or (file.exists() and not file.is_file()):
-        return f"{file} is not a lock file (a folder, a symlink or a FIFO); delete it and run again."
+    try:
+        if os.path.lexists(folder) and not folder.is_dir():  # e.g. `harness export --out ledger.sqlite.locks`
+            return f"{folder} is not a folder, but the ledger keeps its run locks there; move or remove it and run again."
+        file = lock_path(folder, identity)
+        if file.is_symlink() or (file.exists() and not file.is_file()):
+            return f"{file} is not a lock file (a folder, a symlink or a FIFO); delete it and run again."
+    except OSError as exc:  # red team: a lock folder this user cannot search (EACCES)
+        return f"cannot look into {folder} ({exc.strerror or exc}); give this user access to it, or use another --ledger."
     return None
 
 

@@ -427,9 +427,9 @@ class OpenAICompatBackend(Backend):
             )
         if status < 400:
             return
-        detail = _error_detail(response)
+        key = self._headers.get("Authorization", "").removeprefix("Bearer ") or None
+        detail = _error_detail(response, key)  # a server quoting the key: never printed nor recorded
         if status in (401, 403):  # not retried (BackendResponseError.retryable): no retry fixes a key
-            key = self._headers.get("Authorization", "").removeprefix("Bearer ") or None
             raise BackendResponseError(_words.refused_key(self.base_url, status, detail, key, self.key_env), status_code=status)
         if status == 404 and _is_model_not_found(detail):
             raise ModelNotFound(self._model_not_found_message(detail))

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import email.utils
 import ipaddress
+import json
 import math
 import ssl
+import urllib.parse
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -31,9 +33,10 @@ from harness.errors import BackendError, BackendUnavailable, ContextOverflow, Se
 __all__ = [
     "connect_error", "environment_proxy", "error_detail", "is_context_overflow", "is_model_not_found", "json_error_detail",
     "openai_request_settings", "parent_url", "parse_retry_after", "permanent_error", "refused_key", "server_timings",
-    "snippet", "unreachable_sentence",
+    "snippet", "unreachable_sentence", "without_secret",
 ]  # fmt: skip
 
+_E = TypeVar("_E", bound=BaseException)
 _CONTEXT_OVERFLOW_WORDINGS = (
     "exceeds the available context size",  # llama.cpp, exceed_context_size_error (HTTP 400); also Ollama 0.33, which passes it on
     "maximum context length is",  # vLLM: "This model's maximum context length is N tokens. However, ..." (HTTP 400)
@@ -177,13 +180,25 @@ def json_error_detail(response: httpx.Response) -> str | None:
     return flat if body.get("object") == "error" and isinstance(flat, str) else None
 
 
-def error_detail(response: httpx.Response) -> str:
-    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text."""
+def error_detail(response: httpx.Response, secret: str | None = None) -> str:
+    """The error text of an error body: OpenAI ``error.message``, Ollama ``error``, or raw text (its first
+    :data:`SNIPPET_CHARS` characters), with ``secret`` (the API key sent) blanked out (:func:`without_secret`)."""
     detail = json_error_detail(response)
     if detail is not None:
-        return detail
-    text = response.text.strip()
+        return without_secret(detail, secret)
+    text = without_secret(response.text.strip(), secret)  # before the cut: a cut key would no longer match (red team)
     return text[:SNIPPET_CHARS] if text else response.reason_phrase or "no body"
+
+
+def without_secret(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` (an API key) written as ``<the key>``, also where the server wrote it JSON-escaped
+    (``\\/``, ``\\uXXXX``) or percent-encoded (red team: a FastAPI body escaping ``/`` printed the whole key)."""
+    if not secret:
+        return text
+    escaped = json.dumps(secret)[1:-1]
+    for form in dict.fromkeys((secret, escaped, escaped.replace("/", "\\/"), urllib.parse.quote(secret, safe=""))):
+        text = text.replace(form, "<the key>")
+    return text
 
 
 def is_model_not_found(detail: str) -> bool:
@@ -237,6 +252,13 @@ def connect_error(base_url: str, exc: BaseException, proxy: tuple[str, str] | No
             "folder of them, with SSL_CERT_FILE unset)"
         )
         return ServerConfigError(f"The TLS certificate of the server at {base_url} could not be verified ({reason}); {fix}.")
+    handshake = _in_chain(exc, ssl.SSLError)
+    if handshake is not None:  # red team: a plain HTTP server at an https:// URL, behind a live proxy or not
+        why = getattr(handshake, "reason", None) or handshake
+        return ServerConfigError(
+            f"The TLS handshake with the server at {base_url} failed ({why}); check that it serves HTTPS there, "
+            "or give its http:// URL in the model spec."
+        )
     if proxy is not None:
         variable, url = proxy
         host = httpx.URL(base_url).host
@@ -259,10 +281,18 @@ _CERTIFICATE_FIXES = {
 def _certificate_failure(exc: BaseException | None) -> tuple[int, str] | None:
     """OpenSSL's verify code and what ssl says of a certificate it could not verify (``self-signed certificate``),
     found in ``exc``'s chain."""
+    found = _in_chain(exc, ssl.SSLCertVerificationError)
+    if found is None:
+        return None
+    return found.verify_code, str(found.verify_message or found.reason or found).rstrip(".")
+
+
+def _in_chain(exc: BaseException | None, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` in ``exc``'s chain of causes and contexts, or None."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return exc.verify_code, str(exc.verify_message or exc.reason or exc).rstrip(".")
+        if isinstance(exc, kind):
+            return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
@@ -344,12 +374,10 @@ def refused_key(base_url: str, status: int, detail: str, key: str | None, key_en
     Args:
         base_url: the server's URL, quoted in the message.
         status: 401 or 403.
-        detail: the server's error message (the key, should the server quote it, is blanked out).
+        detail: the server's error message, the key blanked out of it (:func:`error_detail` with ``secret``).
         key: the API key sent as a Bearer token, or ``None`` when none was sent; never printed.
         key_env: the environment variable the key was read from (or, with no key, looked for), when known.
     """
-    if key:
-        detail = detail.replace(key, "<the key>")
     said = f"The server at {base_url} answered HTTP {status} ({detail})"
     if key and key_env:
         return f"{said}: it refused the API key read from the environment variable {key_env}; set {key_env} to a key it accepts."

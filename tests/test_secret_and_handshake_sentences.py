@@ -1,19 +1,14 @@
-"""Red team (red33) findings on ad2a9a8..81db1ea: each test fails on that HEAD and shows one bug.
+"""A red team's findings on the sentences for faults before a model's reply, each test failing before its fix.
 
-1. A 401 whose body the harness does not recognise as an error object (FastAPI's ``{"detail": ...}``) and which
-   JSON-escapes the key (``\\/``, as PHP and some Go/Java encoders do) prints the whole key: redaction runs on the raw
-   text, where the key is spelled differently.
-2. A 401 body quoting the key near the 200-character cut: the cut leaves all but the key's last characters, which
-   ``detail.replace(key, ...)`` does not match: most of the key is printed.
-3. A live proxy (CONNECT answered 200) in front of an ``https://`` URL whose server does not speak TLS: the TLS
-   handshake fails (not a certificate), and the sentence says the proxy "is not reachable; start it".
-4. A proxy variable httpx cannot parse (``HTTP_PROXY=http://proxy:notaport``, ``NO_PROXY=[::1]``): a traceback
-   (``httpx.InvalidURL`` is no ``ValueError``, harness/backends/clients.py catches ``(ImportError, ValueError)``).
-5. ``<ledger>.locks`` that this user cannot search: ``harness run --dry-run`` (and the real run's refusal sentence)
-   end in a PermissionError traceback from ``lock_in_the_way`` (``Path.is_symlink`` raises EACCES).
+* A server quoting the API key in its error text, JSON-escaped (``\\/``, as FastAPI bodies may be) or near the
+  200-character cut of a raw body, printed the key: it is blanked before the cut, in every form.
+* A TLS handshake failing (a plain HTTP server at an ``https://`` URL), behind a live proxy, said the proxy "is not
+  reachable; start it": it says the handshake failed.
+* A proxy variable httpx cannot parse (``HTTP_PROXY=http://proxy:notaport``, ``NO_PROXY=[::1]``) was a traceback.
+* ``<ledger>.locks`` that this user cannot search made ``harness run --dry-run`` a PermissionError traceback.
 
-Real parts only: servers and a proxy on 127.0.0.1, real environment variables, the real CLI in-process (5: in a child
-process inside a user namespace, so that root meets a permission check).
+Real parts only: servers and a proxy on 127.0.0.1, real environment variables, the real CLI in-process (the last: in
+a child process inside a user namespace, so that root meets a permission check).
 """
 
 from __future__ import annotations
@@ -58,16 +53,16 @@ def _refusal(body: bytes, monkeypatch) -> str:
     return str(info.value)
 
 
-def test_1_a_json_escaped_key_in_a_body_not_read_as_an_error_object_is_printed(monkeypatch):
+def test_a_json_escaped_key_in_an_error_body_is_blanked(monkeypatch):
     body = b'{"detail": "Invalid API key: ' + KEY.replace("/", "\\/").encode() + b'"}'
     message = _refusal(body, monkeypatch)
-    assert "GhIjKlMnOpQrStUvWxYz" not in message, message
+    assert "GhIjKlMnOpQrStUvWxYz" not in message and "Invalid API key: <the key>" in message, message
 
 
-def test_2_a_key_cut_by_the_200_character_snippet_is_printed_but_for_its_last_character(monkeypatch):
+def test_a_key_at_the_snippets_cut_is_blanked_before_the_cut(monkeypatch):
     prefix = "Unauthorized: the key " + "x" * (200 - len("Unauthorized: the key ") - len(KEY) + 1)
     message = _refusal((prefix + KEY + " is not valid").encode(), monkeypatch)
-    assert KEY[:-1] not in message, message
+    assert KEY[:5] not in message and "x<the key> is not valid" in message, message  # blanked before the cut
 
 
 @contextmanager
@@ -120,18 +115,20 @@ def _connect_proxy() -> Iterator[str]:
             thread.join(5)
 
 
-def test_3_a_tls_handshake_failing_behind_a_live_proxy_is_not_the_proxy_being_unreachable(monkeypatch):
+def test_a_tls_handshake_failing_behind_a_live_proxy_says_so_and_does_not_blame_the_proxy(monkeypatch):
     with FakeServer({}) as plain, _connect_proxy() as proxy:  # plain HTTP at an https:// URL: no TLS handshake
         monkeypatch.setenv("HTTPS_PROXY", proxy)
         url = plain.url.replace("http://", "https://")
         with open_backend(f"openai:m@{url}/v1", timeout_s=10) as backend, pytest.raises(BackendError) as info:
             backend.generate(MESSAGES, None, GenerateOptions())
     assert "is not reachable; start it" not in str(info.value), str(info.value)
+    assert f"The TLS handshake with the server at {url}/v1 failed (" in str(info.value)
+    assert str(info.value).endswith("check that it serves HTTPS there, or give its http:// URL in the model spec.")
 
 
 @pytest.mark.parametrize("env", [{"HTTP_PROXY": "http://u:pw@127.0.0.1:notaport"},
                                  {"HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "[::1]"}])  # fmt: skip
-def test_4_a_proxy_variable_httpx_cannot_parse_is_one_sentence(env, monkeypatch, capsys, tmp_path):
+def test_a_proxy_variable_httpx_cannot_parse_is_one_sentence(env, monkeypatch, capsys, tmp_path):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     try:
@@ -143,7 +140,7 @@ def test_4_a_proxy_variable_httpx_cannot_parse_is_one_sentence(env, monkeypatch,
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root and unshare")
-def test_5_a_lock_folder_this_user_cannot_search_is_a_sentence_in_dry_run(tmp_path):
+def test_a_lock_folder_this_user_cannot_search_is_a_sentence_in_dry_run(tmp_path):
     locks = tmp_path / "l.sqlite.locks"
     locks.mkdir(mode=0o700)
     os.chown(locks, 12345, 12345)  # an owner not mapped in the namespace: root there meets the permission check
@@ -155,6 +152,9 @@ def test_5_a_lock_folder_this_user_cannot_search_is_a_sentence_in_dry_run(tmp_pa
     done = subprocess.run(["unshare", "--user", "--map-root-user", *argv], capture_output=True, text=True, env=env,
                           timeout=120, check=False)  # fmt: skip
     assert "Traceback" not in done.stderr, done.stderr[-600:]
+    assert done.returncode == 1 and done.stderr.strip().endswith(
+        f"cannot look into {locks} (Permission denied); give this user access to it, or use another --ledger."
+    ), done.stderr
 
 
 def test_finding_bodies_are_valid_json():
