@@ -162,7 +162,7 @@ def _open_one(model: str, plans: list[RunPlan], concurrency: Concurrency, backen
     ident: BackendIdentity | None
     try:
         ident = backend.identity()  # preflight: a dead server is one message, not N runs
-    except (BackendUnavailable, ModelNotFound, ServerConfigError) as exc:  # ServerConfigError: a certificate not verified
+    except (BackendUnavailable, ModelNotFound, ServerConfigError) as exc:  # ServerConfigError: a TLS certificate or handshake
         result.skipped.append((model, str(exc), len(plans)))
         backend.close()
         return None
