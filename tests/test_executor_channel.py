@@ -141,9 +141,11 @@ def test_a_ledger_failure_in_the_driver_still_closes_its_backends(tmp_path):
 
 def test_a_matrix_stopped_by_output_it_cannot_write_ends_its_workers_runs_as_threads_do(tmp_path):
     """Review: with stdout on a full disk, the first run line stopped the matrix; threads ended their runs in flight as
-    interrupted, the processes executor left two runs without an end row."""
+    interrupted, the processes executor left two runs without an end row. One slot at the server: its replies come one
+    at a time, so when the first run ends the others still wait for one (newcomer: with 4 slots the three runs could
+    end together, none left in flight to interrupt)."""
     ledger_path = tmp_path / "l.sqlite"
-    with FakeAgentServer(delay_s=0.3, slots=4) as server, open("/dev/full", "w") as full:
+    with FakeAgentServer(delay_s=0.3, slots=1) as server, open("/dev/full", "w") as full:
         proc = processes_matrix(server.base_url, ledger_path, repeats=5, jobs=3, stdout=full)
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and err.strip().splitlines()[-1].startswith("harness: the output could not be written"), err

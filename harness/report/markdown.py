@@ -385,7 +385,8 @@ def _edge_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     extreme = summary[(summary["scored"] > 0) & summary["pass_rate"].isin((0.0, 1.0))]
     if not extreme.empty:
         notes.append(
-            f"{len(extreme)} row(s) pass 0% or 100% of their runs; the Wilson interval still bounds the true rate away from certainty."
+            f"{len(extreme)} row(s) pass 0% or 100% of their runs; their true rate need not be 0% or 100%: the Wilson "
+            "interval gives how far from it the rate may lie."
         )
     per_model = runs[["scored", "model"]][runs["scored"]].groupby("model").size()
     for model, n in per_model.items():
