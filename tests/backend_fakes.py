@@ -7,6 +7,7 @@ response itself, so tests can send any status, header or broken body over a real
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import ssl
 import threading
@@ -16,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = [
-    "FakeServer", "Recorded", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "read_http_request", "slow_json_reply",
+    "FakeServer", "Recorded", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "read_http_request", "relay_sockets", "slow_json_reply",
 ]  # fmt: skip
 
 Responder = Callable[[BaseHTTPRequestHandler, Any], None]
@@ -175,3 +176,19 @@ def read_http_request(conn: socket.socket) -> bytes:
     while len(body) < length and (piece := conn.recv(65536)):
         body += piece
     return head + b"\r\n\r\n" + body
+
+
+def relay_sockets(a: socket.socket, b: socket.socket, stop: threading.Event) -> None:
+    """Copy bytes both ways between ``a`` and ``b`` (a proxy's tunnel) until either closes or ``stop`` is set."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(a, selectors.EVENT_READ, b)
+        selector.register(b, selectors.EVENT_READ, a)
+        while not stop.is_set():
+            for key, _ in selector.select(0.1):
+                try:
+                    data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                    if not data:
+                        return
+                    key.data.sendall(data)
+                except OSError:
+                    return

@@ -13,7 +13,6 @@ works (a new connection). Every server here is a real socket server on 127.0.0.1
 from __future__ import annotations
 
 import json
-import selectors
 import socket
 import threading
 import time
@@ -26,7 +25,7 @@ import pytest
 from harness.backends import OllamaBackend, OpenAICompatBackend
 from harness.backends.base import GenerateOptions
 from harness.errors import BackendTimeout
-from tests.backend_fakes import read_http_request
+from tests.backend_fakes import read_http_request, relay_sockets
 from tests.stream_fakes import ollama_lines, openai_chunk
 
 USER = [{"role": "user", "content": "hi"}]
@@ -102,28 +101,13 @@ def forwarding_proxy() -> Iterator[tuple[str, list[str]]]:
             host, _, port = target.rpartition(":")
             with socket.create_connection((host, int(port))) as upstream:
                 upstream.sendall(request)
-                _relay(conn, upstream, threads.stop)
+                relay_sockets(conn, upstream, threads.stop)
 
     threads.start(_accept, listener, threads, handle)
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
     finally:
         threads.end(listener)
-
-
-def _relay(a: socket.socket, b: socket.socket, stop: threading.Event) -> None:
-    with selectors.DefaultSelector() as selector:
-        selector.register(a, selectors.EVENT_READ, b)
-        selector.register(b, selectors.EVENT_READ, a)
-        while not stop.is_set():
-            for key, _ in selector.select(0.1):
-                try:
-                    data = key.fileobj.recv(65536)  # type: ignore[union-attr]
-                    if not data:
-                        return
-                    key.data.sendall(data)
-                except OSError:
-                    return
 
 
 def _trickled_head(conn: socket.socket, stop: threading.Event) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
 import socket
 import subprocess
@@ -30,7 +29,7 @@ import pytest
 from harness.backends import open_backend
 from harness.backends.base import GenerateOptions
 from harness.errors import BackendError, BackendResponseError
-from tests.backend_fakes import FakeServer, raw_reply
+from tests.backend_fakes import FakeServer, raw_reply, relay_sockets
 from tests.helpers import RUN_FLAGS, SCENARIO_FILE, cli
 
 KEY = "sk-AbC/dEf+GhIjKlMnOpQrStUvWxYz0123456789"
@@ -76,19 +75,9 @@ def _connect_proxy() -> Iterator[str]:
             while b"\r\n\r\n" not in head and (piece := conn.recv(4096)):
                 head += piece
             host, _, port = head.split(b" ")[1].decode().rpartition(":")
-            with socket.create_connection((host, int(port))) as upstream, selectors.DefaultSelector() as selector:
+            with socket.create_connection((host, int(port))) as upstream:
                 conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                selector.register(conn, selectors.EVENT_READ, upstream)
-                selector.register(upstream, selectors.EVENT_READ, conn)
-                while not stop.is_set():
-                    for key, _ in selector.select(0.1):
-                        try:
-                            data = key.fileobj.recv(65536)  # type: ignore[union-attr]
-                            if not data:
-                                return
-                            key.data.sendall(data)
-                        except OSError:
-                            return
+                relay_sockets(conn, upstream, stop)
 
     def accept() -> None:
         listener.settimeout(0.1)
