@@ -13,7 +13,7 @@ other), the worker processes' (``processes``, their start included) and the serv
 fraction of ideal,
 ``turns/s / (jobs / latency)`` (each run in flight completes one turn per latency at best). It also prints the rate
 the matrix *sustained*: its turns over the time from the first run's start row to the last run's end row (the
-ledger's times), which leaves out the worker processes' start before it (about half a second of CPU each) and their
+ledger's times), which leaves out the worker processes' start before it (under a second of CPU each) and their
 joining after it. A second line per case judges that rate against its target (issue 14: one process sustains 1,000
 turns/s at 64 in flight answered at once, and 0.85 of ideal with latency) and gives the most the machine's CPUs allow
 at the CPU per turn spent in that window by the driver, its workers and the server (it shares the cores), sampled
@@ -144,8 +144,8 @@ class ScriptedServer:
 class _CpuSampler(threading.Thread):
     """Samples, every ``period`` seconds, the wall clock and the CPU seconds used so far by this process (the driver),
     its other children (the worker processes) and the server, so the CPU of any window of the case can be read after
-    it (:meth:`between`). From ``/proc``: each task's ``children`` and each child's ``stat``; a child that has ended
-    keeps the CPU last read of it, so the workers' sum never falls."""
+    it (:meth:`between`). From ``/proc``: the main thread's ``children`` (it starts the workers and the server) and each
+    child's ``stat``; a child that has ended keeps the CPU last read of it, so the workers' sum never falls."""
 
     def __init__(self, server: ScriptedServer, period: float = 0.05) -> None:
         super().__init__(daemon=True)
@@ -154,8 +154,7 @@ class _CpuSampler(threading.Thread):
         self._children: dict[int, float] = {}
 
     def _sample(self) -> None:
-        # the main thread's children only: it starts the workers and the server; reading every thread's list cost
-        # 6 ms a sample with 257 run threads (red team)
+        # not every thread's list: that cost 6 ms a sample with 257 run threads (red team)
         for pid in map(int, Path(f"/proc/self/task/{os.getpid()}/children").read_text().split()):
             if pid != self.server.process.pid:
                 with contextlib.suppress(OSError):  # a child that ended between the listing and the reading
@@ -299,7 +298,7 @@ def _print(f: dict[str, Any]) -> None:
 
 def _sustained(f: dict[str, Any]) -> float:
     """Turns per second from the first run's start row to the last run's end row: the rate the matrix sustained,
-    without the worker processes' start before it (about half a second of CPU each) and their joining after it."""
+    without the worker processes' start before it (under a second of CPU each) and their joining after it."""
     return float(f["turns"] / f["sustained_s"])
 
 

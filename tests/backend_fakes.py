@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = [
-    "FakeServer", "Recorded", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "read_http_request", "relay_sockets", "slow_json_reply",
+    "FakeServer", "Recorded", "SocketThreads", "accept_connections", "closed_port", "drop_mid_body", "json_reply", "raw_reply", "read_http_request", "relay_sockets", "slow_json_reply",
 ]  # fmt: skip
 
 Responder = Callable[[BaseHTTPRequestHandler, Any], None]
@@ -192,3 +192,38 @@ def relay_sockets(a: socket.socket, b: socket.socket, stop: threading.Event) -> 
                     key.data.sendall(data)
                 except OSError:
                     return
+
+
+class SocketThreads:
+    """A stop event and the threads a fake started, all joined at the end."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def end(self, *listeners: socket.socket) -> None:
+        self.stop.set()
+        for listener in listeners:
+            listener.close()
+        for thread in self.threads:
+            thread.join(5)
+        assert not any(t.is_alive() for t in self.threads), "a fake's thread outlived the test"
+
+
+def accept_connections(listener: socket.socket, threads: SocketThreads, handle: Callable[[socket.socket], None]) -> None:
+    """Accept connections on ``listener`` until ``threads.stop`` is set, each handled by ``handle`` on a thread of its own."""
+    listener.settimeout(0.1)
+    while not threads.stop.is_set():
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        conn.settimeout(None)
+        threads.start(handle, conn)

@@ -25,52 +25,18 @@ import pytest
 from harness.backends import OllamaBackend, OpenAICompatBackend
 from harness.backends.base import GenerateOptions
 from harness.errors import BackendTimeout
-from tests.backend_fakes import read_http_request, relay_sockets
+from tests.backend_fakes import SocketThreads, accept_connections, read_http_request, relay_sockets
 from tests.stream_fakes import ollama_lines, openai_chunk
 
 USER = [{"role": "user", "content": "hi"}]
 _Answer = Callable[[socket.socket, threading.Event], None]
 
 
-class _Threads:
-    """A stop event and the threads a fake started, all joined at the end."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-
-    def start(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self.threads.append(thread)
-        thread.start()
-
-    def end(self, *listeners: socket.socket) -> None:
-        self.stop.set()
-        for listener in listeners:
-            listener.close()
-        for thread in self.threads:
-            thread.join(5)
-        assert not any(t.is_alive() for t in self.threads), "a fake's thread outlived the test"
-
-
-def _accept(listener: socket.socket, threads: _Threads, handle: Callable[[socket.socket], None]) -> None:
-    listener.settimeout(0.1)
-    while not threads.stop.is_set():
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            continue
-        except OSError:
-            return
-        conn.settimeout(None)
-        threads.start(handle, conn)
-
-
 @contextmanager
 def server(answers: list[_Answer]) -> Iterator[str]:
     """A socket server on 127.0.0.1 answering its N-th connection's request with ``answers[N]`` (the last repeats),
     one request per connection; yields its URL."""
-    threads, listener, count = _Threads(), socket.create_server(("127.0.0.1", 0)), iter(range(1_000_000))
+    threads, listener, count = SocketThreads(), socket.create_server(("127.0.0.1", 0)), iter(range(1_000_000))
 
     def handle(conn: socket.socket) -> None:
         with conn:
@@ -80,7 +46,7 @@ def server(answers: list[_Answer]) -> Iterator[str]:
             except OSError:
                 pass  # the client gave up
 
-    threads.start(_accept, listener, threads, handle)
+    threads.start(accept_connections, listener, threads, handle)
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
@@ -91,7 +57,7 @@ def server(answers: list[_Answer]) -> Iterator[str]:
 def forwarding_proxy() -> Iterator[tuple[str, list[str]]]:
     """A forwarding HTTP proxy on 127.0.0.1: reads a request in absolute form, connects to the host it names and relays
     bytes both ways until either side closes; yields its URL and the list of the URLs it was asked for."""
-    threads, listener, seen = _Threads(), socket.create_server(("127.0.0.1", 0)), []
+    threads, listener, seen = SocketThreads(), socket.create_server(("127.0.0.1", 0)), []
 
     def handle(conn: socket.socket) -> None:
         with conn:
@@ -103,7 +69,7 @@ def forwarding_proxy() -> Iterator[tuple[str, list[str]]]:
                 upstream.sendall(request)
                 relay_sockets(conn, upstream, threads.stop)
 
-    threads.start(_accept, listener, threads, handle)
+    threads.start(accept_connections, listener, threads, handle)
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
     finally:

@@ -19,7 +19,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 from harness.backends import open_backend
 from harness.backends.base import GenerateOptions
 from harness.errors import BackendError, BackendResponseError
-from tests.backend_fakes import FakeServer, raw_reply, relay_sockets
+from tests.backend_fakes import FakeServer, SocketThreads, accept_connections, raw_reply, relay_sockets
 from tests.helpers import RUN_FLAGS, SCENARIO_FILE, cli
 
 KEY = "sk-AbC/dEf+GhIjKlMnOpQrStUvWxYz0123456789"
@@ -67,7 +66,7 @@ def test_a_key_at_the_snippets_cut_is_blanked_before_the_cut(monkeypatch):
 @contextmanager
 def _connect_proxy() -> Iterator[str]:
     """A live HTTP CONNECT proxy on 127.0.0.1 relaying bytes both ways; yields its URL."""
-    listener, stop, threads = socket.create_server(("127.0.0.1", 0)), threading.Event(), []
+    threads, listener = SocketThreads(), socket.create_server(("127.0.0.1", 0))
 
     def relay(conn: socket.socket) -> None:
         with conn:
@@ -77,31 +76,13 @@ def _connect_proxy() -> Iterator[str]:
             host, _, port = head.split(b" ")[1].decode().rpartition(":")
             with socket.create_connection((host, int(port))) as upstream:
                 conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                relay_sockets(conn, upstream, stop)
+                relay_sockets(conn, upstream, threads.stop)
 
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(None)
-            thread = threading.Thread(target=relay, args=(conn,), daemon=True)
-            threads.append(thread)
-            thread.start()
-
-    acceptor = threading.Thread(target=accept, daemon=True)
-    acceptor.start()
+    threads.start(accept_connections, listener, threads, relay)
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
-        stop.set()
-        listener.close()
-        for thread in [acceptor, *threads]:
-            thread.join(5)
+        threads.end(listener)
 
 
 def test_a_tls_handshake_failing_behind_a_live_proxy_says_so_and_does_not_blame_the_proxy(monkeypatch):
